@@ -1,0 +1,60 @@
+"""The exporter's settings: command-line flags, optionally a YAML file, validated strictly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_PORT = 9835
+DEFAULT_HEARTBEAT_DIR = Path("/run/gpu-reclaimer/heartbeats")
+
+
+class ExporterConfig(BaseModel):
+    """Keys of the exporter's config file (all optional; flags override them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen: str = f":{DEFAULT_PORT}"
+    sim_dir: Path | None = None
+    node_name: str | None = None
+    heartbeat_dir: Path | None = DEFAULT_HEARTBEAT_DIR
+    log_globs: list[str] = Field(default_factory=list)
+    nvml_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    projects_file: Path | None = None
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_config(path: Path) -> ExporterConfig:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read config: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    try:
+        return ExporterConfig.model_validate(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from None
+
+
+def parse_listen(listen: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """':9835' -> ('0.0.0.0', 9835); '127.0.0.1:0' -> ('127.0.0.1', 0); '[::1]:9835'."""
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        host, port = listen, str(default_port)
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"invalid listen address {listen!r}: use HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"invalid port in {listen!r}")
+    return host, number

@@ -1,0 +1,125 @@
+"""`gpu-reclaimer exporter`: wire NVML, /proc readers and the HTTP server together."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from exporter.config import DEFAULT_PORT, ConfigError, ExporterConfig, load_config, parse_listen
+from exporter.nvml import SIM_DIR_ENV, open_nvml, resolve_sim_dir
+
+log = logging.getLogger("exporter")
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "exporter",
+        help="serve per-GPU and per-process metrics for Prometheus",
+        description="Serve /metrics with per-GPU and per-process GPU metrics from NVML and "
+        "/proc. It observes only; it never signals a process.",
+        epilog=f"Without a GPU, point it at a simulated node: --sim-dir DIR or {SIM_DIR_ENV}=DIR "
+        "(create one with 'gpu-reclaimer sim init DIR').",
+    )
+    parser.add_argument("--config", type=Path, help="YAML file with the settings below")
+    parser.add_argument(
+        "--listen", help=f"address to serve on, HOST:PORT (default :{DEFAULT_PORT})"
+    )
+    parser.add_argument("--sim-dir", type=Path, help="use a simulated node instead of NVML")
+    parser.add_argument(
+        "--node-name", help="node label on gpu_info/gpu_process_info (default: the hostname)"
+    )
+    parser.add_argument(
+        "--heartbeat-dir",
+        type=Path,
+        help="directory of heartbeat files (default /run/gpu-reclaimer/heartbeats)",
+    )
+    parser.add_argument(
+        "--log-glob",
+        action="append",
+        dest="log_globs",
+        metavar="GLOB",
+        help="open files matching GLOB count as the process's log (repeatable)",
+    )
+    parser.add_argument(
+        "--nvml-timeout", type=float, help="seconds before a hanging NVML call is given up"
+    )
+    parser.add_argument("--projects", type=Path, help="YAML mapping users/groups to projects")
+    parser.set_defaults(func=run_exporter)
+
+
+def _settings(args: argparse.Namespace) -> ExporterConfig:
+    config = load_config(args.config) if args.config else ExporterConfig()
+    overrides = {
+        "listen": args.listen,
+        "sim_dir": args.sim_dir,
+        "node_name": args.node_name,
+        "heartbeat_dir": args.heartbeat_dir,
+        "log_globs": args.log_globs,
+        "nvml_timeout_seconds": args.nvml_timeout,
+        "projects_file": args.projects,
+    }
+    return config.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def run_exporter(args: argparse.Namespace) -> int:
+    from exporter.collector import ExporterSettings, GpuCollector
+    from exporter.web import build_app, serve
+    from exporter.identity import IdentityCache, load_project_mapping
+    from exporter.nvml_reader import NvmlReader
+
+    try:
+        config = _settings(args)
+        host, port = parse_listen(config.listen)
+        mapping = load_project_mapping(config.projects_file) if config.projects_file else None
+    except (ConfigError, ValueError) as error:
+        raise SystemExit(f"error: {error}") from None
+    sim_dir = resolve_sim_dir(config.sim_dir)
+    if sim_dir is not None and not (sim_dir / "node.json").exists():
+        raise SystemExit(
+            f"error: {sim_dir} is not a simulated node: create it with "
+            f"'gpu-reclaimer sim init {sim_dir}'"
+        )
+    nvml = open_nvml(sim_dir)
+    reader = NvmlReader(nvml)
+    probe = reader.read()
+    if not probe.up and sim_dir is None:
+        log.error(
+            "NVML is not available (%s). On a GPU node install the NVIDIA driver; without a "
+            "GPU use --sim-dir DIR. Serving anyway with gpu_exporter_nvml_up 0.",
+            probe.error,
+        )
+    node = config.node_name or socket.gethostname()
+    settings = ExporterSettings(
+        node_name=node,
+        heartbeat_dir=config.heartbeat_dir,
+        log_globs=tuple(config.log_globs),
+        nvml_timeout=config.nvml_timeout_seconds,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(reader, settings, IdentityCache(mapping)))
+    source = f"simulated node {sim_dir}" if sim_dir else "NVML"
+    try:
+        server = serve(build_app(registry, node, source), host, port)
+    except OSError as error:
+        raise SystemExit(f"error: cannot listen on {config.listen}: {error}") from None
+    log.info(
+        "exporter serving http://%s:%d/metrics (%s, %d GPU(s))",
+        host,
+        server.server_port,
+        source,
+        len(probe.gpus),
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    log.info("exporter stopped")
+    return 0

@@ -1,0 +1,199 @@
+"""`gpu-reclaimer sim ...`: create simulated nodes, run workloads on them, inject faults."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter.sim.state import (
+    PROCS_DIR,
+    Faults,
+    init_node,
+    load_faults,
+    load_node,
+    read_procs,
+    save_faults,
+    save_node,
+)
+from exporter.units import format_size, parse_size
+
+_LAUNCHER = """\
+#!{python}
+# A simulated GPU workload launched under the name {name!r} (gpu-reclaimer sim run).
+import sys
+from exporter.sim.workload import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def add_commands(commands: Any) -> None:
+    sim = commands.add_parser(
+        "sim",
+        help="simulated GPU nodes and workloads (no GPU needed)",
+        description="Create a simulated GPU node, run real processes that 'use' its GPUs, "
+        "and inject NVML faults. Point the exporter at it with --sim-dir DIR or "
+        "GPU_RECLAIMER_SIM_DIR=DIR.",
+    )
+    sub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND", required=True)
+
+    init = sub.add_parser("init", help="create a simulated node", description="Create DIR.")
+    init.add_argument("dir", type=Path, help="node directory to create")
+    init.add_argument("--gpus", type=int, default=2, help="number of GPUs (default: 2)")
+    init.add_argument(
+        "--memory", type=parse_size, default=parse_size("80GiB"), help="memory per GPU"
+    )
+    init.add_argument("--name", default="NVIDIA H100 80GB HBM3", help="GPU product name")
+    init.add_argument(
+        "--leak", action="store_true", help="memory of exited processes stays used (orphaned)"
+    )
+    init.set_defaults(func=_init)
+
+    from exporter.sim.workload import add_workload_arguments
+
+    run = sub.add_parser(
+        "run",
+        help="run a real process that uses a simulated GPU",
+        description="Run a real process that holds memory on a simulated GPU and follows a "
+        "phase program: load (memory grows, util 0), busy (util high, logs and heartbeats), "
+        "idle (util 0, nothing written), hang (util 100 %%, nothing written). "
+        "It frees its memory when it exits.",
+    )
+    add_workload_arguments(run)
+    looks = run.add_mutually_exclusive_group()
+    looks.add_argument(
+        "--name", help="run as a command of this name (e.g. tensorboard, yolo, jupyter-lab)"
+    )
+    looks.add_argument("--module", help="run as 'python -m MODULE' (e.g. ipykernel_launcher)")
+    run.set_defaults(func=_run)
+
+    fault = sub.add_parser(
+        "fault",
+        help="inject or clear NVML faults on a node",
+        description="Change the faults of a simulated node; effective within a second.",
+    )
+    fault.add_argument("dir", type=Path)
+    fault.add_argument("--clear", action="store_true", help="clear every fault first")
+    fault.add_argument("--nvml-missing", choices=["on", "off"], help="NVML library/driver gone")
+    fault.add_argument("--lose-gpu", type=int, action="append", default=[], metavar="I")
+    fault.add_argument("--restore-gpu", type=int, action="append", default=[], metavar="I")
+    fault.add_argument(
+        "--no-process-util",
+        type=int,
+        action="append",
+        default=[],
+        metavar="I",
+        help="per-process utilisation NOT_SUPPORTED on GPU I (as on MIG)",
+    )
+    fault.add_argument(
+        "--hang",
+        metavar="CALL",
+        help="this NVML call blocks (e.g. nvmlDeviceGetComputeRunningProcesses); '' to stop",
+    )
+    fault.add_argument("--hang-seconds", type=float, help="how long the call blocks")
+    fault.add_argument(
+        "--ghost",
+        action="append",
+        default=[],
+        metavar="GPU:PID:SIZE",
+        help="NVML lists a PID that /proc does not have",
+    )
+    fault.add_argument("--leak", choices=["on", "off"], help="leak memory of exited processes")
+    fault.set_defaults(func=_fault)
+
+    status = sub.add_parser("status", help="show a node's GPUs, processes and faults")
+    status.add_argument("dir", type=Path)
+    status.set_defaults(func=_status)
+
+
+def _init(args: argparse.Namespace) -> int:
+    node = init_node(args.dir, args.gpus, args.memory, args.name, leak_on_exit=args.leak)
+    print(
+        f"simulated node {args.dir}: {len(node.gpus)} x {args.name}, "
+        f"{format_size(args.memory)} each"
+    )
+    print(f"use it with: gpu-reclaimer exporter --sim-dir {args.dir}")
+    return 0
+
+
+def _write_launcher(directory: Path, name: str) -> Path:
+    path = directory / name
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(_LAUNCHER.format(python=sys.executable, name=name))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _run(args: argparse.Namespace) -> int:
+    from exporter.sim.workload import run_workload, spec_from_args, workload_argv
+
+    try:
+        spec = spec_from_args(args)
+        gpus = len(load_node(args.dir).gpus)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}") from None
+    if args.gpu not in range(gpus):
+        raise SystemExit(f"error: --gpu {args.gpu}: the node has GPUs 0..{gpus - 1}")
+    if args.name:
+        # A real executable of that name, so argv, /proc/PID/comm and psutil all agree.
+        launcher = _write_launcher(args.dir / "bin", Path(args.name).name)
+        os.execv(launcher, [str(launcher), *workload_argv(args)])
+    if args.module:
+        launcher = _write_launcher(args.dir / "pymod", f"{args.module}.py")
+        path = [str(launcher.parent), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+        os.execve(sys.executable, [sys.executable, "-m", args.module, *workload_argv(args)], env)
+    return run_workload(spec)
+
+
+def _fault(args: argparse.Namespace) -> int:
+    node = load_node(args.dir)
+    faults = Faults() if args.clear else load_faults(args.dir)
+    lost = (set(faults.lost_gpus) | set(args.lose_gpu)) - set(args.restore_gpu)
+    changes: dict[str, Any] = {"lost_gpus": tuple(sorted(lost))}
+    if args.nvml_missing:
+        changes["nvml_missing"] = args.nvml_missing == "on"
+    if args.no_process_util:
+        changes["process_util_unsupported"] = tuple(
+            sorted(set(faults.process_util_unsupported) | set(args.no_process_util))
+        )
+    if args.hang is not None:
+        changes["hang_call"] = args.hang
+    if args.hang_seconds is not None:
+        changes["hang_seconds"] = args.hang_seconds
+    if args.ghost:
+        ghosts = list(faults.ghost_pids)
+        for item in args.ghost:
+            gpu, pid, size = item.split(":")
+            ghosts.append((int(gpu), int(pid), parse_size(size)))
+        changes["ghost_pids"] = tuple(ghosts)
+    save_faults(args.dir, dataclasses.replace(faults, **changes))
+    if args.leak:
+        save_node(args.dir, dataclasses.replace(node, leak_on_exit=args.leak == "on"))
+    print(load_faults(args.dir))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    node = load_node(args.dir)
+    from exporter.procfs import start_ticks
+
+    print(f"node {args.dir} (driver {node.driver_version}, leak_on_exit={node.leak_on_exit})")
+    procs = read_procs(args.dir)
+    for gpu in node.gpus:
+        print(f"GPU {gpu.index} {gpu.uuid} {gpu.name} {format_size(gpu.memory_total)}")
+        for p in sorted(procs, key=lambda p: p.pid):
+            if p.gpu != gpu.index:
+                continue
+            alive = start_ticks(p.pid) == p.start_ticks
+            print(
+                f"  pid {p.pid:>7} {format_size(p.memory_used):>10} util {p.sm_util:>3}% "
+                f"{p.extra.get('phase', '?'):<6} {'alive' if alive else 'exited'}"
+            )
+    print(f"faults: {load_faults(args.dir)}")
+    print(f"process files: {args.dir / PROCS_DIR}")
+    return 0

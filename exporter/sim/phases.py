@@ -1,0 +1,52 @@
+"""The phase program of a simulated workload: ``load=10s,busy=1m,idle``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter.units import parse_duration
+
+PhaseName = Literal["load", "busy", "idle", "hang"]
+PHASES: tuple[PhaseName, ...] = ("load", "busy", "idle", "hang")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: PhaseName
+    seconds: float | None  # None: lasts forever (only the last phase)
+
+
+@dataclass(frozen=True)
+class PhaseAt:
+    phase: Phase
+    elapsed_in_phase: float
+
+
+def parse_phases(spec: str) -> tuple[Phase, ...]:
+    """Parse a comma list; every phase but the last needs a duration, the last lasts forever."""
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not items:
+        raise ValueError("--phases is empty: give e.g. busy=30s,idle")
+    phases = []
+    for position, item in enumerate(items):
+        name, _, duration = item.partition("=")
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r} in {spec!r}: use {', '.join(PHASES)}")
+        is_last = position == len(items) - 1
+        if not duration and not is_last:
+            raise ValueError(f"phase {item!r} needs a duration (only the last lasts forever)")
+        seconds = None if is_last else parse_duration(duration)
+        phases.append(Phase(name, seconds))  # type: ignore[arg-type]
+    return tuple(phases)
+
+
+def phase_at(phases: tuple[Phase, ...], elapsed: float) -> PhaseAt:
+    """Which phase runs ``elapsed`` seconds after the start, and for how long it has."""
+    start = 0.0
+    for phase in phases:
+        if phase.seconds is None or elapsed < start + phase.seconds:
+            return PhaseAt(phase, elapsed - start)
+        start += phase.seconds
+    last = phases[-1]
+    return PhaseAt(last, elapsed - start)

@@ -1,0 +1,165 @@
+"""The on-disk state of a simulated GPU node.
+
+Layout of a node directory::
+
+    node.json         GPUs (index, uuid, name, memory), driver version, leak mode
+    faults.json       injected faults (optional; see Faults)
+    procs/<pid>.json  one file per workload process: GPU, memory held, SM utilisation
+
+Workloads write their own file atomically; the simulated NVML only reads. A file whose
+process is gone (PID missing or start time different) is freed memory, or leaked memory
+when the node is in leak mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid as uuid_module
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+NODE_FILE = "node.json"
+FAULTS_FILE = "faults.json"
+PROCS_DIR = "procs"
+DEFAULT_RESERVED_BYTES = 512 * 1024**2  # what a real driver keeps on an idle card
+
+
+@dataclass(frozen=True)
+class SimGpu:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    reserved: int = DEFAULT_RESERVED_BYTES
+
+
+@dataclass(frozen=True)
+class SimNode:
+    gpus: tuple[SimGpu, ...]
+    driver_version: str = "550.127.05"
+    leak_on_exit: bool = False
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Injected failures. Every field off means a healthy node."""
+
+    nvml_missing: bool = False  # nvmlInit fails: library not found / driver not loaded
+    lost_gpus: tuple[int, ...] = ()  # these GPUs answer NVMLError_GpuIsLost
+    process_util_unsupported: tuple[int, ...] = ()  # NOT_SUPPORTED per-process util (MIG)
+    hang_call: str = ""  # this NVML function blocks for hang_seconds
+    hang_seconds: float = 3600.0
+    ghost_pids: tuple[tuple[int, int, int], ...] = ()  # (gpu, pid, bytes) listed, not in /proc
+
+
+@dataclass
+class ProcState:
+    """What one workload process holds on its GPU, as it last reported."""
+
+    pid: int
+    start_ticks: int
+    gpu: int
+    memory_used: int
+    sm_util: int
+    updated: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def init_node(
+    directory: Path, gpus: int, memory_total: int, name: str, leak_on_exit: bool = False
+) -> SimNode:
+    if gpus < 1:
+        raise ValueError("a simulated node needs at least one GPU")
+    node = SimNode(
+        gpus=tuple(
+            SimGpu(index=i, uuid=f"GPU-{uuid_module.uuid4()}", name=name, memory_total=memory_total)
+            for i in range(gpus)
+        ),
+        leak_on_exit=leak_on_exit,
+    )
+    (directory / PROCS_DIR).mkdir(parents=True, exist_ok=True)
+    save_node(directory, node)
+    save_faults(directory, Faults())
+    return node
+
+
+def save_node(directory: Path, node: SimNode) -> None:
+    write_json_atomic(directory / NODE_FILE, asdict(node))
+
+
+def load_node(directory: Path) -> SimNode:
+    path = directory / NODE_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path} does not exist: create the node first with "
+            f"'gpu-reclaimer sim init {directory}'"
+        ) from None
+    return SimNode(
+        gpus=tuple(SimGpu(**gpu) for gpu in raw["gpus"]),
+        driver_version=raw.get("driver_version", "550.127.05"),
+        leak_on_exit=bool(raw.get("leak_on_exit", False)),
+    )
+
+
+def save_faults(directory: Path, faults: Faults) -> None:
+    write_json_atomic(directory / FAULTS_FILE, asdict(faults))
+
+
+def load_faults(directory: Path) -> Faults:
+    try:
+        raw = json.loads((directory / FAULTS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return Faults()
+    return Faults(
+        nvml_missing=bool(raw.get("nvml_missing", False)),
+        lost_gpus=tuple(raw.get("lost_gpus", ())),
+        process_util_unsupported=tuple(raw.get("process_util_unsupported", ())),
+        hang_call=str(raw.get("hang_call", "")),
+        hang_seconds=float(raw.get("hang_seconds", 3600.0)),
+        ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),  # type: ignore[misc]
+    )
+
+
+def proc_path(directory: Path, pid: int) -> Path:
+    return directory / PROCS_DIR / f"{pid}.json"
+
+
+def write_proc(directory: Path, state: ProcState) -> None:
+    write_json_atomic(proc_path(directory, state.pid), asdict(state))
+
+
+def read_procs(directory: Path) -> list[ProcState]:
+    """Every process file, skipping ones that vanish or are unreadable mid-read."""
+    states = []
+    try:
+        entries = os.scandir(directory / PROCS_DIR)
+    except FileNotFoundError:
+        return []
+    with entries:
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            try:
+                with open(entry.path) as handle:
+                    states.append(ProcState(**json.load(handle)))
+            except (OSError, ValueError, TypeError):
+                continue
+    return states

@@ -1,0 +1,278 @@
+"""A real OS process that "uses" a simulated GPU, following a phase program.
+
+It reports what it holds by rewriting its file under ``<node>/procs/`` every tick; the
+simulated NVML reads those files. psutil, /proc, pidfds and signals see a real process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from exporter.procfs import start_ticks
+from exporter.sim.phases import Phase, parse_phases, phase_at
+from exporter.sim.state import ProcState, load_node, proc_path, write_proc
+from exporter.units import parse_duration, parse_size
+
+LOG_INTERVAL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    directory: Path
+    gpu: int
+    memory: int
+    phases: tuple[Phase, ...]
+    util: int = 95
+    log: Path | None = None
+    heartbeat: bool = False
+    heartbeat_dir: Path | None = None
+    ignore_sigterm: bool = False
+    children: int = 0
+    child_memory: int = 256 * 1024**2
+    orphan_children: bool = False
+    cpu: bool = False
+    tick: float = 0.5
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", required=True, type=Path, help="simulated node directory")
+    parser.add_argument("--gpu", required=True, type=int, help="GPU index to use")
+    parser.add_argument("--memory", required=True, type=parse_size, help="memory held, e.g. 4GiB")
+    parser.add_argument(
+        "--phases",
+        required=True,
+        help="comma list of load|busy|idle|hang[=DURATION]; the last lasts forever "
+        "(e.g. load=10s,busy=1m,idle)",
+    )
+    parser.add_argument("--util", type=int, default=95, help="SM utilisation %% when busy")
+    parser.add_argument("--log", type=Path, help="log file written while busy (default stdout)")
+    parser.add_argument(
+        "--heartbeat", action="store_true", help="refresh a heartbeat file while busy"
+    )
+    parser.add_argument("--heartbeat-dir", type=Path, help="heartbeat directory")
+    parser.add_argument(
+        "--ignore-sigterm", action="store_true", help="ignore SIGTERM (needs SIGKILL)"
+    )
+    parser.add_argument(
+        "--children", type=int, default=0, help="worker processes that also hold memory"
+    )
+    parser.add_argument(
+        "--child-memory", type=parse_size, default=256 * 1024**2, help="memory per child"
+    )
+    parser.add_argument(
+        "--orphan-children",
+        action="store_true",
+        help="children outlive the parent (a crashed script's DataLoader workers)",
+    )
+    parser.add_argument(
+        "--cpu", action="store_true", help="burn CPU while GPU-idle (dataloader-bound)"
+    )
+    parser.add_argument("--tick", type=parse_duration, default=0.5, help=argparse.SUPPRESS)
+
+
+def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
+    return WorkloadSpec(
+        directory=args.dir,
+        gpu=args.gpu,
+        memory=args.memory,
+        phases=parse_phases(args.phases),
+        util=args.util,
+        log=args.log,
+        heartbeat=args.heartbeat,
+        heartbeat_dir=args.heartbeat_dir,
+        ignore_sigterm=args.ignore_sigterm,
+        children=args.children,
+        child_memory=args.child_memory,
+        orphan_children=args.orphan_children,
+        cpu=args.cpu,
+        tick=args.tick,
+    )
+
+
+class _Stop(Exception):
+    """Raised from the SIGTERM handler to unwind and clean up."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def _burn_cpu(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    value = 0
+    while time.monotonic() < deadline:
+        value = (value * 31 + 7) % 1_000_003
+
+
+class Workload:
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.spec = spec
+        self.pid = os.getpid()
+        self.ticks = start_ticks(self.pid) or 0
+        self.children: list[int] = []
+        self.step = 0
+        self.last_log = 0.0
+        self.heartbeat = None
+        if spec.heartbeat:
+            from exporter.heartbeat import Heartbeat
+
+            self.heartbeat = Heartbeat(spec.heartbeat_dir, min_interval=spec.tick)
+
+    def report(self, memory: int, util: int, phase: str) -> None:
+        write_proc(
+            self.spec.directory,
+            ProcState(
+                pid=self.pid,
+                start_ticks=self.ticks,
+                gpu=self.spec.gpu,
+                memory_used=memory,
+                sm_util=util,
+                updated=time.time(),
+                extra={"phase": phase, "step": self.step},
+            ),
+        )
+
+    def write_progress(self, out: TextIO) -> None:
+        now = time.monotonic()
+        if now - self.last_log >= LOG_INTERVAL_SECONDS:
+            out.write(f"step {self.step} loss {1.0 / (1 + self.step):.4f}\n")
+            out.flush()
+            self.last_log = now
+        if self.heartbeat is not None:
+            self.heartbeat.beat(epoch=self.step // 100, step=self.step)
+
+    def spawn_children(self) -> None:
+        for _ in range(self.spec.children):
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _Child(self.spec, parent=self.pid).run()
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            self.children.append(pid)
+
+    def stop_children(self) -> None:
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in self.children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    def run(self) -> int:
+        spec = self.spec
+        load_node(spec.directory)  # fail early with a clear message
+        out: TextIO = open(spec.log, "a") if spec.log else sys.stdout  # noqa: SIM115
+        started = time.monotonic()
+        try:
+            self.spawn_children()
+            while True:
+                now = time.monotonic()
+                current = phase_at(spec.phases, now - started)
+                name = current.phase.name
+                if name == "load":
+                    total = current.phase.seconds or 1.0
+                    fraction = min(1.0, 0.05 + 0.95 * current.elapsed_in_phase / total)
+                    self.report(int(spec.memory * fraction), 0, name)
+                elif name == "busy":
+                    self.step += 1
+                    jitter = random.randint(-3, 3)
+                    self.report(spec.memory, max(1, min(100, spec.util + jitter)), name)
+                    self.write_progress(out)
+                elif name == "idle":
+                    self.report(spec.memory, 0, name)
+                else:  # hang: NCCL spin at 100 %, no progress
+                    self.report(spec.memory, 100, name)
+                spent = time.monotonic() - now
+                if name == "idle" and spec.cpu:
+                    _burn_cpu(max(0.0, spec.tick - spent))
+                else:
+                    time.sleep(max(0.0, spec.tick - spent))
+        except (_Stop, KeyboardInterrupt):
+            return 0
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.stop_children()
+            proc_path(spec.directory, self.pid).unlink(missing_ok=True)
+            if self.heartbeat is not None:
+                self.heartbeat.close()
+            if out is not sys.stdout:
+                out.close()
+
+
+class _Child:
+    """A DataLoader-like worker: holds a little GPU memory, does no GPU work."""
+
+    def __init__(self, spec: WorkloadSpec, parent: int) -> None:
+        self.spec = spec
+        self.parent = parent
+        self.pid = os.getpid()
+        self.ticks = start_ticks(self.pid) or 0
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            while self.spec.orphan_children or os.getppid() == self.parent:
+                write_proc(
+                    self.spec.directory,
+                    ProcState(
+                        pid=self.pid,
+                        start_ticks=self.ticks,
+                        gpu=self.spec.gpu,
+                        memory_used=self.spec.child_memory,
+                        sm_util=0,
+                        updated=time.time(),
+                        extra={"phase": "worker", "parent": self.parent},
+                    ),
+                )
+                time.sleep(self.spec.tick)
+        except (_Stop, KeyboardInterrupt):
+            pass
+        finally:
+            proc_path(self.spec.directory, self.pid).unlink(missing_ok=True)
+
+
+def workload_argv(args: argparse.Namespace) -> list[str]:
+    """The parsed workload options as a command line again, for a re-exec under a name."""
+    argv = ["--dir", str(args.dir), "--gpu", str(args.gpu), "--memory", str(args.memory)]
+    argv += ["--phases", args.phases, "--util", str(args.util), "--tick", str(args.tick)]
+    argv += ["--children", str(args.children), "--child-memory", str(args.child_memory)]
+    if args.log:
+        argv += ["--log", str(args.log)]
+    if args.heartbeat_dir:
+        argv += ["--heartbeat-dir", str(args.heartbeat_dir)]
+    flags = ("heartbeat", "ignore_sigterm", "orphan_children", "cpu")
+    argv += [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag)]
+    return argv
+
+
+def run_workload(spec: WorkloadSpec) -> int:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if spec.ignore_sigterm else _on_sigterm)
+    return Workload(spec).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a simulated GPU workload (see 'sim run')")
+    add_workload_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return run_workload(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Parsing of human sizes and durations used on command lines and in config files."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_size(text: str) -> int:
+    """'80GiB' -> bytes. Decimal (GB) and binary (GiB) units; a bare number is bytes."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError(f"invalid size {text!r}: use a number with a unit such as 512MiB, 4GiB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str) -> float:
+    """'1m30s' -> 90.0 seconds; a bare number is seconds."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise ValueError(f"invalid duration {text!r}: must not be negative")
+        return value
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m")
+    return sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
+
+
+def format_size(value: float) -> str:
+    """Bytes -> '3.5 GiB' for humans."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(value) >= factor:
+            return f"{value / factor:.1f} {unit}"
+    return f"{int(value)} B"
