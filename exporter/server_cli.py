@@ -70,9 +70,9 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
 
 def run_exporter(args: argparse.Namespace) -> int:
     from exporter.collector import ExporterSettings, GpuCollector
-    from exporter.web import build_app, serve
     from exporter.identity import IdentityCache, load_project_mapping
     from exporter.nvml_reader import NvmlReader
+    from exporter.web import build_app, serve
 
     try:
         config = _settings(args)

@@ -75,7 +75,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="children outlive the parent (a crashed script's DataLoader workers)",
     )
     parser.add_argument(
-        "--cpu", action="store_true", help="burn CPU while GPU-idle (dataloader-bound)"
+        "--cpu",
+        action="store_true",
+        help="burn CPU while GPU-idle, in the children if any (dataloader-bound)",
     )
     parser.add_argument("--tick", type=parse_duration, default=0.5, help=argparse.SUPPRESS)
 
@@ -196,7 +198,7 @@ class Workload:
                 else:  # hang: NCCL spin at 100 %, no progress
                     self.report(spec.memory, 100, name)
                 spent = time.monotonic() - now
-                if name == "idle" and spec.cpu:
+                if name == "idle" and spec.cpu and not self.children:
                     _burn_cpu(max(0.0, spec.tick - spent))
                 else:
                     time.sleep(max(0.0, spec.tick - spent))
@@ -237,7 +239,10 @@ class _Child:
                         extra={"phase": "worker", "parent": self.parent},
                     ),
                 )
-                time.sleep(self.spec.tick)
+                if self.spec.cpu:  # the workers do the CPU work of a dataloader-bound job
+                    _burn_cpu(self.spec.tick)
+                else:
+                    time.sleep(self.spec.tick)
         except (_Stop, KeyboardInterrupt):
             pass
         finally:

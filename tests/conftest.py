@@ -1,0 +1,58 @@
+"""Shared fixtures: simulated GPU nodes and real workload processes on them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.sim.state import init_node, read_procs
+from tests.support import GiB, gpu_reclaimer_command, wait_until
+
+
+@pytest.fixture
+def sim_node(tmp_path: Path) -> Path:
+    directory = tmp_path / "node"
+    init_node(directory, gpus=2, memory_total=80 * GiB, name="NVIDIA H100 80GB HBM3")
+    return directory
+
+
+SpawnWorkload = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn_workload(sim_node: Path, tmp_path: Path) -> Iterator[SpawnWorkload]:
+    """Start `gpu-reclaimer sim run` processes; waits until each reports; kills them after."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(
+        *options: str,
+        gpu: int = 0,
+        memory: str = "4GiB",
+        phases: str = "busy",
+        node: Path | None = None,
+        stdout: int | object = subprocess.DEVNULL,
+        wait: bool = True,
+    ) -> subprocess.Popen[bytes]:
+        directory = node or sim_node
+        command = [
+            *gpu_reclaimer_command(),
+            "sim", "run", "--dir", str(directory), "--gpu", str(gpu),
+            "--memory", memory, "--phases", phases, "--tick", "0.2", *options,
+        ]  # fmt: skip
+        process = subprocess.Popen(command, stdout=stdout, start_new_session=True)  # type: ignore[arg-type]
+        started.append(process)
+        if wait:
+            wait_until(lambda: any(p.pid == process.pid for p in read_procs(directory)))
+        return process
+
+    yield spawn
+    for process in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)

@@ -1,0 +1,200 @@
+"""Named scenarios for the exporter's collector, with real processes on a simulated node."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.collector import ExporterSettings, GpuCollector
+from exporter.identity import IdentityCache
+from exporter.nvml import open_nvml
+from exporter.nvml_reader import NvmlReader
+from exporter.sim.nvml import SNAPSHOT_TTL_SECONDS
+from exporter.sim.state import load_faults, load_node, save_faults
+from tests.support import GiB, wait_until
+
+
+class Scraper:
+    """A collector on a simulated node, read like Prometheus would."""
+
+    def __init__(self, node: Path, **settings) -> None:
+        options = {"node_name": "node-a", **settings}
+        self.collector = GpuCollector(
+            NvmlReader(open_nvml(node)), ExporterSettings(**options), IdentityCache()
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self.uuids = {gpu.index: gpu.uuid for gpu in load_node(node).gpus}
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in self.registry.collect()
+            for s in family.samples
+        }
+
+    def value(self, name: str, **labels: str | int) -> float | None:
+        return self.registry.get_sample_value(name, {k: str(v) for k, v in labels.items()})
+
+    def process(self, name: str, pid: int, gpu: int = 0) -> float | None:
+        return self.value(name, gpu=gpu, uuid=self.uuids[gpu], pid=pid)
+
+    def info(self, pid: int, gpu: int = 0) -> dict[str, str] | None:
+        for family in self.registry.collect():
+            for s in family.samples:
+                if s.name == "gpu_process_info" and (s.labels["pid"], s.labels["gpu"]) == (
+                    str(pid),
+                    str(gpu),
+                ):
+                    return s.labels
+        return None
+
+
+def _fault(node: Path, **changes) -> None:
+    save_faults(node, dataclasses.replace(load_faults(node), **changes))
+    time.sleep(SNAPSHOT_TTL_SECONDS)
+
+
+def test_normal_fleet(sim_node: Path, spawn_workload, tmp_path: Path) -> None:
+    busy = spawn_workload("--name", "yolo", memory="6GiB", phases="busy")
+    idle = spawn_workload("--module", "ipykernel_launcher", memory="3GiB", phases="idle")
+    cpu = spawn_workload("--cpu", gpu=1, memory="2GiB", phases="idle")
+    scraper = Scraper(sim_node)
+    scraper.samples()
+    time.sleep(1.0)
+    assert scraper.value("gpu_exporter_nvml_up") == 1
+    assert scraper.value("gpu_memory_total_bytes", gpu=0, uuid=scraper.uuids[0]) == 80 * GiB
+    assert scraper.process("gpu_process_memory_used_bytes", busy.pid) == 6 * GiB
+    assert scraper.process("gpu_process_memory_used_bytes", idle.pid) == 3 * GiB
+    assert scraper.process("gpu_process_sm_utilization_ratio", busy.pid) > 0.8
+    assert scraper.process("gpu_process_sm_utilization_ratio", idle.pid) == 0
+    assert scraper.process("gpu_process_sm_utilization_ratio", cpu.pid, gpu=1) == 0
+    started = scraper.process("gpu_process_start_time_seconds", busy.pid)
+    assert started == pytest.approx(psutil.Process(busy.pid).create_time(), abs=0.02)
+    info = scraper.info(idle.pid)
+    assert info is not None
+    assert info["command"] == "ipykernel_launcher" and info["node"] == "node-a"
+    assert scraper.info(busy.pid)["command"] == "yolo"
+    assert info["user"] and info["uid"] == str(psutil.Process(idle.pid).uids().real)
+    # CPU-bound while GPU-idle: its CPU counter moves, the idle kernel's does not.
+    before = {p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
+              for p, g in ((cpu, 1), (idle, 0))}  # fmt: skip
+    time.sleep(1.5)
+    after = {p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
+             for p, g in ((cpu, 1), (idle, 0))}  # fmt: skip
+    assert after[cpu] - before[cpu] > 0.5
+    assert after[idle] - before[idle] < 0.2
+
+
+def test_exited_process_is_gone_from_the_next_scrape(sim_node: Path, spawn_workload) -> None:
+    workload = spawn_workload(phases="idle")
+    scraper = Scraper(sim_node)
+    assert scraper.process("gpu_process_memory_used_bytes", workload.pid) == 4 * GiB
+    workload.send_signal(signal.SIGTERM)
+    workload.wait(timeout=10)
+    time.sleep(SNAPSHOT_TTL_SECONDS)
+    remaining = [key for key in scraper.samples() if ("pid", str(workload.pid)) in key[1]]
+    assert remaining == []
+
+
+def test_pid_listed_by_nvml_but_gone_from_proc(sim_node: Path, spawn_workload) -> None:
+    real = spawn_workload(phases="idle")
+    ghost = 4_000_000
+    _fault(sim_node, ghost_pids=((0, ghost, GiB),))
+    scraper = Scraper(sim_node)
+    assert scraper.process("gpu_process_memory_used_bytes", ghost) == GiB
+    for name in ("gpu_process_cpu_seconds_total", "gpu_process_start_time_seconds"):
+        assert scraper.process(name, ghost) is None
+    assert scraper.info(ghost) is None
+    assert scraper.info(real.pid) is not None  # the rest of the scrape is intact
+
+
+def test_one_gpu_lost(sim_node: Path, spawn_workload) -> None:
+    on_lost = spawn_workload(gpu=0, phases="idle")
+    on_good = spawn_workload(gpu=1, phases="idle")
+    _fault(sim_node, lost_gpus=(0,))
+    scraper = Scraper(sim_node)
+    assert scraper.value("gpu_exporter_nvml_up") == 1
+    assert scraper.value("gpu_exporter_device_up", gpu=0) == 0
+    assert scraper.value("gpu_exporter_device_up", gpu=1) == 1
+    assert scraper.process("gpu_process_memory_used_bytes", on_lost.pid) is None
+    assert scraper.process("gpu_process_memory_used_bytes", on_good.pid, gpu=1) == 4 * GiB
+
+
+def test_nvml_missing_reports_down_and_no_process_series(sim_node: Path, spawn_workload) -> None:
+    spawn_workload(phases="idle")
+    _fault(sim_node, nvml_missing=True)
+    scraper = Scraper(sim_node)
+    samples = scraper.samples()
+    assert scraper.value("gpu_exporter_nvml_up") == 0
+    assert not [name for name, _ in samples if name.startswith("gpu_process_")]
+    # NVML coming back is noticed without a restart.
+    _fault(sim_node, nvml_missing=False)
+    assert scraper.value("gpu_exporter_nvml_up") == 1
+
+
+def test_process_utilization_unsupported_exports_no_util(sim_node: Path, spawn_workload) -> None:
+    idle = spawn_workload(phases="idle")
+    _fault(sim_node, process_util_unsupported=(0,))
+    scraper = Scraper(sim_node)
+    assert scraper.process("gpu_process_sm_utilization_ratio", idle.pid) is None  # unknown, not 0
+    assert scraper.process("gpu_process_memory_used_bytes", idle.pid) == 4 * GiB
+    labels = {"gpu": "0", "uuid": scraper.uuids[0]}
+    assert scraper.value("gpu_exporter_process_utilization_supported", **labels) == 0
+
+
+def test_children_cpu_is_counted_for_the_parent(sim_node: Path, spawn_workload) -> None:
+    parent = spawn_workload("--children", "1", "--cpu", phases="idle")
+    scraper = Scraper(sim_node)
+    wait_until(lambda: psutil.Process(parent.pid).children())
+    first = scraper.process("gpu_process_cpu_seconds_total", parent.pid)
+    own_first = sum(psutil.Process(parent.pid).cpu_times()[:2])
+    time.sleep(1.5)
+    grown = scraper.process("gpu_process_cpu_seconds_total", parent.pid) - first
+    own_grown = sum(psutil.Process(parent.pid).cpu_times()[:2]) - own_first
+    assert grown > 0.5 and own_grown < 0.3
+
+
+def test_log_and_heartbeat_timestamps(sim_node: Path, spawn_workload, tmp_path: Path) -> None:
+    beats = tmp_path / "heartbeats"
+    log = tmp_path / "train.log"
+    busy = spawn_workload(
+        "--log", str(log), "--heartbeat", "--heartbeat-dir", str(beats), phases="busy=2s,idle"
+    )
+    with open(tmp_path / "stdout.log", "w") as out:
+        quiet = spawn_workload(phases="idle", stdout=out)
+    scraper = Scraper(sim_node, heartbeat_dir=beats, log_globs=("*.log",))
+    wait_until(lambda: scraper.process("gpu_process_heartbeat_timestamp_seconds", busy.pid))
+    now = time.time()
+    assert now - scraper.process("gpu_process_heartbeat_timestamp_seconds", busy.pid) < 3
+    assert now - scraper.process("gpu_process_log_write_timestamp_seconds", busy.pid) < 3
+    # stdout is a file the idle process never writes to: its mtime is the creation time
+    stamp = scraper.process("gpu_process_log_write_timestamp_seconds", quiet.pid)
+    assert stamp == pytest.approx((tmp_path / "stdout.log").stat().st_mtime)
+    assert scraper.process("gpu_process_heartbeat_timestamp_seconds", quiet.pid) is None
+    # After the busy phase the heartbeat stops moving: staleness is visible.
+    time.sleep(3)
+    frozen = scraper.process("gpu_process_heartbeat_timestamp_seconds", busy.pid)
+    assert time.time() - frozen > 0.9
+
+
+def test_hanging_nvml_call_does_not_hang_the_scrape(sim_node: Path, spawn_workload) -> None:
+    spawn_workload(phases="idle")
+    scraper = Scraper(sim_node, nvml_timeout=0.5)
+    assert scraper.value("gpu_exporter_nvml_up") == 1
+    _fault(sim_node, hang_call="nvmlDeviceGetComputeRunningProcesses", hang_seconds=60)
+    threads = threading.active_count()
+    for _ in range(4):
+        started = time.monotonic()
+        assert scraper.value("gpu_exporter_nvml_up") == 0
+        assert time.monotonic() - started < 1.5
+    assert threading.active_count() <= threads + 1  # one stuck worker at most, no pile-up
+    _fault(sim_node, hang_call="")
+    wait_until(lambda: scraper.value("gpu_exporter_nvml_up") == 1, timeout=5)
