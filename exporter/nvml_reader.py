@@ -16,6 +16,9 @@ import pynvml
 log = logging.getLogger(__name__)
 
 FIRST_UTIL_WINDOW_US = 20_000_000  # first scrape: samples from the last 20 s
+# Look back at least this far: NVML samples every ~1/6 s, and a scrape that came sooner
+# than the next sample must not read "no sample" as idle.
+MIN_UTIL_WINDOW_US = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class NvmlReader:
         self.nvml = nvml
         self._initialised = False
         self._driver_version = ""
-        self._last_util_seen_us: dict[int, int] = {}
+        self._last_util_read_us: dict[int, int] = {}
         self._warned: set[tuple[str, int]] = set()
 
     def _ensure_initialised(self) -> None:
@@ -129,25 +132,25 @@ class NvmlReader:
         )
 
     def _process_utilization(self, index: int, handle: Any) -> tuple[bool | None, dict[int, int]]:
-        """(supported, latest SM % per PID since the previous scrape).
+        """(supported, latest SM % per PID since the previous scrape, at least 1 s back).
 
         NOT_FOUND means supported with no sample: processes did no work. NOT_SUPPORTED
         (MIG, old GPUs) or any other error means unknown.
         """
         now_us = int(time.time() * 1_000_000)
-        since = self._last_util_seen_us.get(index, now_us - FIRST_UTIL_WINDOW_US)
+        previous = self._last_util_read_us.get(index, now_us - FIRST_UTIL_WINDOW_US)
+        since = min(previous, now_us - MIN_UTIL_WINDOW_US)
         try:
             samples = self.nvml.nvmlDeviceGetProcessUtilization(handle, since)
         except pynvml.NVMLError_NotFound:
-            self._last_util_seen_us[index] = now_us
+            self._last_util_read_us[index] = now_us
             return True, {}
         except pynvml.NVMLError as error:
             self._warn_once("nvmlDeviceGetProcessUtilization", error)
             return None, {}
+        self._last_util_read_us[index] = now_us
         latest: dict[int, tuple[int, int]] = {}
         for sample in samples:
             if sample.pid not in latest or sample.timeStamp > latest[sample.pid][0]:
                 latest[sample.pid] = (sample.timeStamp, sample.smUtil)
-        newest = max((stamp for stamp, _ in latest.values()), default=now_us)
-        self._last_util_seen_us[index] = max(since, newest)
         return True, {pid: min(util, 100) for pid, (_, util) in latest.items()}

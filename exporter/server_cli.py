@@ -70,15 +70,15 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
 
 def run_exporter(args: argparse.Namespace) -> int:
     from exporter.collector import ExporterSettings, GpuCollector
-    from exporter.identity import IdentityCache, load_project_mapping
+    from exporter.identity import IdentityCache, ProjectMapping, ProjectMappingError
     from exporter.nvml_reader import NvmlReader
     from exporter.web import build_app, serve
 
     try:
         config = _settings(args)
         host, port = parse_listen(config.listen)
-        mapping = load_project_mapping(config.projects_file) if config.projects_file else None
-    except (ConfigError, ValueError) as error:
+        mapping = ProjectMapping.load(config.projects_file) if config.projects_file else None
+    except (ConfigError, ProjectMappingError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     sim_dir = resolve_sim_dir(config.sim_dir)
     if sim_dir is not None and not (sim_dir / "node.json").exists():
