@@ -1,0 +1,147 @@
+"""Exporter side of heartbeats: which host process wrote which heartbeat file.
+
+A file written by ``exporter.heartbeat`` carries the PID its writer sees, the inode of its
+PID namespace and its start ticks. A host process matches when its innermost PID (last value
+of ``NSpid:`` in /proc/<pid>/status), its PID namespace inode and its start ticks all agree;
+a file without a namespace matches on the host PID and start ticks. Start ticks keep a dead
+writer's file from being credited to a new process that got the same PID, and the file must
+belong to the process's user (or root), so one user cannot keep another's job looking alive.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.procfs import start_ticks
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A host process whose heartbeat is wanted."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class _Key:
+    """How a host process appears to itself."""
+
+    host_pid: int
+    namespace: int | None
+    ns_pid: int
+    start_ticks: int
+    writers: frozenset[int]  # uids that may write its heartbeat: its own, and root
+
+
+def read_heartbeats(
+    directory: Path, targets: Iterable[ProcessRef], proc_root: Path = PROC
+) -> dict[int, float]:
+    """Host PID -> timestamp of its heartbeat, for the targets that have one; never raises."""
+    try:
+        names = set(os.listdir(directory))  # one listing per scrape, then only named files
+    except OSError:
+        return {}
+    found: dict[int, float] = {}
+    if not names:
+        return found  # the common case without heartbeat users: no /proc reads at all
+    for pid in dict.fromkeys(ref.pid for ref in targets):  # a PID may use several GPUs
+        key = _process_key(pid, proc_root)
+        if key is None:
+            continue
+        for name in _candidate_names(key):
+            if name in names:
+                timestamp = _matching_timestamp(Path(directory) / name, key)
+                if timestamp is not None:
+                    found[pid] = timestamp
+                    break
+    return found
+
+
+def _candidate_names(key: _Key) -> list[str]:
+    names = [f"0-{key.host_pid}.json"]  # a writer that could not read its namespace
+    if key.namespace is not None:
+        names.insert(0, f"{key.namespace}-{key.ns_pid}.json")
+    return names
+
+
+def _process_key(pid: int, proc_root: Path) -> _Key | None:
+    ticks = start_ticks(pid, proc_root)
+    status = _status(pid, proc_root)
+    if ticks is None or status is None:
+        return None
+    ns_pid, uids = status
+    return _Key(
+        host_pid=pid,
+        namespace=_pid_namespace(pid, proc_root),
+        ns_pid=ns_pid,
+        start_ticks=ticks,
+        writers=frozenset({0, *uids}),
+    )
+
+
+def _status(pid: int, proc_root: Path) -> tuple[int, set[int]] | None:
+    """(innermost PID, real and effective uids) from /proc/<pid>/status.
+
+    The innermost PID is the last value of ``NSpid:``, the PID the process sees; kernels
+    before 4.1 have no such line, and there the host PID is the only PID.
+    """
+    ns_pid, uids = pid, set()
+    try:
+        with open(proc_root / str(pid) / "status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    ns_pid = int(line.split()[-1])
+                elif line.startswith(b"Uid:"):
+                    uids = {int(u) for u in line.split()[1:3]}
+    except (OSError, ValueError, IndexError):
+        return None
+    return ns_pid, uids
+
+
+def _pid_namespace(pid: int, proc_root: Path) -> int | None:
+    """Inode from the link text 'pid:[4026531836]'; None if unreadable."""
+    try:
+        link = os.readlink(proc_root / str(pid) / "ns" / "pid")
+        return int(link[link.index("[") + 1 : link.index("]")])
+    except (OSError, ValueError):
+        return None
+
+
+def _matching_timestamp(path: Path, key: _Key) -> float | None:
+    """The file's timestamp if it was written by the process ``key`` describes."""
+    try:
+        with open(path, "rb") as f:
+            # In a shared directory anyone can write any name: only the process's own
+            # user (or root) may speak for it.
+            if os.fstat(f.fileno()).st_uid not in key.writers:
+                return None
+            record = json.loads(f.read())
+    except (OSError, ValueError):
+        return None  # vanished, half-written by a non-atomic writer, or not JSON
+    if not isinstance(record, dict):
+        return None
+    pid = _int(record.get("pid"))
+    namespace = record.get("pid_namespace")
+    timestamp = record.get("timestamp")
+    if _int(record.get("start_ticks")) != key.start_ticks:
+        return None
+    if namespace is None:
+        if pid != key.host_pid:
+            return None
+    elif key.namespace is None or _int(namespace) != key.namespace or pid != key.ns_pid:
+        return None
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+        return None
+    return float(timestamp) if math.isfinite(timestamp) else None
+
+
+def _int(value: object) -> int | None:
+    # JSON true/false are ints to Python; they are not PIDs.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,267 @@
+"""Who a GPU process belongs to: user, command, container, job and project.
+
+Computed once per process (PID + start time) and cached, because the labels of
+``gpu_process_info`` do not change while the process lives.
+"""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import pwd
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from exporter.cgroup import read_cgroup_identity
+
+PROC = Path("/proc")
+_log = logging.getLogger(__name__)
+MAX_COMMAND = 64
+# Same process when the start times agree this closely (they are whole clock ticks).
+_START_TOLERANCE = 0.05
+# python, python3, python3.11, python3.13t, python3.12-dbg, pypy3
+_PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?t?(?:-dbg)?$")
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """The labels of ``gpu_process_info``; "" where unknown."""
+
+    user: str
+    uid: int
+    command: str
+    container: str = ""
+    pod: str = ""
+    namespace: str = ""
+    job: str = ""
+    project: str = ""
+
+
+class ProjectMappingError(ValueError):
+    """The project mapping file is unreadable or invalid; the message names the file."""
+
+
+class ProjectRule(BaseModel):
+    """One project: a process belongs to it if its user, a group or its namespace is listed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> ProjectRule:
+        if not (self.users or self.groups or self.namespaces):
+            raise ValueError("a project needs at least one of users, groups, namespaces")
+        return self
+
+    def matches(self, user: str, groups: Iterable[str], namespace: str) -> bool:
+        return (
+            user in self.users
+            or any(group in self.groups for group in groups)
+            or (bool(namespace) and namespace in self.namespaces)
+        )
+
+
+class ProjectMapping(BaseModel):
+    """Projects in order; the first rule that matches wins, else ``default_project``.
+
+    Example YAML::
+
+        default_project: shared
+        projects:
+          - name: vision
+            users: [alice, bob]
+            groups: [cv-team]
+          - name: nlp
+            namespaces: [nlp-train]   # needs a pod resolver: cgroups carry no namespace
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    projects: tuple[ProjectRule, ...] = ()
+    default_project: str = ""
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ProjectMapping:
+        """Read and validate a YAML file; errors name the file and the rule."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as error:
+            raise ProjectMappingError(f"{os.fspath(path)}: {error}") from error
+        try:
+            return cls.model_validate({} if data is None else data)
+        except ValidationError as error:
+            raise ProjectMappingError(f"{os.fspath(path)}: {_describe(error)}") from error
+
+    def project_for(self, user: str, groups: Iterable[str], namespace: str) -> str:
+        groups = list(groups)
+        for rule in self.projects:
+            if rule.matches(user, groups, namespace):
+                return rule.name
+        return self.default_project
+
+
+def _describe(error: ValidationError) -> str:
+    """'rule #2 (fieldname): message; ...' rather than pydantic's multi-line report."""
+    problems = []
+    for item in error.errors():
+        loc = list(item["loc"])
+        where = ""
+        if len(loc) >= 2 and loc[0] == "projects" and isinstance(loc[1], int):
+            where = f"rule #{loc[1] + 1}"
+            loc = loc[2:]
+        if loc:
+            where = f"{where} {'.'.join(str(part) for part in loc)}".strip()
+        problems.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "; ".join(problems)
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """What runs: the module of ``python -m mod``, the script of ``python script.py``
+    (console scripts look like that too), else the program's basename."""
+    if not argv:
+        return ""
+    program = os.path.basename(argv[0])
+    name = program
+    if _PYTHON.match(program):
+        name = _python_target(argv[1:]) or program
+    return name[:MAX_COMMAND]
+
+
+def _python_target(args: Sequence[str]) -> str:
+    """Module or script basename from the interpreter's arguments; "" for -c, stdin, none."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        following = args[index + 1] if index + 1 < len(args) else ""
+        if arg == "--":
+            return os.path.basename(following)
+        if arg == "-":
+            return ""  # program on stdin
+        if not arg.startswith("-"):
+            return os.path.basename(arg)
+        if arg.startswith("--"):
+            index += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        # A cluster of one-letter options: "-u", "-uB", "-m mod", "-mmod", "-W ignore".
+        for position, letter in enumerate(arg[1:], start=2):
+            rest = arg[position:]
+            if letter == "m":
+                return rest or following
+            if letter == "c":
+                return ""
+            if letter in "WX":
+                index += 0 if rest else 1  # the value is the next argument
+                break
+        index += 1
+    return ""
+
+
+class IdentityCache:
+    """Identities of processes, computed once per (pid, create_time)."""
+
+    def __init__(
+        self,
+        mapping: ProjectMapping | None = None,
+        *,
+        proc_root: Path = PROC,
+        pod_namespace: Callable[[str], str] | None = None,
+    ) -> None:
+        """``pod_namespace`` maps a pod UID to its Kubernetes namespace ("" if unknown)."""
+        self._mapping = mapping or ProjectMapping()
+        self._proc_root = proc_root
+        self._pod_namespace = pod_namespace
+        self._cache: dict[tuple[int, float], ProcessIdentity] = {}
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def get(self, pid: int, create_time: float) -> ProcessIdentity | None:
+        """Identity of the process, or None when it is gone or its PID now names another."""
+        key = (pid, create_time)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        try:
+            identity = self._compute(pid, create_time)
+        except (psutil.Error, OSError):
+            return None
+        if identity is not None:
+            self._cache[key] = identity
+        return identity
+
+    def prune(self, live: Iterable[tuple[int, float]]) -> None:
+        """Forget every process not in ``live`` (call once per scrape with what it saw)."""
+        keep = set(live)
+        for key in [k for k in self._cache if k not in keep]:
+            del self._cache[key]
+
+    def _namespace_of(self, pod: str) -> str:
+        if not pod or self._pod_namespace is None:
+            return ""
+        try:
+            return self._pod_namespace(pod)
+        except Exception:  # a failing resolver costs a label, never the scrape
+            _log.warning("pod namespace lookup failed for pod %s", pod, exc_info=True)
+            return ""
+
+    def _compute(self, pid: int, create_time: float) -> ProcessIdentity | None:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            if abs(process.create_time() - create_time) > _START_TOLERANCE:
+                return None  # the PID was reused
+            uid = process.uids().real
+            gid = process.gids().real
+            argv = process.cmdline()
+            command = command_name(argv) if argv else process.name()[:MAX_COMMAND]
+        user = _user_name(uid)
+        container = read_cgroup_identity(pid, self._proc_root)
+        namespace = container.namespace or self._namespace_of(container.pod)
+        groups = [_group_name(g) for g in {gid, *_supplementary_gids(pid, self._proc_root)}]
+        return ProcessIdentity(
+            user=user,
+            uid=uid,
+            command=command,
+            container=container.container,
+            pod=container.pod,
+            namespace=namespace,
+            job=container.slurm_job,
+            project=self._mapping.project_for(user, groups, namespace),
+        )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)  # e.g. a container user unknown to the host
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _supplementary_gids(pid: int, proc_root: Path) -> list[int]:
+    """The ``Groups:`` line of /proc/<pid>/status (psutil does not expose it)."""
+    try:
+        with open(proc_root / str(pid) / "status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Groups:"):
+                    return [int(g) for g in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []

@@ -1,0 +1,232 @@
+"""Matching heartbeat files to host processes (exporter/heartbeats.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from exporter.heartbeats import ProcessRef, read_heartbeats
+
+# A child that beats once through the real client, says so, and waits for stdin to close.
+CHILD = """
+import sys
+from exporter.heartbeat import Heartbeat
+assert Heartbeat(sys.argv[1]).beat(epoch=1, step=5)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+IDLE_CHILD = "import sys; print('ready', flush=True); sys.stdin.readline()"
+Spawn = Callable[..., subprocess.Popen[str]]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    children: list[subprocess.Popen[str]] = []
+
+    def start(*argv: str) -> subprocess.Popen[str]:
+        child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        children.append(child)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        return child
+
+    yield start
+    for child in children:
+        child.stdin.close()  # the children exit on end of input
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=10)
+
+
+def namespace_of(pid: int) -> int:
+    link = os.readlink(f"/proc/{pid}/ns/pid")
+    return int(link[link.index("[") + 1 : link.index("]")])
+
+
+def start_ticks_of(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+
+
+def write_record(path: Path, **record: object) -> None:
+    path.write_text(json.dumps(record))
+
+
+def test_real_child_is_matched(tmp_path: Path, spawn: Spawn) -> None:
+    child = spawn(sys.executable, "-c", CHILD, str(tmp_path))
+    other = spawn(sys.executable, "-c", IDLE_CHILD)  # no heartbeat: absent, not 0
+    targets = [ProcessRef(child.pid), ProcessRef(other.pid), ProcessRef(child.pid)]
+    found = read_heartbeats(tmp_path, targets)
+    record = json.loads((tmp_path / f"{namespace_of(child.pid)}-{child.pid}.json").read_text())
+    assert found == {child.pid: record["timestamp"]}
+
+
+def test_dead_writer_with_reused_pid_is_not_matched(tmp_path: Path, spawn: Spawn) -> None:
+    live = spawn(sys.executable, "-c", IDLE_CHILD)
+    ns = namespace_of(live.pid)
+    # A file left by an earlier process that had the same PID: its start ticks differ.
+    write_record(
+        tmp_path / f"{ns}-{live.pid}.json",
+        pid=live.pid,
+        pid_namespace=ns,
+        start_ticks=start_ticks_of(live.pid) - 1,
+        timestamp=1.0,
+    )
+    assert read_heartbeats(tmp_path, [ProcessRef(live.pid)]) == {}
+
+
+def test_file_without_namespace_matches_host_pid(tmp_path: Path, spawn: Spawn) -> None:
+    live = spawn(sys.executable, "-c", IDLE_CHILD)
+    write_record(
+        tmp_path / f"0-{live.pid}.json",
+        pid=live.pid,
+        pid_namespace=None,
+        start_ticks=start_ticks_of(live.pid),
+        timestamp=123.5,
+    )
+    assert read_heartbeats(tmp_path, [ProcessRef(live.pid)]) == {live.pid: 123.5}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "{",
+        "[]",
+        "null",
+        '{"pid": 1}',
+        "\xff\xfe",
+        '{"pid": "PID", "pid_namespace": "NS", "start_ticks": "T", "timestamp": 1}',
+        "TIMESTAMP_WRONG",  # replaced below by a well-matched record with a bad timestamp
+        "TIMESTAMP_BOOL",
+    ],
+)
+def test_corrupt_files_are_ignored(tmp_path: Path, spawn: Spawn, content: str) -> None:
+    live = spawn(sys.executable, "-c", IDLE_CHILD)
+    path = tmp_path / f"{namespace_of(live.pid)}-{live.pid}.json"
+    good = {
+        "pid": live.pid,
+        "pid_namespace": namespace_of(live.pid),
+        "start_ticks": start_ticks_of(live.pid),
+    }
+    if content == "TIMESTAMP_WRONG":
+        content = json.dumps({**good, "timestamp": "yesterday"})
+    elif content == "TIMESTAMP_BOOL":
+        content = json.dumps({**good, "timestamp": True})
+    path.write_text(content)
+    (tmp_path / "unrelated.txt").write_text("x")
+    (tmp_path / "subdir.json").mkdir()
+    assert read_heartbeats(tmp_path, [ProcessRef(live.pid)]) == {}
+
+
+def test_missing_directory_and_vanished_process(tmp_path: Path) -> None:
+    assert read_heartbeats(tmp_path / "missing", [ProcessRef(os.getpid())]) == {}
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert read_heartbeats(tmp_path, [ProcessRef(child.pid)]) == {}
+
+
+def fake_process(
+    proc: Path, host_pid: int, ns_pids: str, namespace: int, ticks: int, uid: int | None = None
+) -> None:
+    """A /proc/<pid> with just what the reader looks at."""
+    uid = os.getuid() if uid is None else uid  # by default, the user that writes the files
+    base = proc / str(host_pid)
+    (base / "ns").mkdir(parents=True)
+    (base / "status").write_text(
+        f"Name:\tpython3\nPid:\t{host_pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{ns_pids}\n"
+    )
+    (base / "ns" / "pid").symlink_to(f"pid:[{namespace}]")
+    fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30  # field 22 = index 19 after comm
+    (base / "stat").write_text(f"{host_pid} (python3 (x) y) " + " ".join(fields) + "\n")
+
+
+def test_container_pid_is_mapped_to_host_pid(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
+    fake_process(proc, 4343, "4343\t7", 4026532999, 123456)  # PID 7 of another container
+    write_record(
+        beats / "4026532000-7.json",
+        pid=7,
+        pid_namespace=4026532000,
+        start_ticks=123456,
+        timestamp=1700000000.25,
+        epoch=3,
+        step=None,
+    )
+    found = read_heartbeats(beats, [ProcessRef(4242), ProcessRef(4343)], proc_root=proc)
+    assert found == {4242: 1700000000.25}
+
+
+def test_container_file_needs_the_container_pid(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
+    # Right name, but the record says PID 8: not this process.
+    write_record(
+        beats / "4026532000-7.json",
+        pid=8,
+        pid_namespace=4026532000,
+        start_ticks=123456,
+        timestamp=5.0,
+    )
+    assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {}
+
+
+def unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(
+    not unshare_works(), reason="needs 'unshare --pid --fork --mount-proc' (root, util-linux)"
+)
+def test_real_pid_namespace(tmp_path: Path, spawn: Spawn) -> None:
+    wrapper = spawn(
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        sys.executable,
+        "-c",
+        CHILD,
+        str(tmp_path),
+    )
+    (inner,) = psutil.Process(wrapper.pid).children()
+    ns = namespace_of(inner.pid)
+    assert ns != namespace_of(os.getpid())
+    record = json.loads((tmp_path / f"{ns}-1.json").read_text())
+    assert record["pid"] == 1  # the PID the process sees in its namespace
+    assert read_heartbeats(tmp_path, [ProcessRef(inner.pid)]) == {inner.pid: record["timestamp"]}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to other users")
+def test_file_of_another_user_is_not_matched(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456, uid=1000)
+    path = beats / "4026532000-7.json"
+    write_record(path, pid=7, pid_namespace=4026532000, start_ticks=123456, timestamp=5.0)
+    os.chown(path, 1000, 1000)  # the process's own user
+    assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {4242: 5.0}
+    os.chown(path, 1001, 1001)  # someone else vouching for it
+    assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {}
