@@ -24,15 +24,15 @@ def log_write_timestamp(pid: int, globs: Sequence[str], proc_root: Path = PROC) 
 
     Never raises: a vanished process or an unreadable fd directory gives None.
     """
-    fd_dir = proc_root / str(pid) / "fd"
-    mtimes = [_regular_mtime(fd_dir / fd) for fd in _STDIO]
+    fd_dir = f"{proc_root}/{pid}/fd"  # plain strings: this runs per process per scrape
+    mtimes = [_regular_mtime(f"{fd_dir}/{fd}") for fd in _STDIO]
     if globs:
-        mtimes.extend(_regular_mtime(fd_dir / fd) for fd in _matching_fds(fd_dir, globs))
+        mtimes.extend(_regular_mtime(f"{fd_dir}/{fd}") for fd in _matching_fds(fd_dir, globs))
     found = [m for m in mtimes if m is not None]
     return max(found) if found else None
 
 
-def _matching_fds(fd_dir: Path, globs: Sequence[str]) -> list[str]:
+def _matching_fds(fd_dir: str, globs: Sequence[str]) -> list[str]:
     """Descriptors (other than stdout/stderr) open on a path that matches a glob."""
     try:
         fds = os.listdir(fd_dir)
@@ -43,7 +43,7 @@ def _matching_fds(fd_dir: Path, globs: Sequence[str]) -> list[str]:
         if fd in _STDIO:
             continue
         try:
-            target = os.readlink(fd_dir / fd)
+            target = os.readlink(f"{fd_dir}/{fd}")
         except OSError:
             continue  # closed meanwhile
         # Non-files read as "pipe:[123]", "socket:[456]", "anon_inode:[eventfd]".
@@ -55,7 +55,7 @@ def _matching_fds(fd_dir: Path, globs: Sequence[str]) -> list[str]:
     return matching
 
 
-def _regular_mtime(fd_link: Path) -> float | None:
+def _regular_mtime(fd_link: str) -> float | None:
     try:
         st = os.stat(fd_link)  # follows the magic link to the open file itself
     except OSError:

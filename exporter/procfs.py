@@ -38,8 +38,14 @@ class ProcStat:
 
 
 def read_stat(pid: int, proc_root: Path = PROC) -> ProcStat | None:
+    return _read_stat_at(f"{proc_root}/{pid}/stat", pid)
+
+
+def _read_stat_at(path: str, pid: int) -> ProcStat | None:
+    # Plain string paths and one read: this runs for every process on every scrape.
     try:
-        raw = (proc_root / str(pid) / "stat").read_bytes()
+        with open(path, "rb", buffering=0) as handle:
+            raw = handle.read(4096)
     except OSError:
         return None
     return _parse_stat(pid, raw)
@@ -66,14 +72,12 @@ def read_process_table(proc_root: Path = PROC) -> dict[int, ProcStat]:
     One read per process per scrape is cheaper than psutil's per-process tree walks.
     """
     table: dict[int, ProcStat] = {}
-    with os.scandir(proc_root) as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            stat = read_stat(pid, proc_root)
+    root = str(proc_root)
+    for name in os.listdir(root):
+        if name.isdigit():
+            stat = _read_stat_at(f"{root}/{name}/stat", int(name))
             if stat is not None:
-                table[pid] = stat
+                table[stat.pid] = stat
     return table
 
 

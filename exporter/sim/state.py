@@ -149,17 +149,17 @@ def write_proc(directory: Path, state: ProcState) -> None:
 def read_procs(directory: Path) -> list[ProcState]:
     """Every process file, skipping ones that vanish or are unreadable mid-read."""
     states = []
+    folder = str(directory / PROCS_DIR)
     try:
-        entries = os.scandir(directory / PROCS_DIR)
+        names = os.listdir(folder)
     except FileNotFoundError:
         return []
-    with entries:
-        for entry in entries:
-            if not entry.name.endswith(".json") or entry.name.startswith("."):
-                continue
-            try:
-                with open(entry.path) as handle:
-                    states.append(ProcState(**json.load(handle)))
-            except (OSError, ValueError, TypeError):
-                continue
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            with open(f"{folder}/{name}", "rb") as handle:
+                states.append(ProcState(**json.loads(handle.read())))
+        except (OSError, ValueError, TypeError):
+            continue
     return states
