@@ -32,6 +32,7 @@ lint: setup
 rules: setup
 	promtool check rules alert-rules/*.rules.yml
 	cd alert-rules && promtool test rules tests/*.test.yml
+	promtool check config deploy/prometheus.yml
 	amtool check-config deploy/alertmanager.yml
 
 unit: setup

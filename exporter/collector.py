@@ -34,7 +34,7 @@ INFO_LABELS = [
     "container",
     "pod",
     "namespace",
-    "job",
+    "slurm_job",  # `job` is Prometheus's own target label
     "project",
 ]
 

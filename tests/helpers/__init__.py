@@ -1,0 +1,1 @@
+"""Reusable test helpers (real Prometheus/Alertmanager on loopback ports)."""

@@ -1,0 +1,170 @@
+"""Start a real Prometheus (or Alertmanager) on a free loopback port and talk to it.
+
+Used by the rules integration test; reusable by demo/e2e tests:
+
+    with start_prometheus(config_path, tmp_path / "prom") as prom:
+        wait_for(lambda: firing_alerts(prom.url, "GpuProcessIdle"), timeout=60)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def require_binary(name: str) -> str:
+    """Path of a system tool, or skip the test with the command that installs it."""
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} not installed (run `make system-deps`)")
+    return path
+
+
+def http_get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return bytes(response.read())
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.25) -> T:
+    """Poll until predicate() is truthy (exceptions count as "not yet"); return its value."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+        except (OSError, ValueError) as error:  # connection refused, bad JSON while starting
+            value, last_error = None, error  # type: ignore[assignment]
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"condition not met within {timeout}s: {predicate} (last error: {last_error})"
+            )
+        time.sleep(interval)
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    """Wait until `url` answers 2xx."""
+    wait_for(lambda: http_get(url) is not None, timeout=timeout)
+
+
+@dataclass
+class Server:
+    """A started server: its base URL, process and log file (read it when a test fails)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def _serve(command: Sequence[str], url: str, ready_path: str, log: Path) -> Iterator[Server]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    server = Server(url=url, process=process, log=log)
+    try:
+        try:
+            wait_for(
+                lambda: process.poll() is None and http_get(url + ready_path) is not None,
+                timeout=30,
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{command[0]} did not start:\n{server.log_tail()}") from error
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def start_prometheus(
+    config: Path, work_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[Server]:
+    """Run `prometheus` with `config` on 127.0.0.1; storage and log under `work_dir`."""
+    binary = require_binary("prometheus")
+    port = port or free_port()
+    command = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={work_dir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+        *extra_args,
+    ]
+    with _serve(command, f"http://127.0.0.1:{port}", "/-/ready", work_dir / "prometheus.log") as s:
+        yield s
+
+
+@contextlib.contextmanager
+def start_alertmanager(
+    config: Path, work_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[Server]:
+    """Run Alertmanager (Debian: `prometheus-alertmanager`) on 127.0.0.1, clustering off."""
+    binary = shutil.which("prometheus-alertmanager") or require_binary("alertmanager")
+    port = port or free_port()
+    command = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.path={work_dir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+        *extra_args,
+    ]
+    log = work_dir / "alertmanager.log"
+    with _serve(command, f"http://127.0.0.1:{port}", "/-/ready", log) as server:
+        yield server
+
+
+def api(base_url: str, path: str, **params: str) -> Any:
+    """GET a Prometheus HTTP API path; return `data`, raising on an error status."""
+    query = urllib.parse.urlencode(params)
+    body = json.loads(http_get(f"{base_url}{path}?{query}" if query else base_url + path))
+    if body.get("status") != "success":
+        raise ValueError(f"{path}: {body}")
+    return body["data"]
+
+
+def query(base_url: str, expr: str) -> list[dict[str, Any]]:
+    """Instant query; the result vector (each item has `metric` and `value`)."""
+    return list(api(base_url, "/api/v1/query", query=expr)["result"])
+
+
+def alerts(base_url: str, state: str | None = None) -> list[dict[str, Any]]:
+    """Prometheus's active alerts (pending and firing), optionally of one state."""
+    found = api(base_url, "/api/v1/alerts")["alerts"]
+    return [a for a in found if state is None or a["state"] == state]
+
+
+def firing_alerts(base_url: str, alertname: str) -> list[dict[str, Any]]:
+    return [a for a in alerts(base_url, "firing") if a["labels"].get("alertname") == alertname]
