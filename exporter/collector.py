@@ -36,6 +36,7 @@ INFO_LABELS = [
     "namespace",
     "slurm_job",  # `job` is Prometheus's own target label
     "project",
+    "start_time",  # with pid, the process's identity: a reused PID is another alert
 ]
 
 
@@ -219,6 +220,7 @@ class GpuCollector(Collector):
                             identity.namespace,
                             identity.job,
                             identity.project,
+                            f"{started:.2f}",
                         ],
                         1,
                     )

@@ -25,8 +25,14 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str | int) -> int:
     """'80GiB' -> bytes. Decimal (GB) and binary (GiB) units; a bare number is bytes."""
+    if isinstance(text, bool):
+        raise ValueError("a size, not a boolean")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must be >= 0: {text!r}")
+        return text
     match = _SIZE.match(text)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _SIZE_UNITS:
@@ -34,8 +40,12 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str | float) -> float:
     """'1m30s' -> 90.0 seconds; a bare number is seconds."""
+    if isinstance(text, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(text, int | float):
+        text = str(text)
     text = text.strip()
     try:
         value = float(text)

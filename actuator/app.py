@@ -1,0 +1,264 @@
+"""The HTTP API (Flask): the Alertmanager webhook, cases, audit, breaker, metrics, health."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from actuator.audit import AuditError, AuditLog
+from actuator.config import ActuatorConfig
+from actuator.metrics import ActuatorCollector
+from actuator.models import AlertmanagerPayload, State
+from actuator.policy import Duration
+from actuator.store import Store, StoreUnavailable
+
+log = logging.getLogger(__name__)
+MAX_SNOOZE = 7 * 86400.0
+SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED})
+
+
+@dataclass
+class Runtime:
+    config: ActuatorConfig
+    store: Store
+    audit: AuditLog
+    token: str
+    clock: Callable[[], float] = time.time
+
+
+class SnoozeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    duration: Duration = Field(gt=0, le=MAX_SNOOZE)
+    reason: str = Field("", max_length=500)
+    by: str = Field("", max_length=100)
+
+
+class BreakerReset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("", max_length=500)
+    by: str = Field("", max_length=100)
+
+
+def _error(code: int, message: str, **extra: Any) -> tuple[Response, int]:
+    return jsonify({"error": message, **extra}), code
+
+
+def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
+    # Never echo inputs back: locations and messages only.
+    return [
+        {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]}
+        for err in exc.errors(include_url=False, include_input=False)[:20]
+    ]
+
+
+def create_app(rt: Runtime) -> Flask:
+    app = Flask("actuator")
+    app.config["MAX_CONTENT_LENGTH"] = rt.config.server.max_body
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ActuatorCollector(rt.store))
+    expected = rt.token.encode()
+
+    def count(code: int) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            rt.store.count_request(code)
+
+    def check_auth() -> tuple[Response, int] | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            resp, code = _error(401, "missing bearer token")
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="gpu-reclaimer"'
+            return resp, code
+        if not hmac.compare_digest(given.strip().encode(), expected):
+            return _error(403, "invalid token")
+        return None
+
+    @app.before_request
+    def _auth() -> tuple[Response, int] | None:
+        if request.path in ("/metrics", "/-/healthy", "/-/ready"):
+            return None
+        denied = check_auth()
+        if denied is not None and request.path == "/api/v1/alerts":
+            count(denied[1])
+        return denied
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> tuple[Response, int]:
+        code = exc.code or 500
+        if request.path == "/api/v1/alerts":
+            count(code)
+        return _error(code, exc.description or exc.name)
+
+    @app.errorhandler(StoreUnavailable)
+    def _store_down(exc: StoreUnavailable) -> tuple[Response, int]:
+        log.error("store unavailable: %s", exc)
+        return _error(503, "store unavailable, retry later")
+
+    # -- webhook ------------------------------------------------------------------------
+
+    @app.post("/api/v1/alerts")
+    def alerts() -> tuple[Response, int]:
+        started = time.perf_counter()
+        if request.mimetype != "application/json":
+            count(415)
+            return _error(415, "Content-Type must be application/json")
+        try:
+            raw = request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            count(413)
+            return _error(413, f"body larger than {rt.config.server.max_body} bytes")
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            count(400)
+            return _error(400, f"body is not valid JSON: {str(exc)[:200]}")
+        try:
+            payload = AlertmanagerPayload.model_validate(data)
+        except ValidationError as exc:
+            count(422)
+            return _error(422, "not an Alertmanager v4 payload", details=_validation_details(exc))
+        ingest = rt.store.record_alerts(payload, rt.clock())
+        if payload.truncatedAlerts:
+            log.warning(
+                "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",
+                payload.groupKey,
+                payload.truncatedAlerts,
+            )
+        return jsonify(
+            {
+                "status": "accepted",
+                "received": ingest.received,
+                "recorded": ingest.recorded,
+                "ignored": ingest.ignored,
+                "truncated": payload.truncatedAlerts,
+                "took_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
+        ), 200
+
+    # -- cases --------------------------------------------------------------------------
+
+    @app.get("/api/v1/cases")
+    def cases() -> tuple[Response, int]:
+        state = request.args.get("state")
+        if state is not None and state not in State.__members__.values():
+            return _error(400, f"unknown state {state!r}", states=[str(s) for s in State])
+        try:
+            limit = int(request.args.get("limit", "100"))
+        except ValueError:
+            return _error(400, "limit must be an integer")
+        if not 1 <= limit <= 1000:
+            return _error(400, "limit must be between 1 and 1000")
+        found = rt.store.list_cases(
+            state=state,
+            node=request.args.get("node"),
+            user=request.args.get("user"),
+            limit=limit,
+        )
+        return jsonify({"cases": [c.to_json() for c in found]}), 200
+
+    @app.get("/api/v1/cases/<int:case_id>")
+    def case(case_id: int) -> tuple[Response, int]:
+        found = rt.store.get_case(case_id)
+        if found is None:
+            return _error(404, f"no case {case_id}")
+        body = found.to_json()
+        body["timeline"] = rt.store.timeline(case_id)
+        body["signals"] = rt.store.signals_for(case_id)
+        return jsonify(body), 200
+
+    @app.post("/api/v1/cases/<int:case_id>/snooze")
+    def snooze(case_id: int) -> tuple[Response, int]:
+        try:
+            body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
+        except ValidationError as exc:
+            return _error(422, "invalid snooze request", details=_validation_details(exc))
+        found = rt.store.get_case(case_id)
+        if found is None:
+            return _error(404, f"no case {case_id}")
+        if found.state not in SNOOZABLE:
+            return _error(409, f"case {case_id} is {found.state}; only live cases before "
+                          "any signal can be snoozed")  # fmt: skip
+        now = rt.clock()
+        found.snoozed_until = now + body.duration
+        found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+        try:
+            rt.audit.write(
+                {"event": "snooze", "case": case_id, "until": found.snoozed_until,
+                 "by": body.by, "reason": body.reason}
+            )  # fmt: skip
+        except AuditError as exc:
+            return _error(503, str(exc))
+        reason = f"snoozed for {body.duration:g}s by {body.by or 'API'}: {body.reason}".rstrip(": ")
+        updated = rt.store.transition(
+            found, State.SNOOZED, reason=reason, evidence=body.model_dump(), now=now,
+            reason_code="snoozed",
+        )  # fmt: skip
+        if updated is None:
+            return _error(409, f"case {case_id} changed meanwhile; retry")
+        return jsonify(updated.to_json()), 200
+
+    @app.get("/api/v1/audit")
+    def audit() -> tuple[Response, int]:
+        try:
+            limit = min(max(int(request.args.get("limit", "100")), 1), 10000)
+            case_arg = request.args.get("case")
+            case_id = int(case_arg) if case_arg is not None else None
+        except ValueError:
+            return _error(400, "limit and case must be integers")
+        return jsonify({"records": rt.audit.tail(limit, case_id)}), 200
+
+    @app.post("/api/v1/breaker/reset")
+    def breaker_reset() -> tuple[Response, int]:
+        data = request.get_json(silent=True) if request.content_length else {}
+        try:
+            body = BreakerReset.model_validate(data or {})
+        except ValidationError as exc:
+            return _error(422, "invalid reset request", details=_validation_details(exc))
+        was_open, since, why = rt.store.breaker()
+        try:
+            rt.audit.write(
+                {"event": "breaker_reset", "was_open": was_open, "opened_reason": why,
+                 "by": body.by, "reason": body.reason}
+            )  # fmt: skip
+        except AuditError as exc:
+            return _error(503, str(exc))
+        rt.store.set_breaker(False, rt.clock(), f"reset by {body.by or 'API'}: {body.reason}")
+        return jsonify({"open": False, "was_open": was_open, "opened_at": since}), 200
+
+    # -- metrics and health -------------------------------------------------------------
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.get("/-/healthy")
+    def healthy() -> tuple[Response, int]:
+        return jsonify({"healthy": True}), 200
+
+    @app.get("/-/ready")
+    def ready() -> tuple[Response, int]:
+        reasons = []
+        try:
+            rt.store.ping()
+        except StoreUnavailable as exc:
+            reasons.append(str(exc))
+        problem = rt.audit.check_writable()
+        if problem:
+            reasons.append(problem + " (nothing will be signalled)")
+        if reasons:
+            return jsonify({"ready": False, "reasons": reasons}), 503
+        return jsonify({"ready": True, "mode": str(rt.config.mode)}), 200
+
+    return app

@@ -1,0 +1,48 @@
+"""`gpu-reclaimer actuator`: the webhook/API server (sub-commands of the one CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from actuator.config import DEFAULT_PORT, ConfigError, load_config, read_token
+
+log = logging.getLogger(__name__)
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "actuator",
+        help=f"serve the Alertmanager webhook and reclaim API (default port {DEFAULT_PORT})",
+        description="Receive Alertmanager webhooks, re-check GPU processes live, apply the "
+        "policy and escalate notice -> SIGTERM -> SIGKILL, with an audit record for every "
+        "decision. Runs under gunicorn.",
+    )
+    parser.add_argument("--config", required=True, help="policy/config YAML file")
+    parser.add_argument(
+        "--listen", help=f"address to bind, HOST:PORT (default from config, port {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--token-file", help="file holding the API bearer token (else $GPU_RECLAIMER_TOKEN)"
+    )
+    parser.add_argument("--check-config", action="store_true", help="validate the config and exit")
+    parser.set_defaults(func=run_actuator)
+
+
+def run_actuator(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        token = read_token(config, args.token_file)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    if args.check_config:
+        print(f"{args.config}: OK (mode {config.mode})")
+        return 0
+    listen = args.listen or config.server.listen
+    if ":" not in listen:
+        listen = f"{listen}:{DEFAULT_PORT}"
+    from actuator.server import serve
+
+    return serve(config, token, listen)

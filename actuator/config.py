@@ -1,0 +1,123 @@
+"""The actuator's config file: the policy plus where it listens, stores and notifies."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from actuator.policy import Duration, Policy, Size, Strict
+
+DEFAULT_PORT = 9836
+
+
+class Server(Strict):
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    workers: int = Field(2, ge=1, le=64)
+    timeout: Duration = Field(30.0, gt=0, description="gunicorn worker timeout")
+    graceful_timeout: Duration = Field(10.0, gt=0)
+    keepalive: Duration = Field(5.0, ge=0)
+    max_body: Size = Field(2**20, gt=0, description="larger request bodies get 413")
+    token_file: str | None = None
+
+
+class Storage(Strict):
+    database: str = "/var/lib/gpu-reclaimer/actuator.db"
+    audit_log: str = "/var/log/gpu-reclaimer/audit.jsonl"
+
+
+class NodeConfig(Strict):
+    name: str = Field(default_factory=socket.gethostname, min_length=1)
+    sim_dir: str | None = None
+
+
+class WebhookNotifier(Strict):
+    url: str = Field(min_length=1)
+    timeout: Duration = Field(5.0, gt=0, le=60)
+    headers: dict[str, str] = {}
+
+
+class Notifier(Strict):
+    webhook: WebhookNotifier | None = None
+
+
+class Reconciler(Strict):
+    interval: Duration = Field(0.5, gt=0, le=60)
+    lease_ttl: Duration = Field(10.0, gt=0)
+
+
+class ActuatorConfig(Policy):
+    server: Server = Server()
+    storage: Storage = Storage()
+    node: NodeConfig = Field(default_factory=NodeConfig)
+    notifier: Notifier = Notifier()
+    reconciler: Reconciler = Reconciler()
+
+
+class ConfigError(Exception):
+    """The config file is missing, unreadable or invalid; the message names file and rule."""
+
+
+def _where(loc: tuple[Any, ...], data: Any) -> str:
+    parts: list[str] = []
+    node = data
+    for i, key in enumerate(loc):
+        if isinstance(key, int) and i > 0 and loc[i - 1] == "projects":
+            name = ""
+            if isinstance(node, list) and key < len(node) and isinstance(node[key], dict):
+                name = f" ({node[key].get('name')!s})" if node[key].get("name") else ""
+            parts.append(f"rule #{key}{name}")
+        else:
+            parts.append(str(key))
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return ".".join(parts) if parts else "(top level)"
+
+
+def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
+    """Parse and validate the YAML file; raise ConfigError naming the file and the rule."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    try:
+        return ActuatorConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{path}: invalid config ({exc.error_count()} error(s)):"]
+        for err in exc.errors(include_url=False, include_input=False):
+            lines.append(f"  {_where(tuple(err['loc']), data)}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def read_token(config: ActuatorConfig, token_file: str | None = None) -> str:
+    """The bearer token: --token-file, then server.token_file, then $GPU_RECLAIMER_TOKEN."""
+    file = token_file or config.server.token_file
+    if file:
+        try:
+            token = Path(file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"{file}: cannot read token file: {exc.strerror or exc}") from None
+        if not token:
+            raise ConfigError(f"{file}: token file is empty")
+        return token
+    token = os.environ.get("GPU_RECLAIMER_TOKEN", "").strip()
+    if not token:
+        raise ConfigError(
+            "no API token: set server.token_file, --token-file or $GPU_RECLAIMER_TOKEN"
+        )
+    return token

@@ -1,0 +1,314 @@
+"""Pure decision functions: durable case + live evidence + policy + `now` -> what to do, why.
+
+Nothing here performs I/O or reads a clock; the reconciler carries the decisions out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from actuator.models import Case, Member, State
+from actuator.node import LiveState
+from actuator.policy import Breaker, Effective, Idle, Limits, Mode
+
+STALLED_ALERTS = frozenset({"GpuProcessStalled"})
+
+
+class Action(StrEnum):
+    WAIT = "wait"  # nothing to do yet (samples may be updated)
+    MOVE = "move"  # a state change without a side effect (cancel, refuse, observe, ...)
+    NOTIFY = "notify"
+    TERM = "sigterm"
+    KILL = "sigkill"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    state: State | None = None
+    code: str = ""
+    reason: str = ""
+    updates: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changes_state(self) -> bool:
+        return self.state is not None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Fleet-wide facts a decision needs, read from the store by the reconciler."""
+
+    unresolved: int
+    breaker_open: bool = False
+    terminations_node_hour: int = 0
+    terminations_minute: int = 0
+
+
+def wait(**updates: Any) -> Decision:
+    return Decision(Action.WAIT, updates=updates)
+
+
+def move(state: State, code: str, reason: str, **updates: Any) -> Decision:
+    return Decision(Action.MOVE, state, code, reason, updates)
+
+
+def is_stalled_class(alertname: str) -> bool:
+    return alertname in STALLED_ALERTS
+
+
+def check_identity(case: Case, live: LiveState, tolerance: float) -> Decision | None:
+    """Refuse or cancel unless the live process is the case's process, unprotected."""
+    if not live.exists:
+        return move(State.CANCELLED, "process_exited", "the process exited by itself")
+    if live.start_time is None or live.uid is None:
+        detail = "; ".join(live.errors) or "unreadable"
+        return move(State.REFUSED, "unknown_evidence", f"cannot read the process: {detail}")
+    if abs(live.start_time - case.start_time) > tolerance:
+        return move(
+            State.REFUSED,
+            "identity_mismatch",
+            f"pid {case.pid} now belongs to a process started at {live.start_time:.3f}, "
+            f"not {case.start_time:.3f} (PID reused)",
+        )
+    if case.uid is not None and live.uid != case.uid:
+        return move(
+            State.REFUSED, "identity_mismatch", f"uid is {live.uid}, the alert said {case.uid}"
+        )
+    if live.start_time >= case.starts_ts:
+        return move(
+            State.REFUSED,
+            "identity_mismatch",
+            "the process started after the alert's episode began",
+        )
+    if live.protected is not None:
+        return move(State.REFUSED, "protected", f"protected: {live.protected}")
+    return None
+
+
+def check_idle(case: Case, live: LiveState, idle: Idle, now: float) -> Decision | None:
+    """Cancel on live activity, refuse on unknown evidence; None when idle is confirmed
+    so far. Also rolls the CPU sample forward (in `updates`)."""
+    if live.gpu_found is False:
+        return move(State.REFUSED, "unknown_evidence", f"GPU {case.uuid} not found on the node")
+    if live.on_gpu is None or live.gpu_memory_bytes is None:
+        detail = "; ".join(live.errors) or "unknown"
+        return move(State.REFUSED, "unknown_evidence", f"GPU evidence unknown: {detail}")
+    if not live.on_gpu:
+        return move(State.CANCELLED, "released", "the process no longer holds memory on the GPU")
+    baseline = case.gpu_memory_bytes
+    if baseline is not None and live.gpu_memory_bytes > baseline + idle.memory_growth_bytes:
+        return move(
+            State.CANCELLED,
+            "activity",
+            f"GPU memory grew from {baseline} to {live.gpu_memory_bytes} bytes",
+        )
+    if live.log_mtime is not None and now - live.log_mtime < idle.log_quiet_for:
+        return move(
+            State.CANCELLED,
+            "activity",
+            f"log written {now - live.log_mtime:.1f}s ago (quiet for {idle.log_quiet_for}s "
+            "required)",
+        )
+    if is_stalled_class(case.alertname):
+        return None  # a hang can read 100 % util and spin CPU: staleness + memory suffice
+    if live.sm_util is None:
+        return move(
+            State.REFUSED,
+            "unknown_evidence",
+            "per-process SM utilisation is unknown (unsupported or NVML error)",
+        )
+    if live.sm_util > idle.max_sm_util:
+        return move(
+            State.CANCELLED,
+            "activity",
+            f"SM utilisation {live.sm_util:.0%} > {idle.max_sm_util:.0%}",
+        )
+    if live.cpu_seconds is None:
+        return move(State.REFUSED, "unknown_evidence", "process-tree CPU time unknown")
+    return None
+
+
+def roll_cpu(case: Case, live: LiveState, idle: Idle) -> tuple[Decision | None, dict[str, Any]]:
+    """CPU rate of the process tree over windows of at least `cpu_window` seconds."""
+    assert live.cpu_seconds is not None
+    if case.cpu_seconds is None or case.cpu_at is None or live.cpu_seconds < case.cpu_seconds:
+        return None, {"cpu_seconds": live.cpu_seconds, "cpu_at": live.sampled_at}
+    dt = live.sampled_at - case.cpu_at
+    if dt < idle.cpu_window:
+        return None, {}
+    rate = (live.cpu_seconds - case.cpu_seconds) / dt
+    updates = {"cpu_seconds": live.cpu_seconds, "cpu_at": live.sampled_at, "cpu_rate": rate}
+    if rate > idle.max_cpu_cores:
+        return move(
+            State.CANCELLED,
+            "activity",
+            f"process tree used {rate:.2f} CPU cores over {dt:.1f}s (> {idle.max_cpu_cores})",
+            **updates,
+        ), updates
+    return None, updates
+
+
+def check_limits(case: Case, guard: Guard, limits: Limits) -> Decision | None:
+    if guard.terminations_node_hour >= limits.terminations_per_node_per_hour:
+        return move(
+            State.REFUSED,
+            "limit_node_hour",
+            f"{guard.terminations_node_hour} terminations on {case.node} in the last hour "
+            f"(limit {limits.terminations_per_node_per_hour})",
+        )
+    if guard.terminations_minute >= limits.terminations_per_minute:
+        return move(
+            State.REFUSED,
+            "limit_minute",
+            f"{guard.terminations_minute} terminations in the last minute "
+            f"(limit {limits.terminations_per_minute})",
+        )
+    return None
+
+
+def would_do(eff: Effective) -> str:
+    return (
+        f"would notify the owner, send SIGTERM after {eff.grace:g}s and SIGKILL "
+        f"{eff.term_timeout:g}s later"
+    )
+
+
+def decide_live(
+    case: Case,
+    live: LiveState,
+    eff: Effective,
+    idle: Idle,
+    limits: Limits,
+    guard: Guard,
+    now: float,
+) -> Decision:
+    """Next step for a case that has not been signalled (pending, notified, snoozed)."""
+    if guard.unresolved == 0:
+        return move(State.CANCELLED, "resolved", "the alert resolved")
+    if case.state == State.SNOOZED:
+        if case.snoozed_until is not None and now < case.snoozed_until:
+            return wait()
+        return move(
+            State.PENDING, "snooze_expired", "the snooze expired", cpu_seconds=None, cpu_rate=None
+        )
+    problem = check_identity(case, live, idle.start_time_tolerance)
+    if problem is not None:
+        return problem
+    if eff.protected:
+        return move(State.REFUSED, "protected", f"protected by policy rule {eff.rule}")
+    problem = check_idle(case, live, idle, now)
+    if problem is not None:
+        return problem
+    samples: dict[str, Any] = {}
+    if case.gpu_memory_bytes is None:
+        samples["gpu_memory_bytes"] = live.gpu_memory_bytes
+    if case.uid is None:
+        samples["uid"] = live.uid
+    if not is_stalled_class(case.alertname):
+        problem, cpu = roll_cpu(case, live, idle)
+        if problem is not None:
+            return problem
+        samples.update(cpu)
+        if cpu.get("cpu_rate") is None and case.cpu_rate is None:
+            return wait(**samples)  # need one full CPU window of evidence first
+    if guard.breaker_open:
+        return move(
+            State.REFUSED, "circuit_breaker_open", "circuit breaker open: not enforcing", **samples
+        )
+    if case.state == State.PENDING:
+        if now - case.starts_ts < eff.idle_for:
+            return wait(**samples)
+        if eff.mode == Mode.OBSERVE:
+            return move(State.OBSERVED, "observe_mode", f"observe mode: {would_do(eff)}", **samples)
+        limited = check_limits(case, guard, limits)
+        if limited is not None:
+            return Decision(limited.action, limited.state, limited.code, limited.reason, samples)
+        return Decision(Action.NOTIFY, State.NOTIFIED, "idle", "idle confirmed live", samples)
+    if case.state == State.NOTIFIED:
+        if case.notified_at is not None and now < case.notified_at + eff.grace:
+            return wait(**samples)
+        if eff.mode != Mode.ENFORCE:
+            return move(
+                State.OBSERVED,
+                f"{eff.mode}_mode",
+                f"{eff.mode} mode: would send SIGTERM, then SIGKILL after {eff.term_timeout:g}s",
+                **samples,
+            )
+        limited = check_limits(case, guard, limits)
+        if limited is not None:
+            return Decision(limited.action, limited.state, limited.code, limited.reason, samples)
+        return Decision(
+            Action.TERM, State.TERMINATING, "idle", "still idle after the grace period", samples
+        )
+    return wait(**samples)
+
+
+def decide_signalled(
+    case: Case,
+    alive: list[Member],
+    gpu_listed: dict[int, int] | None,
+    eff: Effective,
+    now: float,
+) -> Decision:
+    """Next step for a case that has been sent SIGTERM or SIGKILL."""
+    if alive:
+        if case.state == State.TERMINATING and case.term_at is not None:
+            if now >= case.term_at + eff.term_timeout:
+                return Decision(
+                    Action.KILL,
+                    State.KILLING,
+                    "term_timeout",
+                    f"{len(alive)} process(es) still alive {eff.term_timeout:g}s after SIGTERM",
+                )
+            return wait()
+        if (
+            case.state == State.KILLING
+            and case.kill_at is not None
+            and now >= case.kill_at + eff.kill_timeout
+        ):
+            return move(
+                State.FAILED,
+                "unkillable",
+                f"pids {[m.pid for m in alive]} survived SIGKILL for {eff.kill_timeout:g}s",
+            )
+        return wait()
+    exited_at = case.exited_at if case.exited_at is not None else now
+    updates: dict[str, Any] = {} if case.exited_at is not None else {"exited_at": now}
+    pids = {m.pid for m in case.members} | {case.pid}
+    if gpu_listed is not None and not pids & gpu_listed.keys():
+        return move(
+            State.RECLAIMED,
+            "reclaimed",
+            f"process tree exited; {case.gpu_memory_bytes or 0} bytes freed on {case.uuid}",
+            freed_bytes=case.gpu_memory_bytes or 0,
+            **updates,
+        )
+    if now >= exited_at + eff.release_timeout:
+        if gpu_listed is None:
+            return move(
+                State.FAILED, "unverified", "process tree exited but NVML cannot confirm", **updates
+            )
+        held = sum(b for p, b in gpu_listed.items() if p in pids)
+        return move(
+            State.FAILED,
+            "memory_held",
+            f"process tree exited but {held} bytes are still listed on {case.uuid}",
+            **updates,
+        )
+    return wait(**updates)
+
+
+def breaker_should_open(flagged: int, monitored: int | None, breaker: Breaker) -> str | None:
+    """Why the breaker should open, or None (unknown monitored count never trips it)."""
+    if monitored is None or flagged < breaker.min_flagged:
+        return None
+    share = flagged / max(monitored, 1)
+    if share > breaker.max_share:
+        return (
+            f"{flagged} of {monitored} monitored processes flagged within "
+            f"{breaker.window:g}s ({share:.0%} > {breaker.max_share:.0%})"
+        )
+    return None

@@ -1,0 +1,76 @@
+"""/metrics computed from SQLite at scrape time, so every gunicorn worker answers the same."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from actuator.models import State
+from actuator.store import Store, StoreUnavailable
+
+
+class ActuatorCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "gpu_reclaimer_store_up", "1 when the actuator's database could be read"
+        )
+        try:
+            snap = self.store.metric_snapshot()
+        except StoreUnavailable:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        states: dict[str, int] = snap["states"]
+        total = sum(states.values())
+        yield CounterMetricFamily(
+            "gpu_idle_detected", "Idle GPU processes reported by alerts (cases opened)", total
+        )
+        yield CounterMetricFamily(
+            "gpu_released_success",
+            "Cases whose process tree exited and whose GPU memory was freed",
+            states.get(State.RECLAIMED, 0),
+        )
+        yield CounterMetricFamily(
+            "gpu_release_failed",
+            "Cases that signalled but could not free the GPU memory",
+            states.get(State.FAILED, 0),
+        )
+        yield CounterMetricFamily(
+            "gpu_memory_freed_bytes", "GPU memory freed by reclaimed cases", snap["freed_bytes"]
+        )
+        cases = GaugeMetricFamily("gpu_reclaimer_cases", "Cases by current state", labels=["state"])
+        for state in State:
+            cases.add_metric([str(state)], states.get(state, 0))
+        yield cases
+        requests = CounterMetricFamily(
+            "gpu_reclaimer_webhook_requests",
+            "Alertmanager webhook requests by HTTP status",
+            labels=["code"],
+        )
+        for code, value in sorted(snap["requests"].items()):
+            requests.add_metric([code], value)
+        yield requests
+        signals = CounterMetricFamily(
+            "gpu_reclaimer_signals_sent", "Signals delivered to processes", labels=["signal"]
+        )
+        for name in ("SIGTERM", "SIGKILL"):
+            signals.add_metric([name], snap["signals"].get(name, 0))
+        yield signals
+        refusals = CounterMetricFamily(
+            "gpu_reclaimer_refusals", "Cases refused, by reason", labels=["reason"]
+        )
+        for reason, value in sorted(snap["refusals"].items()):
+            refusals.add_metric([reason or "unknown"], value)
+        yield refusals
+        yield GaugeMetricFamily(
+            "gpu_reclaimer_circuit_breaker_open",
+            "1 while the circuit breaker stops enforcement",
+            1 if snap["breaker_open"] else 0,
+        )

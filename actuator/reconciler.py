@@ -1,0 +1,400 @@
+"""The reconciler: turns recorded alerts into cases and advances them, one step at a time.
+
+Every gunicorn worker runs one in a background thread; only the holder of the SQLite lease
+acts. Each step is: re-check live state -> pure decision -> audit record (fsync'd) ->
+compare-and-set the state -> the side effect. A step whose audit record cannot be written
+stops there, and a state is committed before its signal is sent, so a restart never signals
+twice (at worst a SIGTERM is lost and SIGKILL follows after `term_timeout`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from actuator.audit import AuditError, AuditLog
+from actuator.config import ActuatorConfig
+from actuator.decisions import (
+    Action,
+    Decision,
+    Guard,
+    breaker_should_open,
+    decide_live,
+    decide_signalled,
+)
+from actuator.models import SIGNALLED_STATES, Case, Member, State, parse_target
+from actuator.node import LiveState, Node
+from actuator.notify import Notifier
+from actuator.policy import Effective, resolve
+from actuator.store import Episode, Store, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        config: ActuatorConfig,
+        store: Store,
+        audit: AuditLog,
+        nodes: dict[str, Node],
+        notifier: Notifier,
+        *,
+        clock: Callable[[], float] = time.time,
+        holder: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.audit = audit
+        self.nodes = nodes
+        self.notifier = notifier
+        self.clock = clock
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holding = False
+
+    # -- loop ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        interval = self.config.reconciler.interval
+        while not stop.is_set():
+            tracking = False
+            try:
+                self.holding = self.tick()
+                tracking = self.holding
+            except StoreUnavailable as exc:
+                self.holding = False
+                log.error("reconciler: %s", exc)
+            except Exception:
+                log.exception("reconciler tick failed")
+            if tracking and not stop.is_set():
+                for node in self.nodes.values():
+                    node.wait_exit(interval)  # wakes early when a signalled process exits
+            else:
+                stop.wait(interval)
+        if self.holding:
+            with contextlib.suppress(StoreUnavailable):
+                self.store.release_lease(self.holder)
+
+    def tick(self) -> bool:
+        """One pass if we hold the lease; False when another worker holds it."""
+        if not self.store.acquire_lease(
+            self.holder, self.clock(), self.config.reconciler.lease_ttl
+        ):
+            return False
+        self.ingest()
+        for case in self.store.live_cases():
+            try:
+                self.advance(case)
+            except StoreUnavailable:
+                raise
+            except Exception:
+                log.exception("case %d: step failed; will retry", case.id)
+        return True
+
+    # -- episodes -> cases ----------------------------------------------------------------
+
+    def ingest(self, batch: int = 500) -> None:
+        """New episodes -> cases, in batches: one audit fsync and one transaction each."""
+        now = self.clock()
+        marks: list[tuple[Episode, int | None]] = []
+        new: list[tuple[Case, Episode]] = []
+        targets: set[tuple[str, int, float, str]] = set()
+        for ep in self.store.pending_episodes(batch):
+            if ep.case_id is not None or ep.status == "resolved":
+                marks.append((ep, None))  # resolution is seen by the case's own step
+                continue
+            if ep.ends_ts is not None and ep.ends_ts <= now:
+                log.info("ignoring stale alert %s (ended at %s)", ep.fingerprint, ep.ends_ts)
+                marks.append((ep, None))
+                continue
+            case, existing = self._new_case(ep, now)
+            if existing is not None:
+                marks.append((ep, existing))  # one escalation per target
+                continue
+            assert case is not None
+            key = (case.node, case.pid, case.start_time, case.uuid)
+            if case.state == State.PENDING and key in targets:
+                continue  # same target twice in this batch: link it on the next pass
+            targets.add(key)
+            new.append((case, ep))
+        if not marks and not new:
+            return
+        records = [self._record(c, None, "created", c.reason, now, {}) for c, _ in new]
+        if records:
+            try:
+                self.audit.write_many(records)
+            except AuditError as exc:
+                log.error("not creating cases: %s", exc)
+                return
+        self.store.ingest_batch(marks, new)
+        checked: set[str] = set()
+        for case, _ in new:
+            if case.state == State.PENDING and case.node not in checked:
+                checked.add(case.node)
+                self._check_breaker(case, now)
+
+    def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
+        """A new case for the episode, or the id of the live case it belongs to."""
+        target = parse_target(ep.labels, ep.annotations)
+        uid_label = ep.labels.get("uid", "")
+        case = Case(
+            id=0,
+            state=State.PENDING,
+            version=0,
+            node=ep.labels.get("node", ""),
+            pid=0,
+            start_time=0.0,
+            uuid=ep.labels.get("uuid", ""),
+            alertname=ep.alertname,
+            fingerprint=ep.fingerprint,
+            starts_ts=ep.starts_ts,
+            labels=ep.labels,
+            annotations=ep.annotations,
+            created=now,
+            updated=now,
+            reason="alert received",
+            uid=int(uid_label) if uid_label.isdigit() else None,
+            project=ep.labels.get("project") or None,
+            mode=str(self.config.mode),
+        )
+        if isinstance(target, str):
+            case.state, case.reason_code, case.reason = State.REFUSED, "bad_target", target
+            case.ended_at = now
+            return case, None
+        case.node, case.pid, case.start_time, case.uuid = (
+            target.node,
+            target.pid,
+            target.start_time,
+            target.uuid,
+        )
+        if target.node not in self.nodes:
+            case.state, case.reason_code = State.REFUSED, "unknown_node"
+            case.reason = f"no agent for node {target.node!r}"
+            case.ended_at = now
+            return case, None
+        existing = self.store.live_case_for(target.node, target.pid, target.start_time, target.uuid)
+        if existing is not None:
+            return None, existing.id
+        return case, None
+
+    def _check_breaker(self, case: Case, now: float) -> None:
+        breaker = self.config.breaker
+        is_open, _, _ = self.store.breaker()
+        if is_open:
+            return
+        flagged = self.store.flagged_since(now - breaker.window, case.node)
+        monitored = self.nodes[case.node].monitored_count()
+        reason = breaker_should_open(flagged, monitored, breaker)
+        if reason is None:
+            return
+        try:
+            self.audit.write({"event": "breaker_open", "node": case.node, "reason": reason})
+        except AuditError as exc:
+            log.error("breaker: %s", exc)
+        if self.store.set_breaker(True, now, reason):
+            log.error("circuit breaker OPEN: %s", reason)
+
+    # -- one step of one case -------------------------------------------------------------
+
+    def advance(self, case: Case) -> None:
+        node = self.nodes.get(case.node)
+        if node is None:
+            return
+        now = self.clock()
+        live: LiveState | None = None
+        if case.state in SIGNALLED_STATES:
+            eff = Effective.model_validate(case.effective) if case.effective else self._eff(case)
+            members = case.members or [Member(case.pid, case.start_time, case.uid)]
+            alive = node.alive(members)
+            listed = None if alive else node.gpu_processes(case.uuid)
+            decision = decide_signalled(case, alive, listed, eff, now)
+        else:
+            live = node.inspect(case.target)
+            eff = self._eff(case, live)
+            decision = decide_live(
+                case,
+                live,
+                eff,
+                self.config.idle,
+                self.config.limits,
+                self._guard(case, now),
+                now,
+            )
+        self.apply(case, decision, live, eff, node, now)
+
+    def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
+        return resolve(
+            self.config,
+            user=(live.user if live and live.user else case.user),
+            groups=live.groups if live else (),
+            namespace=case.labels.get("namespace"),
+            project_label=case.labels.get("project"),
+        )
+
+    def _guard(self, case: Case, now: float) -> Guard:
+        return Guard(
+            unresolved=self.store.unresolved_episodes(case.id),
+            breaker_open=self.store.breaker()[0],
+            terminations_node_hour=self.store.terminations_since(now - 3600, case.node),
+            terminations_minute=self.store.terminations_since(now - 60),
+        )
+
+    def apply(
+        self,
+        case: Case,
+        d: Decision,
+        live: LiveState | None,
+        eff: Effective,
+        node: Node,
+        now: float,
+    ) -> None:
+        for key, value in d.updates.items():
+            setattr(case, key, value)
+        if not d.changes_state:
+            if d.updates:
+                self.store.save_samples(case)
+            return
+        assert d.state is not None
+        if live is not None and live.user:
+            case.user = live.user
+        case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
+        if d.action == Action.NOTIFY:
+            case.notified_at = now
+        elif d.action == Action.TERM:
+            assert live is not None
+            case.term_at = now
+            case.members = list(live.members)
+            case.gpu_memory_bytes = live.gpu_memory_bytes
+        elif d.action == Action.KILL:
+            case.kill_at = now
+        previous = case.state
+        record = self._record(case, previous, d.action, d.reason, now, {"code": d.code})
+        record["to"] = str(d.state)
+        if live is not None:
+            record["live"] = live.evidence()
+        record["thresholds"] = self._thresholds(eff)
+        try:
+            self.audit.write(record)
+        except AuditError as exc:
+            log.error("case %d: not acting, %s", case.id, exc)
+            return
+        evidence = {"action": str(d.action), "code": d.code}
+        if live is not None:
+            evidence["live"] = live.evidence()
+        if (
+            self.store.transition(
+                case, d.state, reason=d.reason, evidence=evidence, now=now, reason_code=d.code
+            )
+            is None
+        ):
+            log.info("case %d changed under us (snoozed?); not acting", case.id)
+            return
+        log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
+        if d.action == Action.NOTIFY:
+            self._notify(case, eff, now, dry_run=False)
+        elif d.action in (Action.TERM, Action.KILL):
+            sig = signal.SIGTERM if d.action == Action.TERM else signal.SIGKILL
+            self._signal(case, node, sig, dry_run=False)
+        elif d.state == State.OBSERVED and live is not None:
+            # Observe/notify mode: exercise the same side-effect functions as a dry run.
+            if eff.mode == "observe":
+                self._notify(case, eff, now, dry_run=True)
+            node.signal_tree(case.target, live.members, signal.SIGTERM, dry_run=True)
+
+    # -- side effects -------------------------------------------------------------------
+
+    def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
+        notice = {
+            "case": case.id,
+            "node": case.node,
+            "pid": case.pid,
+            "user": case.user,
+            "uuid": case.uuid,
+            "alertname": case.alertname,
+            "gpu_memory_bytes": case.gpu_memory_bytes,
+            "sigterm_at": now + eff.grace,
+            "snooze": f"/api/v1/cases/{case.id}/snooze",
+            "message": (
+                f"GPU process {case.pid} of {case.user} on {case.node} holds GPU memory and is "
+                f"idle; it will be sent SIGTERM in {eff.grace:g}s unless snoozed."
+            ),
+        }
+        result = self.notifier.send(notice, dry_run=dry_run)
+        if dry_run:
+            return
+        try:
+            self.audit.write(
+                {"event": "notice", "case": case.id, "delivered": result.delivered,
+                 "detail": result.detail}
+            )  # fmt: skip
+        except AuditError as exc:
+            log.error("case %d: %s", case.id, exc)
+
+    def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
+        results = node.signal_tree(case.target, case.members, sig, dry_run=dry_run)
+        now = self.clock()
+        for r in results:
+            if r.sent:
+                self.store.record_signal(case.id, r.pid, r.signal, now)
+        try:
+            self.audit.write(
+                {"event": "signals", "case": case.id, "signal": sig.name,
+                 "results": [r.__dict__ for r in results]}
+            )  # fmt: skip
+        except AuditError as exc:
+            log.error("case %d: %s", case.id, exc)
+
+    # -- records ------------------------------------------------------------------------
+
+    def _record(
+        self,
+        case: Case,
+        previous: State | None,
+        action: str,
+        reason: str,
+        now: float,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        return {
+            "event": "decision",
+            "case": case.id or None,
+            "from": str(previous) if previous else None,
+            "to": str(case.state) if previous is None else None,
+            "action": str(action),
+            "reason": reason,
+            "node": case.node,
+            "pid": case.pid,
+            "start_time": case.start_time,
+            "uuid": case.uuid,
+            "user": case.user,
+            "alertname": case.alertname,
+            "alert": {"fingerprint": case.fingerprint, "starts_at": case.starts_ts},
+            "mode": case.mode,
+            "rule": case.rule,
+            "decided_at": now,
+            "timings": {
+                "episode_age": now - case.starts_ts,
+                "notified_at": case.notified_at,
+                "term_at": case.term_at,
+                "kill_at": case.kill_at,
+            },
+            **extra,
+        }
+
+    def _thresholds(self, eff: Effective) -> dict[str, Any]:
+        idle = self.config.idle
+        return {
+            "max_sm_util": idle.max_sm_util,
+            "max_cpu_cores": idle.max_cpu_cores,
+            "cpu_window": idle.cpu_window,
+            "log_quiet_for": idle.log_quiet_for,
+            **eff.model_dump(),
+        }

@@ -1,0 +1,128 @@
+"""Run the actuator under gunicorn (programmatic), one reconciler thread per worker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from actuator.app import Runtime, create_app
+from actuator.audit import AuditLog
+from actuator.config import ActuatorConfig
+from actuator.node import LocalNode, Node
+from actuator.notify import Notifier, NullNotifier, WebhookNotifier
+from actuator.reconciler import Reconciler
+from actuator.store import Store, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def build_notifier(config: ActuatorConfig) -> Notifier:
+    hook = config.notifier.webhook
+    if hook is None:
+        return NullNotifier()
+    return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)
+
+
+def build_nodes(config: ActuatorConfig) -> dict[str, Node]:
+    node = LocalNode(
+        config.node.name,
+        config.protect,
+        sim_dir=config.node.sim_dir,
+        sm_window=config.idle.sm_window,
+        start_time_tolerance=config.idle.start_time_tolerance,
+    )
+    return {node.name: node}
+
+
+class _Worker:
+    """What one gunicorn worker owns: the app and its reconciler thread."""
+
+    def __init__(self, config: ActuatorConfig, token: str) -> None:
+        self.config = config
+        store = Store(config.storage.database)
+        audit = AuditLog(config.storage.audit_log)
+        self.runtime = Runtime(config=config, store=store, audit=audit, token=token)
+        self.app = create_app(self.runtime)
+        self.stop = threading.Event()
+        self.reconciler = Reconciler(
+            config, store, audit, build_nodes(config), build_notifier(config)
+        )
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(
+            target=self.reconciler.run, args=(self.stop,), name="reconciler", daemon=True
+        )
+        self.thread.start()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+class ActuatorApplication(BaseApplication):  # type: ignore[misc]
+    def __init__(self, config: ActuatorConfig, token: str, listen: str) -> None:
+        self.config = config
+        self.token = token
+        self.listen = listen
+        self.worker: _Worker | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        server = self.config.server
+        settings: dict[str, Any] = {
+            "bind": [self.listen],
+            "workers": server.workers,
+            "worker_class": "sync",
+            "timeout": int(max(server.timeout, 1)),
+            "graceful_timeout": int(max(server.graceful_timeout, 1)),
+            "keepalive": int(server.keepalive),
+            "limit_request_line": 8190,
+            "limit_request_fields": 100,
+            "limit_request_field_size": 8190,
+            "preload_app": False,
+            "proc_name": "gpu-reclaimer-actuator",
+            "accesslog": None,
+            "errorlog": "-",
+            "loglevel": logging.getLevelName(logging.getLogger().level).lower(),
+            "post_worker_init": self._post_worker_init,
+            "worker_exit": self._worker_exit,
+        }
+        if "control_socket_disable" in self.cfg.settings:
+            settings["control_socket_disable"] = True  # gunicorn >= 24: no socket in $HOME
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        # Called in each worker after fork: every worker has its own connections.
+        self.worker = _Worker(self.config, self.token)
+        return self.worker.app
+
+    def _post_worker_init(self, _worker: Any) -> None:
+        if self.worker is not None:
+            self.worker.start()
+
+    def _worker_exit(self, _server: Any, _worker: Any) -> None:
+        if self.worker is not None:
+            self.worker.shutdown()
+
+
+def serve(config: ActuatorConfig, token: str, listen: str) -> int:
+    try:
+        Store(config.storage.database).init()
+    except StoreUnavailable as exc:
+        log.error("%s", exc)
+        return 1
+    problem = AuditLog(config.storage.audit_log).check_writable()
+    if problem:
+        log.error("%s: starting anyway, /-/ready reports 503 and nothing is signalled", problem)
+    log.info(
+        "actuator listening on %s, mode %s, %d workers", listen, config.mode, config.server.workers
+    )
+    ActuatorApplication(config, token, listen).run()
+    return 0

@@ -1,0 +1,288 @@
+"""Fixtures for the actuator: real workloads on a simulated node, a real gunicorn actuator."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+import yaml
+
+from exporter.sim.state import load_node, read_procs
+from tests.support import gpu_reclaimer_command, wait_until
+
+NODE = "sim-node"
+TOKEN = "test-token-0123456789"
+
+# Fast timings for the suite; the shipped defaults are tested in test_policy.py.
+FAST_POLICY: dict[str, Any] = {
+    "mode": "enforce",
+    "defaults": {
+        "grace": "0.5s",
+        "term_timeout": "2s",
+        "kill_timeout": "3s",
+        "release_timeout": "3s",
+    },
+    "idle": {"cpu_window": "0.3s", "log_quiet_for": "1s", "sm_window": "1s"},
+    # Tests run as root: lower the protection explicitly (the shipped default protects root).
+    "protect": {"protect_root": False, "protected_uid_below": 0},
+    "limits": {"terminations_per_node_per_hour": 100, "terminations_per_minute": 100},
+    "breaker": {"min_flagged": 1000},
+    "reconciler": {"interval": "0.1s", "lease_ttl": "2s"},
+}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class Workload:
+    proc: subprocess.Popen[bytes]
+    start_time: float
+    uuid: str
+    exit_code: list[int] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self.exit_code
+
+
+class Workloads:
+    """`gpu-reclaimer sim run` processes, reaped as soon as they exit (a zombie would still
+    look like it holds its simulated memory)."""
+
+    def __init__(self, node_dir: Path) -> None:
+        self.node_dir = node_dir
+        self.started: list[Workload] = []
+
+    def uuid(self, gpu: int) -> str:
+        return load_node(self.node_dir).gpus[gpu].uuid
+
+    def spawn(
+        self, *options: str, gpu: int = 0, memory: str = "2GiB", phases: str = "idle"
+    ) -> Workload:
+        command = [
+            *gpu_reclaimer_command(), "sim", "run", "--dir", str(self.node_dir),
+            "--gpu", str(gpu), "--memory", memory, "--phases", phases, "--tick", "0.2",
+            *options,
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
+        w = Workload(proc, 0.0, self.uuid(gpu))
+        threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()
+        self.started.append(w)
+        wait_until(lambda: any(p.pid == proc.pid for p in read_procs(self.node_dir)), 15)
+        w.start_time = psutil.Process(proc.pid).create_time()
+        return w
+
+    def cleanup(self) -> None:
+        for w in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def workloads(tmp_path: Path) -> Iterator[Workloads]:
+    from exporter.sim.state import init_node
+
+    node_dir = tmp_path / "node"
+    init_node(node_dir, gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    w = Workloads(node_dir)
+    yield w
+    w.cleanup()
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def alert_for(
+    w: Workload,
+    *,
+    alertname: str = "GpuProcessIdle",
+    status: str = "firing",
+    starts_at: float | None = None,
+    start_time: float | None = None,
+    fingerprint: str | None = None,
+    node: str = NODE,
+    **labels: str,
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "labels": {
+            "alertname": alertname,
+            "reclaim": "true",
+            "severity": "warning",
+            "node": node,
+            "pid": str(w.pid),
+            "uuid": w.uuid,
+            **labels,
+        },
+        "annotations": {"start_time": repr(start_time or w.start_time)},
+        "startsAt": iso(starts_at or time.time()),
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://prometheus/graph",
+        "fingerprint": fingerprint or uuid.uuid4().hex[:16],
+    }
+
+
+def payload(*alerts: dict[str, Any], truncated: int = 0) -> dict[str, Any]:
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="GpuProcessIdle"}',
+        "truncatedAlerts": truncated,
+        "status": "firing" if any(a["status"] == "firing" for a in alerts) else "resolved",
+        "receiver": "reclaim",
+        "groupLabels": {"alertname": "GpuProcessIdle"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": list(alerts),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Actuator:
+    """`gpu-reclaimer actuator` as a subprocess (gunicorn, 2 workers) on a loopback port."""
+
+    def __init__(self, workdir: Path, sim_dir: Path, policy: dict[str, Any]) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        token_file = workdir / "token"
+        token_file.write_text(TOKEN + "\n")
+        config = _merge(
+            {
+                "node": {"name": NODE, "sim_dir": str(sim_dir)},
+                "server": {"listen": f"127.0.0.1:{self.port}", "token_file": str(token_file)},
+                "storage": {
+                    "database": str(workdir / "actuator.db"),
+                    "audit_log": str(workdir / "audit.jsonl"),
+                },
+            },
+            _merge(FAST_POLICY, policy),
+        )
+        self.config_file = workdir / "actuator.yml"
+        self.config_file.write_text(yaml.safe_dump(config))
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {TOKEN}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "actuator.log"
+
+    def start(self) -> Actuator:
+        command = [*gpu_reclaimer_command(), "actuator", "--config", str(self.config_file)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+        wait_until(self._up, 20)
+        return self
+
+    def _up(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"actuator exited: {self.log.read_text()[-3000:]}")
+        try:
+            return requests.get(self.url + "/-/healthy", timeout=1).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole gunicorn (master and workers), like a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def post(self, body: dict[str, Any]) -> requests.Response:
+        return self.session.post(self.url + "/api/v1/alerts", json=body, timeout=5)
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = self.session.get(self.url + path, params=params, timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def cases(self, **params: Any) -> list[dict[str, Any]]:
+        return self.get("/api/v1/cases", **params)["cases"]
+
+    def case_for(self, w: Workload) -> dict[str, Any] | None:
+        for c in self.cases(limit=1000):
+            if c["target"]["pid"] == w.pid:
+                return self.get(f"/api/v1/cases/{c['id']}")
+        return None
+
+    def wait_state(self, w: Workload, *states: str, timeout: float = 20) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            c = self.case_for(w)
+            return c if c is not None and c["state"] in states else None
+
+        try:
+            return wait_until(reached, timeout, 0.1)
+        except AssertionError:
+            raise AssertionError(
+                f"case for pid {w.pid} never reached {states}: {self.case_for(w)}\n"
+                f"{self.log.read_text()[-3000:]}"
+            ) from None
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = requests.get(self.url + "/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return sample.value
+        return None
+
+
+ActuatorFactory = Callable[..., Actuator]
+
+
+@pytest.fixture
+def actuator_factory(tmp_path: Path) -> Iterator[ActuatorFactory]:
+    made: list[Actuator] = []
+
+    def make(sim_dir: Path, name: str = "actuator", start: bool = True, **policy: Any) -> Actuator:
+        a = Actuator(tmp_path / name, sim_dir, policy)
+        made.append(a)
+        return a.start() if start else a
+
+    yield make
+    for a in made:
+        a.stop()

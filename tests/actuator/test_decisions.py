@@ -1,0 +1,182 @@
+"""Pure decision functions, with an injected clock (no I/O, no sleeping)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from actuator.decisions import (
+    Action,
+    Guard,
+    breaker_should_open,
+    decide_live,
+    decide_signalled,
+)
+from actuator.models import Case, Member, State
+from actuator.node import LiveState
+from actuator.policy import Breaker, Idle, Limits, Mode, Policy, resolve
+
+T0 = 1_800_000_000.0
+IDLE = Idle(cpu_window=1.0, log_quiet_for=300.0)
+LIMITS = Limits(terminations_per_node_per_hour=2, terminations_per_minute=1)
+
+
+def make_case(**kw) -> Case:
+    base = dict(
+        id=1, state=State.PENDING, version=0, node="n", pid=4242, start_time=T0 - 3600,
+        uuid="GPU-0", alertname="GpuProcessIdle", fingerprint="f", starts_ts=T0 - 60,
+        labels={}, annotations={}, created=T0 - 1, updated=T0 - 1,
+    )  # fmt: skip
+    base.update(kw)
+    return Case(**base)
+
+
+def make_live(now: float = T0, **kw) -> LiveState:
+    base = dict(
+        sampled_at=now, exists=True, start_time=T0 - 3600, uid=1001, user="alice",
+        gpu_found=True, on_gpu=True, gpu_memory_bytes=4 << 30, sm_util=0.0, cpu_seconds=10.0,
+        members=(Member(4242, T0 - 3600, 1001),),
+    )  # fmt: skip
+    base.update(kw)
+    return LiveState(**base)
+
+
+def eff(mode: Mode = Mode.ENFORCE, **over):
+    policy = Policy(mode=mode)
+    return resolve(policy, user="alice", groups=(), namespace=None, project_label=None).model_copy(
+        update=over
+    )
+
+
+GUARD = Guard(unresolved=1)
+
+
+def test_first_check_only_samples_cpu():
+    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.WAIT
+    assert d.updates["cpu_seconds"] == 10.0 and d.updates["cpu_at"] == T0
+
+
+def test_idle_after_a_cpu_window_sends_the_notice():
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    d = decide_live(case, make_live(cpu_seconds=10.01), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.NOTIFY and d.state == State.NOTIFIED
+
+
+def test_cpu_burn_cancels():
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    d = decide_live(case, make_live(cpu_seconds=12.0), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.CANCELLED and d.code == "activity"
+
+
+def test_unknown_sm_util_is_not_idle():
+    d = decide_live(make_case(), make_live(sm_util=None), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and d.code == "unknown_evidence"
+
+
+def test_stalled_alert_ignores_util_but_needs_memory():
+    case = make_case(alertname="GpuProcessStalled")
+    live = make_live(sm_util=1.0)
+    d = decide_live(case, live, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.NOTIFY
+    gone = decide_live(case, replace(live, on_gpu=False), eff(), IDLE, LIMITS, GUARD, T0)
+    assert gone.state == State.CANCELLED and gone.code == "released"
+
+
+def test_recent_log_write_cancels():
+    live = make_live(log_mtime=T0 - 10)
+    d = decide_live(make_case(), live, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.CANCELLED and "log written" in d.reason
+
+
+def test_identity_mismatch_and_late_start_are_refused():
+    reused = make_live(start_time=T0 - 5)
+    d = decide_live(make_case(), reused, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and d.code == "identity_mismatch"
+    late = make_case(start_time=T0 - 5, starts_ts=T0 - 60)
+    d = decide_live(late, make_live(start_time=T0 - 5), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and "after the alert" in d.reason
+
+
+def test_protected_and_exited():
+    d = decide_live(make_case(), make_live(protected="root"), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and d.code == "protected"
+    d = decide_live(make_case(), make_live(exists=False), eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.CANCELLED and d.code == "process_exited"
+
+
+def test_resolved_alert_cancels():
+    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, Guard(unresolved=0), T0)
+    assert d.state == State.CANCELLED and d.code == "resolved"
+
+
+def test_observe_mode_ends_observed():
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    d = decide_live(case, make_live(), eff(Mode.OBSERVE), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.OBSERVED and "would" in d.reason
+
+
+def test_grace_period_then_sigterm():
+    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    e = eff(grace=600.0)
+    assert decide_live(case, make_live(T0 + 599), e, IDLE, LIMITS, GUARD, T0 + 599).action == (
+        Action.WAIT
+    )
+    d = decide_live(case, make_live(T0 + 600), e, IDLE, LIMITS, GUARD, T0 + 600)
+    assert d.action == Action.TERM and d.state == State.TERMINATING
+
+
+def test_notify_mode_never_signals():
+    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    d = decide_live(case, make_live(T0 + 700), eff(Mode.NOTIFY), IDLE, LIMITS, GUARD, T0 + 700)
+    assert d.state == State.OBSERVED
+
+
+def test_limits_and_breaker_refuse():
+    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    now = T0 + 700
+    full = Guard(unresolved=1, terminations_minute=1)
+    d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, full, now)
+    assert d.state == State.REFUSED and d.code == "limit_minute"
+    hour = Guard(unresolved=1, terminations_node_hour=2)
+    assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, hour, now).code == (
+        "limit_node_hour"
+    )
+    tripped = Guard(unresolved=1, breaker_open=True)
+    d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, tripped, now)
+    assert d.code == "circuit_breaker_open"
+
+
+def test_snooze_expiry_returns_to_pending():
+    case = make_case(state=State.SNOOZED, snoozed_until=T0 + 10)
+    assert decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0).action == Action.WAIT
+    d = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0 + 11)
+    assert d.state == State.PENDING
+
+
+def test_signalled_kill_after_term_timeout_and_verify_memory():
+    m = Member(4242, T0 - 3600, 1001)
+    case = make_case(state=State.TERMINATING, term_at=T0, members=[m], gpu_memory_bytes=5)
+    e = eff(term_timeout=10.0)
+    assert decide_signalled(case, [m], None, e, T0 + 9.9).action == Action.WAIT
+    assert decide_signalled(case, [m], None, e, T0 + 10).action == Action.KILL
+    done = decide_signalled(case, [], {999: 1}, e, T0 + 3)
+    assert done.state == State.RECLAIMED and done.updates["freed_bytes"] == 5
+    held = replace(case, exited_at=T0)
+    assert decide_signalled(held, [], {4242: 5}, e, T0 + 1).action == Action.WAIT
+    failed = decide_signalled(held, [], {4242: 5}, e, T0 + 60)
+    assert failed.state == State.FAILED and failed.code == "memory_held"
+
+
+def test_unkillable_fails():
+    m = Member(4242, T0 - 3600, 1001)
+    case = make_case(state=State.KILLING, term_at=T0, kill_at=T0 + 10, members=[m])
+    d = decide_signalled(case, [m], None, eff(kill_timeout=10.0), T0 + 21)
+    assert d.state == State.FAILED and d.code == "unkillable"
+
+
+def test_breaker_threshold():
+    b = Breaker(window=600, max_share=0.5, min_flagged=5)
+    assert breaker_should_open(4, 4, b) is None  # too few to judge
+    assert breaker_should_open(5, 10, b) is None  # exactly half
+    assert breaker_should_open(6, 10, b) is not None
+    assert breaker_should_open(50, None, b) is None  # unknown fleet size never trips

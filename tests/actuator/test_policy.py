@@ -1,0 +1,104 @@
+"""Config and policy: strict validation, errors naming the file and the rule, defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actuator.config import ConfigError, load_config, read_token
+from actuator.policy import Mode, Policy, resolve
+from exporter.units import parse_duration, parse_size
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "actuator.yml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.yml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_reference_config_is_inert_and_protective():
+    config = load_config(DEPLOY)
+    assert config.mode == Mode.OBSERVE
+    assert config.protect.protect_root and config.protect.protected_uid_below == 1000
+    assert config.defaults.term_timeout == 10.0
+    assert config.server.max_body == 2**20 and config.server.workers == 2
+
+
+def test_defaults_when_empty(tmp_path):
+    config = load_config(write(tmp_path, ""))
+    assert config.mode == Mode.OBSERVE
+    assert config.defaults.term_timeout == 10.0  # the 10 s default of DESIGN §4
+    assert config.protect.protect_root
+
+
+def test_unknown_key_is_an_error_naming_file_and_rule(tmp_path):
+    path = write(
+        tmp_path,
+        "projects:\n  - {name: a, match: {users: [x]}}\n  - {name: b, match: {users: [y]}, "
+        "grase: 5m}\n",
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message and "rule #1 (b)" in message and "grase" in message
+
+
+def test_bad_values_are_errors(tmp_path):
+    for text in (
+        "mode: yolo\n",
+        "defaults: {grace: soon}\n",
+        "protect: {commands: []}\n",
+        "protect: {commands: ['(unclosed']}\n",
+        "projects: [{name: empty, match: {}}]\n",
+        "- a list\n",
+        "server: {max_body: lots}\n",
+    ):
+        with pytest.raises(ConfigError):
+            load_config(write(tmp_path, text))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yml")
+
+
+def test_project_resolution_first_match_wins():
+    policy = Policy.model_validate(
+        {
+            "mode": "enforce",
+            "projects": [
+                {"name": "vip", "match": {"groups": ["vip"]}, "protected": True},
+                {"name": "lab", "match": {"labels": ["lab"], "users": ["bob"]}, "grace": "1h"},
+            ],
+        }
+    )
+    e = resolve(policy, user="bob", groups=("users",), namespace=None, project_label=None)
+    assert e.rule == "projects[1] lab" and e.grace == 3600 and e.term_timeout == 10
+    e = resolve(policy, user="bob", groups=("vip",), namespace=None, project_label="lab")
+    assert e.protected
+    e = resolve(policy, user="carol", groups=(), namespace=None, project_label=None)
+    assert e.rule == "defaults" and e.mode == Mode.ENFORCE
+
+
+def test_token_sources(tmp_path, monkeypatch):
+    config = load_config(write(tmp_path, ""))
+    monkeypatch.delenv("GPU_RECLAIMER_TOKEN", raising=False)
+    with pytest.raises(ConfigError):
+        read_token(config)
+    monkeypatch.setenv("GPU_RECLAIMER_TOKEN", "from-env")
+    assert read_token(config) == "from-env"
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    assert read_token(config, str(token)) == "from-file"
+
+
+def test_units():
+    assert parse_duration("1h30m") == 5400 and parse_duration("250ms") == 0.25
+    assert parse_duration(3) == 3.0 and parse_duration("2.5") == 2.5
+    assert parse_size("1MiB") == 2**20 and parse_size("2GB") == 2 * 10**9
+    for bad in ("", "5 minutes", "-1s"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)

@@ -1,0 +1,61 @@
+"""The SQLite store: idempotent ingest, concurrency, the reconciler lease."""
+
+from __future__ import annotations
+
+import threading
+
+from actuator.models import AlertmanagerPayload
+from actuator.store import Store
+from tests.actuator.test_webhook import alert, body
+
+
+def payload(*alerts):
+    return AlertmanagerPayload.model_validate(body(*alerts))
+
+
+def test_concurrent_duplicate_deliveries_make_one_episode(tmp_path):
+    path = tmp_path / "db.sqlite"
+    Store(path).init()
+    stores = [Store(path) for _ in range(4)]
+    p = payload(alert(), alert(fingerprint="other"))
+    threads = [
+        threading.Thread(target=lambda s=s: [s.record_alerts(p, 1.0) for _ in range(10)])
+        for s in stores
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    episodes = stores[0].pending_episodes()
+    assert sorted(e.fingerprint for e in episodes) == ["abc123", "other"]
+    assert stores[0].metric_snapshot()["requests"] == {"200": 40}
+
+
+def test_non_reclaim_alerts_are_not_recorded(tmp_path):
+    store = Store(tmp_path / "db")
+    store.init()
+    other = alert(labels={"alertname": "GpuExporterDown"})
+    result = store.record_alerts(payload(other, alert()), 1.0)
+    assert (result.recorded, result.ignored) == (1, 1)
+
+
+def test_lease_has_one_holder_until_it_expires(tmp_path):
+    store = Store(tmp_path / "db")
+    store.init()
+    assert store.acquire_lease("a", now=100, ttl=10)
+    assert not store.acquire_lease("b", now=105, ttl=10)
+    assert store.acquire_lease("a", now=106, ttl=10)  # renewal
+    assert not store.acquire_lease("b", now=115, ttl=10)
+    assert store.acquire_lease("b", now=117, ttl=10)  # a's lease expired at 116
+    store.release_lease("b")
+    assert store.acquire_lease("a", now=118, ttl=10)
+
+
+def test_breaker_toggles(tmp_path):
+    store = Store(tmp_path / "db")
+    store.init()
+    assert store.breaker()[0] is False
+    assert store.set_breaker(True, 1.0, "too many")
+    assert not store.set_breaker(True, 2.0, "again")
+    assert store.breaker() == (True, 1.0, "too many")
+    assert store.set_breaker(False, 3.0, "reset")

@@ -1,0 +1,215 @@
+"""The webhook and API in-process (Flask test client): status codes, auth, fuzzing."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from actuator.app import Runtime, create_app
+from actuator.audit import AuditLog
+from actuator.config import ActuatorConfig
+from actuator.models import Target
+from actuator.node import LiveState
+from actuator.notify import NullNotifier
+from actuator.reconciler import Reconciler
+from actuator.store import Store
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class LoudNode:
+    """A node fake that fails the test on any real signal."""
+
+    name = "n1"
+
+    def inspect(self, target: Target) -> LiveState:
+        return LiveState(sampled_at=time.time(), exists=False)
+
+    def alive(self, members):  # pragma: no cover - never reached without a signal
+        raise AssertionError("alive() without a signal")
+
+    def gpu_processes(self, uuid: str):
+        return None
+
+    def monitored_count(self):
+        return 10
+
+    def signal_tree(self, target, members, sig, *, dry_run):
+        if not dry_run:
+            raise AssertionError(f"signal {sig} sent to {target}")
+        return []
+
+    def wait_exit(self, timeout: float) -> None:
+        pass
+
+
+def make_runtime(tmp_path: Path, **config: Any) -> Runtime:
+    cfg = ActuatorConfig.model_validate(
+        {
+            "mode": "enforce",
+            "storage": {
+                "database": str(tmp_path / "db.sqlite"),
+                "audit_log": str(tmp_path / "audit.jsonl"),
+            },
+            **config,
+        }
+    )
+    store = Store(cfg.storage.database)
+    store.init()
+    return Runtime(config=cfg, store=store, audit=AuditLog(cfg.storage.audit_log), token=TOKEN)
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Runtime:
+    return make_runtime(tmp_path, server={"max_body": "64KiB"})
+
+
+@pytest.fixture
+def client(rt: Runtime):
+    return create_app(rt).test_client()
+
+
+def alert(**over: Any) -> dict[str, Any]:
+    a = {
+        "status": "firing",
+        "labels": {"alertname": "GpuProcessIdle", "reclaim": "true", "node": "n1",
+                   "pid": "4242", "uuid": "GPU-0"},
+        "annotations": {"start_time": "1700000000.5"},
+        "startsAt": "2026-01-01T00:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": "abc123",
+    }  # fmt: skip
+    a.update(over)
+    return a
+
+
+def body(*alerts: dict[str, Any], **over: Any) -> dict[str, Any]:
+    b = {"version": "4", "groupKey": "g", "truncatedAlerts": 0, "status": "firing",
+         "receiver": "reclaim", "groupLabels": {}, "commonLabels": {},
+         "commonAnnotations": {}, "externalURL": "http://am", "alerts": list(alerts)}  # fmt: skip
+    b.update(over)
+    return b
+
+
+def test_accepts_and_records(client, rt):
+    r = client.post("/api/v1/alerts", json=body(alert()), headers=AUTH)
+    assert r.status_code == 200 and r.json["recorded"] == 1
+    assert len(rt.store.pending_episodes()) == 1
+
+
+def test_auth(client):
+    assert client.post("/api/v1/alerts", json=body(alert())).status_code == 401
+    bad = {"Authorization": "Bearer nope"}
+    assert client.post("/api/v1/alerts", json=body(alert()), headers=bad).status_code == 403
+    assert client.get("/api/v1/cases", headers={"Authorization": "Basic x"}).status_code == 401
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/-/healthy").status_code == 200
+
+
+def test_bad_input_codes_change_nothing(client, rt):
+    post = client.post
+    assert post(
+        "/api/v1/alerts", data="x", headers=AUTH, content_type="text/plain"
+    ).status_code == (415)
+    r = post("/api/v1/alerts", data="{not json", headers=AUTH, content_type="application/json")
+    assert r.status_code == 400 and "JSON" in r.json["error"]
+    r = post("/api/v1/alerts", json=body(alert(), version="3"), headers=AUTH)
+    assert r.status_code == 422 and r.json["details"][0]["loc"] == "version"
+    r = post("/api/v1/alerts", json=body(alert(startsAt="yesterday")), headers=AUTH)
+    assert r.status_code == 422
+    huge = body(*[alert(fingerprint=f"f{i}") for i in range(2000)])
+    assert post("/api/v1/alerts", json=huge, headers=AUTH).status_code == 413
+    assert rt.store.pending_episodes() == []
+    snap = rt.store.metric_snapshot()["requests"]
+    assert snap == {"415": 1, "400": 1, "422": 2, "413": 1}
+
+
+def test_resolved_is_sticky_and_duplicates_are_idempotent(client, rt):
+    client.post("/api/v1/alerts", json=body(alert(status="resolved")), headers=AUTH)
+    for _ in range(3):
+        client.post("/api/v1/alerts", json=body(alert()), headers=AUTH)
+    (ep,) = rt.store.pending_episodes()
+    assert ep.status == "resolved"
+
+
+def test_cases_api_and_snooze_errors(client):
+    assert client.get("/api/v1/cases?state=bogus", headers=AUTH).status_code == 400
+    assert client.get("/api/v1/cases?limit=0", headers=AUTH).status_code == 400
+    assert client.get("/api/v1/cases/99", headers=AUTH).status_code == 404
+    r = client.post("/api/v1/cases/99/snooze", json={"duration": "1h"}, headers=AUTH)
+    assert r.status_code == 404
+    r = client.post("/api/v1/cases/99/snooze", json={"duration": "forever"}, headers=AUTH)
+    assert r.status_code == 422
+    assert client.get("/api/v1/audit?limit=x", headers=AUTH).status_code == 400
+
+
+def test_ready_reports_unwritable_audit(tmp_path):
+    (tmp_path / "dir").mkdir()
+    rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),
+                                          "audit_log": str(tmp_path / "dir")})  # fmt: skip
+    r = create_app(rt).test_client().get("/-/ready")
+    assert r.status_code == 503 and "audit log" in r.json["reasons"][0]
+
+
+text = st.text(max_size=20)
+labels = st.dictionaries(
+    st.sampled_from(["alertname", "reclaim", "node", "pid", "uuid", "uid", "start_time", "x"]),
+    st.one_of(text, st.sampled_from(["true", "n1", "4242", "GPU-0", "-1", "1e400", "nan"])),
+)
+alert_strategy = st.fixed_dictionaries(
+    {
+        "status": st.sampled_from(["firing", "resolved", "pending", ""]),
+        "labels": labels,
+        "annotations": labels,
+        "startsAt": st.one_of(
+            st.datetimes(timezones=st.timezones()).map(lambda d: d.isoformat()),
+            text,
+            st.integers(),
+        ),
+        "endsAt": st.sampled_from(["0001-01-01T00:00:00Z", "2020-01-01T00:00:00Z", None]),
+        "fingerprint": st.one_of(text, st.integers()),
+    }
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | text,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(text, c, max_size=4),
+    max_leaves=20,
+)
+payloads = st.one_of(
+    json_values,
+    st.builds(
+        lambda alerts, version, truncated: body(
+            *alerts, version=version, truncatedAlerts=truncated
+        ),
+        st.lists(alert_strategy, max_size=5),
+        st.sampled_from(["4", 4, "3"]),
+        st.one_of(st.integers(), st.none()),
+    ),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=payloads)
+def test_webhook_never_5xx_and_never_signals(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    rt = make_runtime(tmp)
+    client = create_app(rt).test_client()
+    raw = json.dumps(data, allow_nan=True)
+    r = client.post("/api/v1/alerts", data=raw, headers=AUTH, content_type="application/json")
+    assert r.status_code < 500, r.json
+    assert r.status_code in (200, 400, 422)
+    reconciler = Reconciler(rt.config, rt.store, rt.audit, {"n1": LoudNode()}, NullNotifier())
+    assert reconciler.tick()
+    assert reconciler.tick()
+    assert rt.store.metric_snapshot()["signals"] == {}
