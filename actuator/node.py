@@ -25,6 +25,7 @@ import psutil
 
 from actuator.models import Member, Target
 from actuator.policy import Protect
+from exporter.identity import command_name
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,7 +33,6 @@ T = TypeVar("T")
 # Our own processes, whatever the policy says.
 _OWN_COMMAND = re.compile(r"(gpu-reclaimer|exporter\.cli)\s+(exporter|agent|actuator|demo)\b")
 _PF_KTHREAD = 0x00200000
-_PYTHON = re.compile(r"python[0-9.]*")
 NVML_TIMEOUT = 2.0
 
 
@@ -130,16 +130,7 @@ def command_names(proc: psutil.Process) -> tuple[str, ...]:
         pass
     if cmdline:
         names.append(os.path.basename(cmdline[0]))
-        if _PYTHON.fullmatch(os.path.basename(cmdline[0])) or any(
-            _PYTHON.fullmatch(n) for n in names
-        ):
-            args = cmdline[1:]
-            while args and args[0].startswith("-") and args[0] != "-m":
-                args = args[1:]
-            if len(args) >= 2 and args[0] == "-m":
-                names.append(args[1])
-            elif args:
-                names.append(os.path.basename(args[0]))
+        names.append(command_name(cmdline))  # the module or script when Python runs it
     return tuple(dict.fromkeys(n for n in names if n))
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from exporter import argtypes
 from exporter.sim.state import (
     PROCS_DIR,
     Faults,
@@ -44,9 +45,7 @@ def add_commands(commands: Any) -> None:
     init = sub.add_parser("init", help="create a simulated node", description="Create DIR.")
     init.add_argument("dir", type=Path, help="node directory to create")
     init.add_argument("--gpus", type=int, default=2, help="number of GPUs (default: 2)")
-    init.add_argument(
-        "--memory", type=parse_size, default=parse_size("80GiB"), help="memory per GPU"
-    )
+    init.add_argument("--memory", type=argtypes.size, default=80 * 1024**3, help="memory per GPU")
     init.add_argument("--name", default="NVIDIA H100 80GB HBM3", help="GPU product name")
     init.add_argument(
         "--leak", action="store_true", help="memory of exited processes stays used (orphaned)"
@@ -100,6 +99,7 @@ def add_commands(commands: Any) -> None:
         action="append",
         default=[],
         metavar="GPU:PID:SIZE",
+        type=_ghost,
         help="NVML lists a PID that /proc does not have",
     )
     fault.add_argument("--leak", choices=["on", "off"], help="leak memory of exited processes")
@@ -108,6 +108,16 @@ def add_commands(commands: Any) -> None:
     status = sub.add_parser("status", help="show a node's GPUs, processes and faults")
     status.add_argument("dir", type=Path)
     status.set_defaults(func=_status)
+
+
+def _ghost(text: str) -> tuple[int, int, int]:
+    try:
+        gpu, pid, size = text.split(":")
+        return int(gpu), int(pid), parse_size(size)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use GPU:PID:SIZE, e.g. 0:4000000:1GiB"
+        ) from None
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -167,9 +177,7 @@ def _fault(args: argparse.Namespace) -> int:
         changes["hang_seconds"] = args.hang_seconds
     if args.ghost:
         ghosts = list(faults.ghost_pids)
-        for item in args.ghost:
-            gpu, pid, size = item.split(":")
-            ghosts.append((int(gpu), int(pid), parse_size(size)))
+        ghosts.extend(args.ghost)
         changes["ghost_pids"] = tuple(ghosts)
     save_faults(args.dir, dataclasses.replace(faults, **changes))
     if args.leak:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from exporter import argtypes
 from exporter.procfs import start_ticks
 from exporter.sim.phases import Phase, parse_phases, phase_at
 from exporter.sim.state import ProcState, load_node, proc_path, write_proc
-from exporter.units import parse_duration, parse_size
 
 LOG_INTERVAL_SECONDS = 1.0
 
@@ -47,7 +47,9 @@ class WorkloadSpec:
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", required=True, type=Path, help="simulated node directory")
     parser.add_argument("--gpu", required=True, type=int, help="GPU index to use")
-    parser.add_argument("--memory", required=True, type=parse_size, help="memory held, e.g. 4GiB")
+    parser.add_argument(
+        "--memory", required=True, type=argtypes.size, help="memory held, e.g. 4GiB"
+    )
     parser.add_argument(
         "--phases",
         required=True,
@@ -67,7 +69,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         "--children", type=int, default=0, help="worker processes that also hold memory"
     )
     parser.add_argument(
-        "--child-memory", type=parse_size, default=256 * 1024**2, help="memory per child"
+        "--child-memory", type=argtypes.size, default=256 * 1024**2, help="memory per child"
     )
     parser.add_argument(
         "--orphan-children",
@@ -79,7 +81,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="burn CPU while GPU-idle, in the children if any (dataloader-bound)",
     )
-    parser.add_argument("--tick", type=parse_duration, default=0.5, help=argparse.SUPPRESS)
+    parser.add_argument("--tick", type=argtypes.duration, default=0.5, help=argparse.SUPPRESS)
 
 
 def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
@@ -99,6 +101,14 @@ def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
         cpu=args.cpu,
         tick=args.tick,
     )
+
+
+def _report(
+    spec: WorkloadSpec, pid: int, ticks: int, memory: int, util: int, extra: dict[str, object]
+) -> None:
+    """Publish what this process holds; the simulated NVML reads it."""
+    state = ProcState(pid, ticks, spec.gpu, memory, util, updated=time.time(), extra=extra)
+    write_proc(spec.directory, state)
 
 
 class _Stop(Exception):
@@ -131,18 +141,7 @@ class Workload:
             self.heartbeat = Heartbeat(spec.heartbeat_dir, min_interval=spec.tick)
 
     def report(self, memory: int, util: int, phase: str) -> None:
-        write_proc(
-            self.spec.directory,
-            ProcState(
-                pid=self.pid,
-                start_ticks=self.ticks,
-                gpu=self.spec.gpu,
-                memory_used=memory,
-                sm_util=util,
-                updated=time.time(),
-                extra={"phase": phase, "step": self.step},
-            ),
-        )
+        _report(self.spec, self.pid, self.ticks, memory, util, {"phase": phase, "step": self.step})
 
     def write_progress(self, out: TextIO) -> None:
         now = time.monotonic()
@@ -227,18 +226,8 @@ class _Child:
         signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             while self.spec.orphan_children or os.getppid() == self.parent:
-                write_proc(
-                    self.spec.directory,
-                    ProcState(
-                        pid=self.pid,
-                        start_ticks=self.ticks,
-                        gpu=self.spec.gpu,
-                        memory_used=self.spec.child_memory,
-                        sm_util=0,
-                        updated=time.time(),
-                        extra={"phase": "worker", "parent": self.parent},
-                    ),
-                )
+                extra = {"phase": "worker", "parent": self.parent}
+                _report(self.spec, self.pid, self.ticks, self.spec.child_memory, 0, extra)
                 if self.spec.cpu:  # the workers do the CPU work of a dataloader-bound job
                     _burn_cpu(self.spec.tick)
                 else:
