@@ -143,3 +143,10 @@ def test_help_explains_the_commands() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "--phases" in sim_help.stdout and "hang" in sim_help.stdout
+
+
+def test_reference_config_loads() -> None:
+    from exporter.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "exporter.yml")
+    assert config.listen == ":9835" and config.nvml_timeout_seconds == 5
