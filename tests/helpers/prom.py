@@ -168,3 +168,52 @@ def alerts(base_url: str, state: str | None = None) -> list[dict[str, Any]]:
 
 def firing_alerts(base_url: str, alertname: str) -> list[dict[str, Any]]:
     return [a for a in alerts(base_url, "firing") if a["labels"].get("alertname") == alertname]
+
+
+def api_response(base_url: str, path: str, **params: str) -> dict[str, Any]:
+    """GET a Prometheus HTTP API path; the whole JSON body, error or not (for assertions that
+    want the error text: a bad query answers 400 with `status: error` and `error`)."""
+    url = f"{base_url}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        return dict(json.loads(http_get(url, timeout=10)))
+    except urllib.error.HTTPError as error:
+        body = error.read()
+        try:
+            return dict(json.loads(body))
+        except ValueError:
+            return {"status": "error", "error": f"HTTP {error.code}: {body[:500]!r}"}
+
+
+def query_range(
+    base_url: str, expr: str, start: float, end: float, step: float = 1.0
+) -> list[dict[str, Any]]:
+    """Range query; the result matrix (each item has `metric` and `values`)."""
+    data = api(
+        base_url, "/api/v1/query_range", query=expr, start=str(start), end=str(end), step=str(step)
+    )
+    return list(data["result"])
+
+
+def label_values(base_url: str, label: str, match: str | None = None) -> list[str]:
+    """Values of `label`, optionally only on series matching the selector `match`."""
+    params = {"match[]": match} if match else {}
+    return list(api(base_url, f"/api/v1/label/{label}/values", **params))
+
+
+@contextlib.contextmanager
+def background(command: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a command in its own session, output to `log`; kill that session afterwards."""
+    import os
+    import signal
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)

@@ -1,0 +1,25 @@
+# GPU Reclaimer: one image for the `exporter` and `actuator` services of docker-compose.yml
+# (and for `gpu-reclaimer agent` on other nodes). NVML (libnvidia-ml.so.1) is not in the
+# image: the NVIDIA Container Toolkit injects the host driver's copy into containers that
+# reserve a GPU. See docs/deployment.md.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# Only what the package build needs (pyproject.toml: readme, packages exporter* actuator*).
+COPY pyproject.toml README.md ./
+COPY exporter ./exporter
+COPY actuator ./actuator
+RUN pip install . \
+    && rm -rf /src \
+    && gpu-reclaimer --version
+
+WORKDIR /
+# 9835 exporter, 9836 actuator, 9837 node agent.
+EXPOSE 9835 9836 9837
+ENTRYPOINT ["gpu-reclaimer"]
+CMD ["exporter", "--listen", "0.0.0.0:9835"]
