@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool
 
-.PHONY: setup system-deps test lint unit rules demo bench clean
+.PHONY: setup system-deps secrets test lint unit rules demo bench clean
 
 setup: $(VENV)/.installed system-deps
 
@@ -28,6 +28,14 @@ system-deps:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python grafana/generate_dashboards.py --check
+
+# The bearer token Alertmanager sends to the actuator (deploy/alertmanager.yml, compose).
+secrets: deploy/secrets/actuator-token
+deploy/secrets/actuator-token:
+	mkdir -p deploy/secrets
+	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
+	@echo "wrote $@ (keep it secret; see docs/deployment.md)"
 
 rules: setup
 	promtool check rules alert-rules/*.rules.yml
@@ -45,6 +53,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/exporter_scrape.py
+	$(BIN)/python benchmarks/actuator_webhook.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -10,6 +10,20 @@ from prometheus_client.registry import Collector
 from actuator.models import State
 from actuator.store import Store, StoreUnavailable
 
+# Exported at 0 from the start: increase() cannot see the first event of a series that
+# appears with it, so a new reason or status code would otherwise read one low.
+WEBHOOK_CODES = ("200", "400", "401", "403", "413", "415", "422", "503")
+REFUSAL_REASONS = (
+    "protected",
+    "identity_mismatch",
+    "unknown_evidence",
+    "unknown_node",
+    "bad_target",
+    "limit_minute",
+    "limit_node_hour",
+    "circuit_breaker_open",
+)
+
 
 class ActuatorCollector(Collector):
     def __init__(self, store: Store) -> None:
@@ -54,7 +68,8 @@ class ActuatorCollector(Collector):
             "Alertmanager webhook requests by HTTP status",
             labels=["code"],
         )
-        for code, value in sorted(snap["requests"].items()):
+        by_code = {code: 0 for code in WEBHOOK_CODES} | snap["requests"]
+        for code, value in sorted(by_code.items()):
             requests.add_metric([code], value)
         yield requests
         signals = CounterMetricFamily(
@@ -66,8 +81,11 @@ class ActuatorCollector(Collector):
         refusals = CounterMetricFamily(
             "gpu_reclaimer_refusals", "Cases refused, by reason", labels=["reason"]
         )
-        for reason, value in sorted(snap["refusals"].items()):
-            refusals.add_metric([reason or "unknown"], value)
+        by_reason = {reason: 0 for reason in REFUSAL_REASONS}
+        for reason, value in snap["refusals"].items():
+            by_reason[reason or "unknown"] = by_reason.get(reason or "unknown", 0) + value
+        for reason, value in sorted(by_reason.items()):
+            refusals.add_metric([reason], value)
         yield refusals
         yield GaugeMetricFamily(
             "gpu_reclaimer_circuit_breaker_open",
