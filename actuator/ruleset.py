@@ -10,6 +10,8 @@ factor (15 s x scale) so each window still holds the same number of samples.
 
 `render_deploy(...)` lays out a runnable copy of `deploy/` + rendered `alert-rules/` with the
 targets and intervals substituted, keeping the relative layout the reference configs expect.
+Alertmanager's timings (`group_wait`, `group_interval`, `repeat_interval`, `resolve_timeout`)
+are scaled too, so "alert fires -> actuator hears it" shrinks with the rules.
 
 Depends only on PyYAML; no I/O beyond the files it is asked to read and write.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "parse_duration",
     "render_deploy",
     "render_rules",
+    "scale_alertmanager_timings",
     "scale_expr",
 ]
 
@@ -170,6 +173,28 @@ def render_rules(
     return written
 
 
+# Alertmanager durations that delay or repeat a notification; scaled with the rules.
+_AM_TIMING_RE = re.compile(
+    rf"^(?P<key>\s*(?:group_wait|group_interval|repeat_interval|resolve_timeout):\s*)"
+    rf"(?P<value>{_DURATION})(?P<rest>\s*(?:#.*)?)$",
+    re.MULTILINE,
+)
+
+
+def scale_alertmanager_timings(text: str, scale: float, floor_s: float = 0.0) -> str:
+    """Rescale Alertmanager's timing keys in a config's text, keeping its comments.
+
+    Every value is kept at >= `floor_s` (the evaluation interval: waiting less than one
+    evaluation for more alerts of a group gains nothing).
+    """
+
+    def rescale(match: re.Match[str]) -> str:
+        value = _scaled(match.group("value"), scale, floor_s)
+        return f"{match.group('key')}{value}{match.group('rest')}"
+
+    return _AM_TIMING_RE.sub(rescale, text)
+
+
 def _write_targets(path: Path, targets: Iterable[str]) -> None:
     path.write_text(yaml.safe_dump([{"targets": list(targets)}], sort_keys=False))
 
@@ -189,8 +214,10 @@ def render_deploy(
     """Lay out `dest_dir/deploy/` + `dest_dir/alert-rules/` for one run (demo, tests).
 
     The reference configs are copied with only these substitutions: scrape/evaluation interval
-    (15 s x scale), rules rendered at `scale`, file_sd targets, the actuator (and optionally
-    chat) webhook host, and the credentials file. Returns the prometheus.yml path.
+    (15 s x scale), rules rendered at `scale`, Alertmanager's group_wait / group_interval /
+    repeat_interval / resolve_timeout x scale (>= one evaluation interval), file_sd targets,
+    the actuator (and optionally chat) webhook host, and the credentials file. Returns the
+    prometheus.yml path.
     """
     repo_root, dest_dir = Path(repo_root), Path(dest_dir)
     interval = REFERENCE_EVAL_INTERVAL_S * scale
@@ -211,6 +238,8 @@ def render_deploy(
     _write_targets(deploy / "targets" / "alertmanager.yml", alertmanagers)
 
     am_text = (repo_root / "deploy" / "alertmanager.yml").read_text()
+    if scale != 1.0:
+        am_text = scale_alertmanager_timings(am_text, scale, floor_s=interval)
     am_text = am_text.replace("http://actuator:9836/", f"http://{actuator}/")
     if chat_url is not None:
         am_text = am_text.replace("http://chat-relay:8080/alertmanager", chat_url)

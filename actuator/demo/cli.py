@@ -1,0 +1,205 @@
+"""`gpu-reclaimer demo`: the whole stack on this machine, a small cast of simulated jobs, and a
+live view of what each part sees and does. `--check` runs the same without the view and
+exits 0 only when every job reached its expected outcome."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TextIO
+
+from actuator.demo.cast import DEMO_CAST, Role, Verdict, judge
+from actuator.demo.observe import Observer, Snapshot
+from actuator.demo.stack import Ports, Stack, StackError, StackOptions, Workload
+from actuator.demo.view import CLEAR, HIDE_CURSOR, SHOW_CURSOR, Style, render
+
+REFRESH_SECONDS = 1.0
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a number or fraction: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("the scale must be in (0, 1], e.g. 1/15")
+    return value
+
+
+def add_demo_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="run the whole stack on this machine with simulated GPUs",
+        description="Start a simulated 2-GPU node, the exporter, Prometheus, Alertmanager and "
+        "the actuator (enforce mode) on loopback, with the reference configs and rules "
+        "compressed in time; launch a small cast of simulated jobs and show live what each "
+        "part sees and does. Ctrl-C stops everything it started.",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="no live view: exit 0 when every job reached its expected outcome, else 1",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=240.0, help="seconds to wait for the outcomes"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the run directory goes (default: the temp dir)"
+    )
+    parser.add_argument(
+        "--scale", type=_scale, default=1 / 15, help="time scale of every window (default 1/15)"
+    )
+    parser.add_argument("--grace", type=float, default=15.0, help="notice -> SIGTERM seconds")
+    parser.add_argument(
+        "--term-timeout", type=float, default=5.0, help="SIGTERM -> SIGKILL seconds"
+    )
+    for service in ("exporter", "actuator", "prometheus", "alertmanager"):
+        parser.add_argument(
+            f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
+        )
+    parser.set_defaults(func=run_demo)
+
+
+class _Stop(Exception):
+    """SIGTERM/SIGHUP: unwind like Ctrl-C so every started process is stopped."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    options = StackOptions(
+        workdir=args.workdir,
+        scale=args.scale,
+        grace=args.grace,
+        term_timeout=args.term_timeout,
+        ports=Ports(
+            exporter=args.exporter_port,
+            actuator=args.actuator_port,
+            prometheus=args.prometheus_port,
+            alertmanager=args.alertmanager_port,
+        ),
+    )
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stop)
+    # Ctrl-C must stop everything, even where the parent started us with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    out = sys.stdout
+    try:
+        with Stack(options) as stack:
+            print(f"stack up: run directory {stack.run_dir}", file=out, flush=True)
+            stack.wait_scraped()
+            cast = [(role, role.spawn(stack)) for role in DEMO_CAST]
+            if args.check:
+                return _check(stack, cast, args.timeout, out)
+            return _live(stack, cast, args.timeout, out)
+    except StackError as exc:
+        print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, _Stop):
+        print("\nstopped; every process the demo started is gone.", file=out)
+        return 130
+
+
+def _verdicts(cast: Sequence[tuple[Role, Workload]], snap: Snapshot) -> list[Verdict]:
+    return [judge(role, workload, snap) for role, workload in cast]
+
+
+def _finished(verdicts: Sequence[Verdict]) -> bool:
+    return all(v.done for v in verdicts) or any(v.failed for v in verdicts)
+
+
+def _differences(cast: Sequence[tuple[Role, Workload]], verdicts: Sequence[Verdict]) -> list[str]:
+    rows = [f"  {'WORKLOAD':<20} {'EXPECTED':<10} {'GOT':<45} PROBLEM"]
+    for (role, _), verdict in zip(cast, verdicts, strict=True):
+        if not verdict.done or verdict.failed:
+            problem = verdict.failed or "not reached in time"
+            rows.append(f"  {role.label:<20} {role.expect!s:<10} {verdict.status:<45} {problem}")
+    return rows
+
+
+def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
+    observer = Observer(stack)
+    started = time.time()
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    while True:
+        snap = observer.snapshot()
+        verdicts = _verdicts(cast, snap)
+        for (role, _), verdict in zip(cast, verdicts, strict=True):
+            if seen.get(role.label) != verdict.status:  # one line per change, for CI logs
+                seen[role.label] = verdict.status
+                print(f"+{snap.at - started:5.1f}s  {role.label:<20} {verdict.status}",
+                      file=out, flush=True)  # fmt: skip
+        if _finished(verdicts) or time.monotonic() > deadline:
+            break
+        time.sleep(REFRESH_SECONDS)
+    print(render(stack, cast, snap, verdicts, started=started, style=Style(False)), file=out)
+    if all(v.done and not v.failed for v in verdicts):
+        print(f"\ndemo check passed in {time.time() - started:.0f}s", file=out)
+        return 0
+    print("\ndemo check FAILED; what differed:", file=out)
+    print("\n".join(_differences(cast, verdicts)), file=out)
+    print(f"logs: {stack.logs_dir}", file=out, flush=True)
+    return 1
+
+
+def _live(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
+    """Redraw until Ctrl-C; once the outcomes are in (or the time is up), say where to look."""
+    observer = Observer(stack)
+    style = Style(color=out.isatty())
+    started = time.time()
+    deadline = time.monotonic() + timeout
+    footer: list[str] = []
+    tty = out.isatty()
+    last_printed: tuple[str, ...] = ()
+    if tty:
+        out.write(HIDE_CURSOR)
+    try:
+        while True:
+            snap = observer.snapshot()
+            verdicts = _verdicts(cast, snap)
+            if footer or _finished(verdicts) or time.monotonic() > deadline:
+                footer = _footer(stack, cast, verdicts, style)  # kept up to date from then on
+            screen = render(
+                stack, cast, snap, verdicts, started=started, style=style, footer=footer
+            )
+            if tty:
+                out.write(CLEAR + screen + "\n")
+            else:  # not a terminal (a pipe, a log): a plain snapshot whenever something changed
+                key = (*(v.status for v in verdicts), *footer)
+                if key != last_printed:
+                    out.write(screen + "\n\n")
+                    last_printed = key
+            out.flush()
+            time.sleep(REFRESH_SECONDS)
+    finally:
+        if tty:
+            out.write(SHOW_CURSOR)
+            out.flush()
+
+
+def _footer(
+    stack: Stack, cast: Sequence[tuple[Role, Workload]], verdicts: Sequence[Verdict], style: Style
+) -> list[str]:
+    if all(v.done and not v.failed for v in verdicts):
+        head = style.green("Every job reached its expected outcome.")
+    else:
+        head = style.red("Some jobs did not reach their expected outcome:")
+        head += "\n" + "\n".join(_differences(cast, verdicts))
+    width = max(len(what) for what, _ in stack.where_to_look())
+    lines = [head, "", style.bold("Where to look")]
+    lines += [f"  {what:<{width}}  {where}" for what, where in stack.where_to_look()]
+    lines += [
+        f"  {'try':<{width}}  curl -H 'Authorization: Bearer {stack.token}' "
+        f"{stack.url('actuator')}/api/v1/audit?limit=5",
+        "",
+        "Still running. Ctrl-C stops everything the demo started.",
+    ]
+    return lines

@@ -1,0 +1,73 @@
+"""A tiny HTTP receiver standing in for the chat relay and the owners' notice channel.
+
+Alertmanager's chat route and the actuator's owner notices need somewhere to go on a machine
+with no chat: this records what was POSTed, so the demo can show it and tests can assert it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    """One POST: its path, arrival time and JSON body (None when not JSON)."""
+
+    path: str
+    at: float
+    body: Any
+
+
+@dataclass
+class Sink:
+    """Records POSTs on 127.0.0.1:`port` (0: any free port) in a thread until `stop()`."""
+
+    port: int = 0
+    received: list[Received] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Sink:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(min(length, 4 * 2**20))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                with sink._lock:
+                    sink.received.append(Received(self.path, time.time(), body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the demo's screen is the live view, not an access log
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        threading.Thread(target=self._server.serve_forever, name="sink", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def posts(self, path: str) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if r.path == path]

@@ -1,0 +1,515 @@
+"""The whole loop on loopback: simulated node -> exporter -> Prometheus -> Alertmanager ->
+actuator. The one place that starts and stops these parts (demo, end-to-end tests, bench).
+
+    with Stack(StackOptions()) as stack:
+        stack.spawn("abandoned training", name="yolo", phases="busy=5s,idle")
+        ...
+
+Prometheus and Alertmanager run the SAME deploy/ and alert-rules/ files as docker-compose,
+laid out by `actuator.ruleset.render_deploy` with every window x `scale` (1/15: 15 s scrapes
+-> 1 s, `for: 5m` -> 20 s, group_wait 10 s -> 1 s). Every part runs in its own session and
+is stopped (SIGTERM, then SIGKILL of the whole group) on exit, Ctrl-C or a failed start.
+A run directory keeps each service's log, the configs, the database and the audit log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+import yaml
+
+from actuator.demo.procs import Managed
+from actuator.demo.sink import Sink
+from actuator.ruleset import REFERENCE_EVAL_INTERVAL_S, format_duration, render_deploy
+from exporter.sim.state import init_node, load_node, read_procs
+from exporter.units import parse_size
+
+# deploy/ and alert-rules/ live next to the packages in a checkout (an editable install).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INSTALL_HINT = (
+    "install them with: sudo apt-get install prometheus prometheus-alertmanager "
+    "(or run `make setup`)"
+)
+SERVICES = ("exporter", "actuator", "prometheus", "alertmanager")
+
+
+class StackError(Exception):
+    """The stack cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Requested ports; None picks a free one."""
+
+    exporter: int | None = None
+    actuator: int | None = None
+    prometheus: int | None = None
+    alertmanager: int | None = None
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    workdir: Path | None = None  # parent of the run directory (default: the temp dir)
+    scale: float = 1 / 15  # every rule window, interval and Alertmanager timing x scale
+    gpus: int = 2
+    gpu_memory: str = "80GiB"
+    node_name: str = "demo-node"  # exporter --node-name == actuator node.name
+    grace: float = 15.0  # notice -> SIGTERM
+    term_timeout: float = 5.0  # SIGTERM -> SIGKILL
+    workers: int = 2  # actuator gunicorn workers
+    ports: Ports = Ports()
+    repo_root: Path = REPO_ROOT
+    tick: float = 0.25  # workloads' reporting period (phase switches are this precise)
+    label: str = "demo"  # run directory prefix
+    policy: Mapping[str, Any] = field(default_factory=dict)  # merged over the demo policy
+
+
+@dataclass
+class Workload:
+    """A `gpu-reclaimer sim run` process the stack started."""
+
+    label: str
+    command: str  # how it looks (argv[0] name or python -m module)
+    gpu: int
+    uuid: str
+    memory: int
+    phases: str
+    managed: Managed
+    start_time: float = 0.0  # the process's start, unix seconds (as psutil sees it)
+    started: float = 0.0  # when its phase clock started (time.time() at launch)
+
+    @property
+    def pid(self) -> int:
+        return self.managed.pid
+
+    @property
+    def log(self) -> Path:
+        return self.managed.log
+
+    def alive(self) -> bool:
+        return self.managed.running()
+
+
+def find_binaries() -> dict[str, str]:
+    """Paths of prometheus and alertmanager, or StackError naming what is missing."""
+    found = {
+        "prometheus": shutil.which("prometheus"),
+        "alertmanager": shutil.which("prometheus-alertmanager") or shutil.which("alertmanager"),
+    }
+    missing = [
+        "prometheus" if name == "prometheus" else "prometheus-alertmanager"
+        for name, path in found.items()
+        if path is None
+    ]
+    if missing:
+        raise StackError(f"{' and '.join(missing)} not found on PATH; {INSTALL_HINT}")
+    return {name: str(path) for name, path in found.items()}
+
+
+def reserve_ports(requested: Mapping[str, int | None]) -> dict[str, int]:
+    """A distinct loopback port per service: the requested one if free, else any free one.
+
+    All sockets are held until every port is chosen, so two services never get the same one.
+    """
+    chosen: dict[str, int] = {}
+    held: list[socket.socket] = []
+    try:
+        for name, port in requested.items():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            try:
+                sock.bind(("127.0.0.1", port or 0))
+            except OSError as exc:
+                raise StackError(
+                    f"port {port} requested for {name} is in use on 127.0.0.1 ({exc.strerror}); "
+                    f"choose another with --{name}-port, or leave it out to use a free port"
+                ) from None
+            chosen[name] = int(sock.getsockname()[1])
+    finally:
+        for sock in held:
+            sock.close()
+    return chosen
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _gpu_reclaimer(*args: str) -> list[str]:
+    """The `gpu-reclaimer` command, run by this interpreter (works without the console script)."""
+    return [sys.executable, "-m", "exporter.cli", *args]
+
+
+class Stack:
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        self.interval = REFERENCE_EVAL_INTERVAL_S * self.options.scale
+        self.run_dir = Path()
+        self.ports: dict[str, int] = {}
+        self.services: dict[str, Managed] = {}
+        self.workloads: list[Workload] = []
+        self.sink = Sink()
+        self.token = secrets.token_urlsafe(24)
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {self.token}"
+        self._started = False
+
+    # -- paths and URLs -------------------------------------------------------------------
+
+    @property
+    def node_dir(self) -> Path:
+        return self.run_dir / "node"
+
+    @property
+    def heartbeat_dir(self) -> Path:
+        return self.run_dir / "heartbeats"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def token_file(self) -> Path:
+        return self.run_dir / "token"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.run_dir / "actuator" / "audit.jsonl"
+
+    @property
+    def actuator_config(self) -> Path:
+        return self.run_dir / "actuator" / "actuator.yml"
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Stack:
+        """Start every part and wait until each answers; on any failure stop what started."""
+        options = self.options
+        binaries = find_binaries()
+        for sub in ("deploy/prometheus.yml", "deploy/alertmanager.yml", "alert-rules"):
+            if not (options.repo_root / sub).exists():
+                raise StackError(
+                    f"{options.repo_root / sub} not found: the demo uses the repository's "
+                    "deploy/ and alert-rules/; run it from a checkout (pip install -e .)"
+                )
+        self.ports = reserve_ports({name: getattr(options.ports, name) for name in SERVICES})
+        parent = options.workdir or Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"gpu-reclaimer-{options.label}-{stamp}-",
+                                             dir=parent))  # fmt: skip
+        self._started = True
+        try:
+            self._start(binaries)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, binaries: Mapping[str, str]) -> None:
+        options = self.options
+        init_node(self.node_dir, options.gpus, parse_size(options.gpu_memory),
+                  "NVIDIA H100 80GB HBM3")  # fmt: skip
+        self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+        # Created 0600 from the start: the token is never readable by others, even briefly.
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.token + "\n")
+        self.sink.start()
+
+        self.services["exporter"] = Managed("exporter", _gpu_reclaimer(
+            "exporter", "--listen", f"127.0.0.1:{self.ports['exporter']}",
+            "--sim-dir", str(self.node_dir), "--node-name", options.node_name,
+            "--heartbeat-dir", str(self.heartbeat_dir),
+        ), self.logs_dir / "exporter.log")  # fmt: skip
+
+        self.actuator_config.parent.mkdir(parents=True, exist_ok=True)
+        self.actuator_config.write_text(
+            "# Written by actuator/demo/stack.py for this run: enforce mode on a simulated node,\n"
+            "# timings compressed like the rules. Reference: deploy/actuator.yml.\n"
+            + yaml.safe_dump(self.policy(), sort_keys=False)
+        )
+        self.services["actuator"] = Managed("actuator", _gpu_reclaimer(
+            "actuator", "--config", str(self.actuator_config),
+            "--listen", f"127.0.0.1:{self.ports['actuator']}", "--token-file", str(self.token_file),
+        ), self.logs_dir / "actuator.log")  # fmt: skip
+
+        prom_config = render_deploy(
+            options.repo_root,
+            self.run_dir / "config",
+            scale=options.scale,
+            exporters=[f"127.0.0.1:{self.ports['exporter']}"],
+            actuator=f"127.0.0.1:{self.ports['actuator']}",
+            alertmanagers=[f"127.0.0.1:{self.ports['alertmanager']}"],
+            chat_url=f"{self.sink.url}/chat",
+            token_file=self.token_file,
+            extra_scrape_configs=[{
+                "job_name": "prometheus",
+                "static_configs": [{"targets": [f"127.0.0.1:{self.ports['prometheus']}"]}],
+            }],
+        )  # fmt: skip
+        self.services["alertmanager"] = Managed("alertmanager", [
+            binaries["alertmanager"],
+            f"--config.file={prom_config.parent / 'alertmanager.yml'}",
+            f"--storage.path={self.run_dir / 'alertmanager-data'}",
+            f"--web.listen-address=127.0.0.1:{self.ports['alertmanager']}",
+            "--cluster.listen-address=",  # no gossip port: a single local instance
+            "--log.level=warn",
+        ], self.logs_dir / "alertmanager.log")  # fmt: skip
+        self.services["prometheus"] = Managed("prometheus", [
+            binaries["prometheus"],
+            f"--config.file={prom_config}",
+            f"--storage.tsdb.path={self.run_dir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{self.ports['prometheus']}",
+            "--log.level=warn",
+        ], self.logs_dir / "prometheus.log")  # fmt: skip
+
+        # Start all, then wait for each: their start-up times overlap.
+        for managed in self.services.values():
+            managed.start()
+        ready = {
+            "exporter": "/metrics",
+            "actuator": "/-/ready",
+            "alertmanager": "/-/ready",
+            "prometheus": "/-/ready",
+        }
+        for name, path in ready.items():
+            self._wait_ready(name, path)
+
+    def _wait_ready(self, name: str, path: str, timeout: float = 45.0) -> None:
+        managed = self.services[name]
+        deadline = time.monotonic() + timeout
+        while True:
+            if not managed.running():
+                raise StackError(
+                    f"{name} exited during start-up; its log ({managed.log}):\n{managed.log_tail()}"
+                )
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url(name) + path, timeout=2).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"{name} did not answer {path} within {timeout:g}s; its log "
+                    f"({managed.log}):\n{managed.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop every workload and service this stack started (idempotent)."""
+        if not self._started:
+            return
+        for workload in self.workloads:
+            workload.managed.stop(timeout=3)
+        for name in ("prometheus", "alertmanager", "actuator", "exporter"):
+            managed = self.services.get(name)
+            if managed is not None:
+                managed.stop()
+        self.sink.stop()
+        self.session.close()
+        self._started = False
+
+    # -- the actuator's policy for this run -------------------------------------------------
+
+    def policy(self) -> dict[str, Any]:
+        options = self.options
+        uid = os.geteuid()
+        base: dict[str, Any] = {
+            "mode": "enforce",
+            "defaults": {
+                "idle_for": "0s",
+                "grace": _seconds(options.grace),
+                "term_timeout": _seconds(options.term_timeout),
+                "kill_timeout": "5s",
+                "release_timeout": "5s",
+            },
+            # The rules guarantee >= window + for of quiet logs at firing (24 s at 1/15); the
+            # live re-check's log threshold is scaled the same way (5m x scale).
+            "idle": {"log_quiet_for": format_duration(max(300 * options.scale, 2 * self.interval))},
+            # Lowered only as far as the user running the demo needs: tests and CI run as
+            # root. Only processes listed on the *simulated* GPUs can ever be targeted.
+            "protect": {
+                "protect_root": uid != 0,
+                "protected_uid_below": min(1000, uid),
+            },
+            # The demo's cast is idle on purpose and reclaims several jobs in a minute.
+            "limits": {"terminations_per_node_per_hour": 1000, "terminations_per_minute": 100},
+            "breaker": {"min_flagged": 1000},
+            "node": {"name": options.node_name, "sim_dir": str(self.node_dir)},
+            "notifier": {"webhook": {"url": f"{self.sink.url}/notice", "timeout": "2s"}},
+            "server": {
+                "listen": f"127.0.0.1:{self.ports['actuator']}",
+                "workers": options.workers,
+                "token_file": str(self.token_file),
+            },
+            "storage": {
+                "database": str(self.run_dir / "actuator" / "actuator.db"),
+                "audit_log": str(self.audit_log),
+            },
+            "reconciler": {"interval": "0.25s", "lease_ttl": "5s"},
+        }
+        return _merge(base, options.policy)
+
+    # -- workloads ------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        label: str,
+        *,
+        phases: str,
+        gpu: int = 0,
+        memory: str = "4GiB",
+        name: str | None = None,
+        module: str | None = None,
+        heartbeat: bool = False,
+        ignore_sigterm: bool = False,
+        cpu: bool = False,
+        children: int = 0,
+        log: bool = True,
+        wait: bool = True,
+    ) -> Workload:
+        """Start `gpu-reclaimer sim run` on this node. Its stdout is its log file (the log the
+        exporter and actuator watch); `log=False` sends it to /dev/null: no log at all."""
+        args = [
+            "sim", "run", "--dir", str(self.node_dir), "--gpu", str(gpu), "--memory", memory,
+            "--phases", phases, "--tick", _seconds(self.options.tick),
+        ]  # fmt: skip
+        if name:
+            args += ["--name", name]
+        if module:
+            args += ["--module", module]
+        if heartbeat:
+            args += ["--heartbeat", "--heartbeat-dir", str(self.heartbeat_dir)]
+        if ignore_sigterm:
+            args.append("--ignore-sigterm")
+        if cpu:
+            args.append("--cpu")
+        if children:
+            args += ["--children", str(children)]
+        slug = "".join(c if c.isalnum() else "-" for c in label.lower())
+        output = self.logs_dir / "workloads" / f"{slug}.log" if log else Path(os.devnull)
+        managed = Managed(label, _gpu_reclaimer(*args), output, reap=True)
+        workload = Workload(
+            label=label,
+            command=name or (f"python -m {module}" if module else "sim run"),
+            gpu=gpu,
+            uuid=load_node(self.node_dir).gpus[gpu].uuid,
+            memory=parse_size(memory),
+            phases=phases,
+            managed=managed,
+        )
+        workload.started = time.time()
+        managed.start()
+        self.workloads.append(workload)
+        with contextlib.suppress(psutil.Error):
+            workload.start_time = psutil.Process(managed.pid).create_time()
+        if wait:
+            self.wait_for(
+                lambda: any(p.pid == managed.pid for p in read_procs(self.node_dir)),
+                timeout=20,
+                what=f"workload {label!r} to report on the simulated GPU",
+            )
+        return workload
+
+    # -- faults and services (for tests) ----------------------------------------------------
+
+    def fault(self, *args: str) -> None:
+        """`gpu-reclaimer sim fault NODE ARGS` (e.g. "--nvml-missing", "on")."""
+        subprocess.run(
+            _gpu_reclaimer("sim", "fault", str(self.node_dir), *args),
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+
+    def kill_service(self, name: str) -> None:
+        self.services[name].kill()
+
+    def restart_service(self, name: str) -> None:
+        managed = self.services[name]
+        managed.stop()
+        managed.start()
+        self._wait_ready(name, "/metrics" if name == "exporter" else "/-/ready")
+
+    # -- small API clients ------------------------------------------------------------------
+
+    def actuator_api(self, path: str, **params: Any) -> Any:
+        response = self.session.get(self.url("actuator") + path, params=params, timeout=5)
+        response.raise_for_status()
+        return response.json()
+
+    def prometheus_api(self, path: str, **params: Any) -> Any:
+        response = requests.get(self.url("prometheus") + path, params=params, timeout=5)
+        response.raise_for_status()
+        body = response.json()
+        if body.get("status") != "success":
+            raise ValueError(f"{path}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return list(self.prometheus_api("/api/v1/query", query=expr)["result"])
+
+    def wait_scraped(self, timeout: float = 30.0) -> None:
+        """Until Prometheus has scraped the exporter successfully (the loop is closed)."""
+        self.wait_for(
+            lambda: self.query('up{job="gpu-exporter"} == 1'),
+            timeout=timeout,
+            what="Prometheus to scrape the exporter",
+        )
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(requests.RequestException, ValueError, OSError):
+                value = predicate()
+                if value:
+                    return value
+            if time.monotonic() > deadline:
+                raise StackError(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(0.2)
+
+    def where_to_look(self) -> list[tuple[str, str]]:
+        """(what, where) lines for the user."""
+        return [
+            ("Prometheus (alerts, rules)", self.url("prometheus") + "/alerts"),
+            ("Alertmanager", self.url("alertmanager")),
+            ("actuator API", self.url("actuator") + "/api/v1/cases"),
+            ("actuator token", f"{self.token}  (file {self.token_file})"),
+            ("audit log", str(self.audit_log)),
+            ("exporter", self.url("exporter") + "/metrics"),
+            ("run directory (logs, configs)", str(self.run_dir)),
+        ]

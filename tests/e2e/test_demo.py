@@ -1,0 +1,47 @@
+"""`gpu-reclaimer demo --check`: the demo's own cast, start to finish, as a user runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import gpu_reclaimer_command
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def test_demo_check_reaches_every_expected_outcome(system_tools: None, tmp_path: Path) -> None:
+    command = [*gpu_reclaimer_command(), "demo", "--check", "--timeout", "150",
+               "--workdir", str(tmp_path)]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        output, _ = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            # SIGTERM lets the demo stop what it started; then nothing of it may remain.
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "demo check passed" in text, text
+    for outcome in ("✓ untouched", "✓ reclaimed", "✓ protected", "✓ killed"):
+        assert outcome in text, text
+    # Every service and workload it started is gone, and their logs are kept.
+    (run_dir,) = tmp_path.iterdir()
+    assert {p.name for p in (run_dir / "logs").iterdir()} >= {"exporter.log", "actuator.log"}
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert leftovers == [], leftovers
