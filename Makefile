@@ -54,6 +54,7 @@ demo: setup
 bench: setup
 	$(BIN)/python benchmarks/exporter_scrape.py
 	$(BIN)/python benchmarks/actuator_webhook.py
+	$(BIN)/python benchmarks/e2e_latency.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
