@@ -54,6 +54,8 @@ def run_layout(gpus: int, per_gpu: int, scrapes: int, interval: float) -> dict[s
     exporter = None
     try:
         print(f"  starting {gpus * per_gpu} workload processes ...", flush=True)
+        # A shared log file behind stdout/stderr, as batch jobs have: log series for everyone.
+        log = open(workdir / "workloads.log", "w")  # noqa: SIM115 - lives as long as they do
         phases = ("busy", "idle", "load=1h,busy")
         for gpu in range(gpus):
             for i in range(per_gpu):
@@ -61,7 +63,8 @@ def run_layout(gpus: int, per_gpu: int, scrapes: int, interval: float) -> dict[s
                     subprocess.Popen(
                         command("sim", "run", "--dir", str(node), "--gpu", str(gpu),
                                 "--memory", "1GiB", "--phases", phases[i % 3], "--tick", "1"),
-                        stdout=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
                     )
                 )  # fmt: skip
         deadline = time.monotonic() + 300

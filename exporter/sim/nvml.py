@@ -19,12 +19,12 @@ import pynvml
 from exporter.procfs import start_ticks
 from exporter.sim.state import (
     Faults,
+    ProcFileCache,
     ProcState,
     SimGpu,
     SimNode,
     load_faults,
     load_node,
-    read_procs,
 )
 
 SNAPSHOT_TTL_SECONDS = 0.2  # like the driver, state is sampled, not read on every call
@@ -59,6 +59,7 @@ class SimulatedNvml:
         self._initialised = 0
         self._lock = threading.Lock()
         self._snapshot: _Snapshot | None = None
+        self._proc_files = ProcFileCache(self.directory)
 
     # Constants, structs and error classes come from the real module.
     def __getattr__(self, name: str) -> Any:
@@ -77,7 +78,7 @@ class SimulatedNvml:
             faults = load_faults(self.directory)
             live: list[ProcState] = []
             leaked: dict[int, int] = {}
-            for state in read_procs(self.directory):
+            for state in self._proc_files.read():
                 if start_ticks(state.pid) == state.start_ticks:
                     live.append(state)
                 elif node.leak_on_exit:

@@ -146,6 +146,40 @@ def write_proc(directory: Path, state: ProcState) -> None:
     write_json_atomic(proc_path(directory, state.pid), asdict(state))
 
 
+class ProcFileCache:
+    """read_procs() that re-parses only files changed since the last call (by mtime, size).
+
+    The simulated driver reads every process file per snapshot; most did not change.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.folder = str(directory / PROCS_DIR)
+        self._parsed: dict[str, tuple[int, int, ProcState]] = {}
+
+    def read(self) -> list[ProcState]:
+        try:
+            entries = list(os.scandir(self.folder))
+        except FileNotFoundError:
+            return []
+        parsed: dict[str, tuple[int, int, ProcState]] = {}
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            try:
+                stat = entry.stat()
+                cached = self._parsed.get(entry.name)
+                if cached and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+                    parsed[entry.name] = cached
+                    continue
+                with open(entry.path, "rb") as handle:
+                    state = ProcState(**json.loads(handle.read()))
+            except (OSError, ValueError, TypeError):
+                continue
+            parsed[entry.name] = (stat.st_mtime_ns, stat.st_size, state)
+        self._parsed = parsed
+        return [state for _, _, state in parsed.values()]
+
+
 def read_procs(directory: Path) -> list[ProcState]:
     """Every process file, skipping ones that vanish or are unreadable mid-read."""
     states = []
