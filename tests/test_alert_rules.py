@@ -23,9 +23,11 @@ RULE_FILES = sorted(RULES_DIR.glob("*.rules.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yml"))
 
 RECLAIMABLE = {"GpuProcessIdle", "GpuProcessStalled"}
-ALL_ALERTS = RECLAIMABLE | {"GpuMemoryOrphaned", "GpuExporterDown", "GpuNvmlDown"}
-# What the actuator and chat need on every per-process alert (labels, not annotations).
-PROCESS_LABELS = {"node", "gpu", "uuid", "pid", "user", "command", "project"}
+ACTUATOR_ALERTS = {"GpuReclaimFailed", "GpuReclaimerCircuitBreakerOpen", "GpuReclaimerActuatorDown"}
+ALL_ALERTS = RECLAIMABLE | ACTUATOR_ALERTS | {"GpuMemoryOrphaned", "GpuExporterDown", "GpuNvmlDown"}
+# What the actuator and chat need on every per-process alert (labels, not annotations);
+# start_time lets the actuator tell the flagged process from a later one with the same PID.
+PROCESS_LABELS = {"node", "gpu", "uuid", "pid", "start_time", "user", "command", "project"}
 
 
 def run(command: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
