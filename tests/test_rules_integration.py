@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from actuator.ruleset import render_deploy
 from tests.helpers.prom import (
+    background,
     firing_alerts,
     free_port,
     query,
@@ -38,21 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 SCALE = 1 / 15
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@contextlib.contextmanager
-def background(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a command in its own session; kill that session afterwards."""
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 def test_idle_and_hung_workloads_fire_and_the_others_stay_silent(tmp_path: Path) -> None:
