@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,14 @@ def read_token(config: ActuatorConfig, token_file: str | None = None) -> str:
             "no API token: set server.token_file, --token-file or $GPU_RECLAIMER_TOKEN"
         )
     return token
+
+
+def merge_config(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -38,8 +38,10 @@ import pytest
 import requests
 import yaml
 
+from actuator.config import merge_config
 from actuator.ruleset import render_deploy
 from exporter.sim.state import init_node, load_node, read_procs
+from tests.actuator.settings import FAST_POLICY
 from tests.helpers.prom import (
     Server,
     api_response,
@@ -297,25 +299,13 @@ class Stack:
 def _actuator_config(work: Path, node_dir: Path, port: int) -> Path:
     token = work / "token"
     token.write_text(TOKEN + "\n")
-    config = {
-        "mode": "enforce",
-        "defaults": {
-            "grace": "0.5s",
-            "term_timeout": "2s",
-            "kill_timeout": "3s",
-            "release_timeout": "3s",
-        },
-        "idle": {"cpu_window": "0.3s", "log_quiet_for": "1s", "sm_window": "1s"},
-        # The suite may run as root: lower the protection the shipped default gives root.
-        "protect": {"protect_root": False, "protected_uid_below": 0},
-        "breaker": {"min_flagged": 1000},
-        "reconciler": {"interval": "0.1s", "lease_ttl": "2s"},
+    overrides = {
         "node": {"name": NODE, "sim_dir": str(node_dir)},
         "server": {"listen": f"127.0.0.1:{port}", "token_file": str(token), "workers": 1},
         "storage": {"database": str(work / "actuator.db"), "audit_log": str(work / "audit.jsonl")},
     }
     path = work / "actuator.yml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(merge_config(FAST_POLICY, overrides)))
     return path
 
 

@@ -32,6 +32,7 @@ import psutil
 import requests
 import yaml
 
+from actuator.config import merge_config
 from actuator.demo.procs import Managed
 from actuator.demo.sink import Sink
 from actuator.ruleset import REFERENCE_EVAL_INTERVAL_S, format_duration, render_deploy
@@ -143,16 +144,6 @@ def reserve_ports(requested: Mapping[str, int | None]) -> dict[str, int]:
         for sock in held:
             sock.close()
     return chosen
-
-
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _seconds(value: float) -> str:
@@ -381,7 +372,7 @@ class Stack:
             },
             "reconciler": {"interval": "0.25s", "lease_ttl": "5s"},
         }
-        return _merge(base, options.policy)
+        return merge_config(base, options.policy)
 
     # -- workloads ------------------------------------------------------------------------
 

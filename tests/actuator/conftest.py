@@ -21,38 +21,13 @@ import pytest
 import requests
 import yaml
 
+from actuator.config import merge_config
 from exporter.sim.state import load_node, read_procs
+from tests.actuator.settings import FAST_POLICY
 from tests.support import gpu_reclaimer_command, wait_until
 
 NODE = "sim-node"
 TOKEN = "test-token-0123456789"
-
-# Fast timings for the suite; the shipped defaults are tested in test_policy.py.
-FAST_POLICY: dict[str, Any] = {
-    "mode": "enforce",
-    "defaults": {
-        "grace": "0.5s",
-        "term_timeout": "2s",
-        "kill_timeout": "3s",
-        "release_timeout": "3s",
-    },
-    "idle": {"cpu_window": "0.3s", "log_quiet_for": "1s", "sm_window": "1s"},
-    # Tests run as root: lower the protection explicitly (the shipped default protects root).
-    "protect": {"protect_root": False, "protected_uid_below": 0},
-    "limits": {"terminations_per_node_per_hour": 100, "terminations_per_minute": 100},
-    "breaker": {"min_flagged": 1000},
-    "reconciler": {"interval": "0.1s", "lease_ttl": "2s"},
-}
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 @dataclass
@@ -179,7 +154,7 @@ class Actuator:
         self.url = f"http://127.0.0.1:{self.port}"
         token_file = workdir / "token"
         token_file.write_text(TOKEN + "\n")
-        config = _merge(
+        config = merge_config(
             {
                 "node": {"name": NODE, "sim_dir": str(sim_dir)},
                 "server": {"listen": f"127.0.0.1:{self.port}", "token_file": str(token_file)},
@@ -188,7 +163,7 @@ class Actuator:
                     "audit_log": str(workdir / "audit.jsonl"),
                 },
             },
-            _merge(FAST_POLICY, policy),
+            merge_config(FAST_POLICY, policy),
         )
         self.config_file = workdir / "actuator.yml"
         self.config_file.write_text(yaml.safe_dump(config))
