@@ -6,7 +6,14 @@ import argparse
 import logging
 from typing import Any
 
-from actuator.config import DEFAULT_PORT, ConfigError, load_config, read_token
+from actuator.config import (
+    DEFAULT_PORT,
+    ConfigError,
+    idle_thresholds,
+    load_config,
+    load_projects,
+    read_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,8 @@ def run_actuator(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         token = read_token(config, args.token_file)
+        idle_thresholds(config)
+        load_projects(config)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2

@@ -12,6 +12,9 @@ import yaml
 from pydantic import Field, ValidationError
 
 from actuator.policy import Duration, Policy, Size, Strict
+from exporter.identity import ProjectMapping, ProjectMappingError
+from exporter.thresholds import SHIPPED, Thresholds, ThresholdsError
+from exporter.thresholds import load as load_thresholds
 
 DEFAULT_PORT = 9836
 
@@ -32,8 +35,15 @@ class Storage(Strict):
 
 
 class NodeConfig(Strict):
+    """The node this actuator acts on, and where its evidence lives: the same settings the
+    node's exporter has, so the re-check reads what the rules saw."""
+
     name: str = Field(default_factory=socket.gethostname, min_length=1)
     sim_dir: str | None = None
+    heartbeat_dir: str | None = "/run/gpu-reclaimer/heartbeats"
+    log_globs: tuple[str, ...] = ()
+    projects_file: str | None = Field(None, description="the exporter's project mapping")
+    nvml_timeout: Duration = Field(2.0, gt=0, le=2.0, description="a re-check waits no longer")
 
 
 class WebhookNotifier(Strict):
@@ -103,6 +113,26 @@ def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
         for err in exc.errors(include_url=False, include_input=False):
             lines.append(f"  {_where(tuple(err['loc']), data)}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def idle_thresholds(config: ActuatorConfig) -> Thresholds:
+    """The rules' thresholds: from idle.rules_file, else the shipped rules' values."""
+    if config.idle.rules_file is None:
+        return SHIPPED
+    try:
+        return load_thresholds(config.idle.rules_file)
+    except ThresholdsError as exc:
+        raise ConfigError(f"idle.rules_file: {exc}") from None
+
+
+def load_projects(config: ActuatorConfig) -> ProjectMapping | None:
+    """The exporter's project mapping (node.projects_file), or None."""
+    if config.node.projects_file is None:
+        return None
+    try:
+        return ProjectMapping.load(config.node.projects_file)
+    except ProjectMappingError as exc:
+        raise ConfigError(f"node.projects_file: {exc}") from None
 
 
 def read_token(config: ActuatorConfig, token_file: str | None = None) -> str:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from actuator.models import Case, Member, State
-from actuator.node import LiveState
+from actuator.models import Case, LiveState, Member, State
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode
+from exporter.thresholds import SHIPPED, Thresholds
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 
@@ -59,79 +59,94 @@ def is_stalled_class(alertname: str) -> bool:
     return alertname in STALLED_ALERTS
 
 
-def check_identity(case: Case, live: LiveState, tolerance: float) -> Decision | None:
-    """Refuse or cancel unless the live process is the case's process, unprotected."""
+def check_identity(case: Case, live: LiveState) -> Decision | None:
+    """Refuse or cancel unless the live process is the case's process, unprotected.
+
+    Same process = same boot id and start ticks (exactly: the rule dedup uses too)."""
     if not live.exists:
-        return move(State.CANCELLED, "process_exited", "the process exited by itself")
-    if live.start_time is None or live.uid is None:
+        detail = f" ({'; '.join(live.errors)})" if live.errors else ""
+        return move(State.CANCELLED, "process_exited", f"the process exited by itself{detail}")
+    if live.start_ticks is None or live.uid is None or live.boot_id is None:
         detail = "; ".join(live.errors) or "unreadable"
         return move(State.REFUSED, "unknown_evidence", f"cannot read the process: {detail}")
-    if abs(live.start_time - case.start_time) > tolerance:
+    if live.boot_id != case.boot_id:
         return move(
             State.REFUSED,
             "identity_mismatch",
-            f"pid {case.pid} now belongs to a process started at {live.start_time:.3f}, "
-            f"not {case.start_time:.3f} (PID reused)",
+            f"the node booted again (boot id {live.boot_id}, the alert's {case.boot_id})",
+        )
+    if live.start_ticks != case.start_ticks:
+        return move(
+            State.REFUSED,
+            "identity_mismatch",
+            f"pid {case.pid} now belongs to a process started at tick {live.start_ticks}, "
+            f"not {case.start_ticks} (PID reused)",
         )
     if case.uid is not None and live.uid != case.uid:
         return move(
             State.REFUSED, "identity_mismatch", f"uid is {live.uid}, the alert said {case.uid}"
-        )
-    if live.start_time >= case.starts_ts:
-        return move(
-            State.REFUSED,
-            "identity_mismatch",
-            "the process started after the alert's episode began",
         )
     if live.protected is not None:
         return move(State.REFUSED, "protected", f"protected: {live.protected}")
     return None
 
 
-def check_idle(case: Case, live: LiveState, idle: Idle, now: float) -> Decision | None:
+def check_idle(
+    case: Case, live: LiveState, idle: Idle, now: float, limits: Thresholds = SHIPPED
+) -> Decision | None:
     """Cancel on live activity, refuse on unknown evidence; None when idle is confirmed
-    so far. Also rolls the CPU sample forward (in `updates`)."""
+    so far. The thresholds are the rules' own (exporter/thresholds.py)."""
     if live.gpu_found is False:
         return move(State.REFUSED, "unknown_evidence", f"GPU {case.uuid} not found on the node")
     if live.on_gpu is None or live.gpu_memory_bytes is None:
         detail = "; ".join(live.errors) or "unknown"
         return move(State.REFUSED, "unknown_evidence", f"GPU evidence unknown: {detail}")
     if not live.on_gpu:
-        return move(State.CANCELLED, "released", "the process no longer holds memory on the GPU")
+        return move(
+            State.CANCELLED, "released", "the process itself no longer holds memory on the GPU"
+        )
     baseline = case.gpu_memory_bytes
-    if baseline is not None and live.gpu_memory_bytes > baseline + idle.memory_growth_bytes:
+    if baseline is not None and live.gpu_memory_bytes > baseline + limits.max_memory_growth_bytes:
         return move(
             State.CANCELLED,
             "activity",
             f"GPU memory grew from {baseline} to {live.gpu_memory_bytes} bytes",
         )
-    if live.log_mtime is not None and now - live.log_mtime < idle.log_quiet_for:
+    last = live.last_activity
+    if last is not None and now - last < idle.log_quiet_for:
+        source = "heartbeat" if last == live.heartbeat else "log"
         return move(
             State.CANCELLED,
             "activity",
-            f"log written {now - live.log_mtime:.1f}s ago (quiet for {idle.log_quiet_for}s "
-            "required)",
+            f"{source} written {now - last:.1f}s ago (quiet for {idle.log_quiet_for:g}s required)",
         )
     if is_stalled_class(case.alertname):
+        if last is None:
+            return move(
+                State.REFUSED,
+                "unknown_evidence",
+                "a Stalled alert, but the process has no heartbeat or log to be stale",
+            )
         return None  # a hang can read 100 % util and spin CPU: staleness + memory suffice
     if live.sm_util is None:
+        why = live.util_unknown or "unsupported or NVML error"
         return move(
-            State.REFUSED,
-            "unknown_evidence",
-            "per-process SM utilisation is unknown (unsupported or NVML error)",
+            State.REFUSED, "unknown_evidence", f"per-process SM utilisation is unknown ({why})"
         )
-    if live.sm_util > idle.max_sm_util:
+    if live.sm_util > limits.max_sm_util:
         return move(
             State.CANCELLED,
             "activity",
-            f"SM utilisation {live.sm_util:.0%} > {idle.max_sm_util:.0%}",
+            f"SM utilisation {live.sm_util:.0%} > {limits.max_sm_util:.0%}",
         )
     if live.cpu_seconds is None:
         return move(State.REFUSED, "unknown_evidence", "process-tree CPU time unknown")
     return None
 
 
-def roll_cpu(case: Case, live: LiveState, idle: Idle) -> tuple[Decision | None, dict[str, Any]]:
+def roll_cpu(
+    case: Case, live: LiveState, idle: Idle, limits: Thresholds = SHIPPED
+) -> tuple[Decision | None, dict[str, Any]]:
     """CPU rate of the process tree over windows of at least `cpu_window` seconds."""
     assert live.cpu_seconds is not None
     if case.cpu_seconds is None or case.cpu_at is None or live.cpu_seconds < case.cpu_seconds:
@@ -141,11 +156,11 @@ def roll_cpu(case: Case, live: LiveState, idle: Idle) -> tuple[Decision | None, 
         return None, {}
     rate = (live.cpu_seconds - case.cpu_seconds) / dt
     updates = {"cpu_seconds": live.cpu_seconds, "cpu_at": live.sampled_at, "cpu_rate": rate}
-    if rate > idle.max_cpu_cores:
+    if rate > limits.max_cpu_cores:
         return move(
             State.CANCELLED,
             "activity",
-            f"process tree used {rate:.2f} CPU cores over {dt:.1f}s (> {idle.max_cpu_cores})",
+            f"process tree used {rate:.2f} CPU cores over {dt:.1f}s (> {limits.max_cpu_cores})",
             **updates,
         ), updates
     return None, updates
@@ -184,6 +199,7 @@ def decide_live(
     limits: Limits,
     guard: Guard,
     now: float,
+    thresholds: Thresholds = SHIPPED,
 ) -> Decision:
     """Next step for a case that has not been signalled (pending, notified, snoozed)."""
     if guard.unresolved == 0:
@@ -194,12 +210,12 @@ def decide_live(
         return move(
             State.PENDING, "snooze_expired", "the snooze expired", cpu_seconds=None, cpu_rate=None
         )
-    problem = check_identity(case, live, idle.start_time_tolerance)
+    problem = check_identity(case, live)
     if problem is not None:
         return problem
     if eff.protected:
         return move(State.REFUSED, "protected", f"protected by policy rule {eff.rule}")
-    problem = check_idle(case, live, idle, now)
+    problem = check_idle(case, live, idle, now, thresholds)
     if problem is not None:
         return problem
     samples: dict[str, Any] = {}
@@ -208,7 +224,7 @@ def decide_live(
     if case.uid is None:
         samples["uid"] = live.uid
     if not is_stalled_class(case.alertname):
-        problem, cpu = roll_cpu(case, live, idle)
+        problem, cpu = roll_cpu(case, live, idle, thresholds)
         if problem is not None:
             return problem
         samples.update(cpu)

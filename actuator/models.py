@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from exporter.procfs import PID_MAX_LIMIT
 
 MAX_ALERTS = 10_000
 RECLAIMABLE_LABEL = ("reclaim", "true")
@@ -75,48 +78,175 @@ LIVE_STATES = frozenset(
 SIGNALLED_STATES = frozenset({State.TERMINATING, State.KILLING})
 
 
+# Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and
+# other Unicode digits (full-width "12" is 12 to int()), so a forged label could name a PID.
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z/-]{1,90}")
+MAX_UID = 2**32 - 2  # 2**32-1 is (uid_t)-1, "no uid"
+MAX_START_TICKS = 2**63 - 1
+
+
+def parse_decimal(text: str | None, low: int, high: int) -> int | None:
+    """An ASCII decimal integer within [low, high], else None (pure; never raises)."""
+    if text is None or not _DECIMAL.fullmatch(text):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
 @dataclass(frozen=True)
 class Target:
-    """What a case acts on: (node, pid, process start time, gpu uuid)."""
+    """What a case acts on. Identity is (node, boot id, pid, start ticks, gpu uuid): start
+    ticks since boot do not move when the wall clock steps, and the boot id tells a PID of
+    this boot from the same number of an earlier one. `start_time` is for humans."""
 
     node: str
     pid: int
-    start_time: float
+    start_ticks: int
+    boot_id: str
     uuid: str
+    start_time: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, int, int, str]:
+        """The one rule for "same process": dedup and the identity check both use it."""
+        return (self.node, self.boot_id, self.pid, self.start_ticks, self.uuid)
 
 
 @dataclass(frozen=True)
 class Member:
-    """One process of a target's tree, pinned by its start time."""
+    """One process of a target's tree, pinned by its start ticks."""
 
     pid: int
-    start_time: float
+    start_ticks: int
     uid: int | None = None
 
 
-def parse_target(labels: dict[str, str], annotations: dict[str, str]) -> Target | str:
-    """The target named by an alert, or the reason it names none (pure)."""
+@dataclass(frozen=True)
+class Excluded:
+    """A process of the target's tree that is never signalled, and why."""
+
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    pid: int
+    signal: str
+    sent: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What a re-check saw; None means unknown (never treated as idle)."""
+
+    sampled_at: float
+    exists: bool
+    start_ticks: int | None = None
+    boot_id: str | None = None
+    start_time: float | None = None  # wall clock, for humans
+    uid: int | None = None
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    namespace: str = ""  # from the node: cgroup / pod, never from the alert
+    project: str = ""  # from the node's project mapping, never from the alert
+    command: str = ""
+    protected: str | None = None
+    gpu_found: bool | None = None
+    on_gpu: bool | None = None  # the target itself is listed on the GPU
+    gpu_memory_bytes: int | None = None  # held by the target and its signalled members
+    sm_util: float | None = None
+    util_unknown: str = ""  # why sm_util is None, when it is
+    cpu_seconds: float | None = None
+    log_mtime: float | None = None
+    heartbeat: float | None = None
+    members: tuple[Member, ...] = ()
+    excluded: tuple[Excluded, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    @property
+    def last_activity(self) -> float | None:
+        """Latest heartbeat or log write; None when the process has neither."""
+        stamps = [t for t in (self.log_mtime, self.heartbeat) if t is not None]
+        return max(stamps) if stamps else None
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "exists": self.exists,
+            "start_ticks": self.start_ticks,
+            "boot_id": self.boot_id,
+            "start_time": self.start_time,
+            "uid": self.uid,
+            "user": self.user,
+            "namespace": self.namespace,
+            "project": self.project,
+            "command": self.command,
+            "protected": self.protected,
+            "on_gpu": self.on_gpu,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "sm_util": self.sm_util,
+            "util_unknown": self.util_unknown or None,
+            "cpu_seconds": self.cpu_seconds,
+            "log_mtime": self.log_mtime,
+            "heartbeat": self.heartbeat,
+            "members": [m.pid for m in self.members],
+            "excluded": [e.__dict__ for e in self.excluded],
+            "errors": list(self.errors),
+        }
+
+
+def parse_target(
+    labels: dict[str, str], annotations: dict[str, str], *, pid_max: int = PID_MAX_LIMIT
+) -> Target | str:
+    """The target named by an alert, or the reason it names none (pure; never raises)."""
 
     def get(key: str) -> str | None:
         return labels.get(key) or annotations.get(key) or None
 
-    node, pid_text, uuid = get("node"), get("pid"), get("uuid")
+    node, uuid = get("node"), get("uuid")
+    pid_text, ticks_text, boot = get("pid"), get("start_ticks"), get("boot_id")
     start_text = get("start_time") or get("process_start_time")
-    if not node:
-        return "alert has no node label"
-    if not uuid:
-        return "alert has no uuid label"
-    if not pid_text or not pid_text.isdigit() or not 1 <= int(pid_text) < 2**22:
-        return f"alert has no valid pid label: {pid_text!r}"
-    if not start_text:
-        return "alert has no start_time (label or annotation)"
-    try:
-        start_time = float(start_text)
-    except ValueError:
-        return f"alert start_time is not a number: {start_text!r}"
-    if not math.isfinite(start_time) or start_time <= 0:
-        return f"alert start_time is not a timestamp: {start_text!r}"
-    return Target(node=node, pid=int(pid_text), start_time=start_time, uuid=uuid)
+    if not node or len(node) > 253:
+        return "alert has no valid node label"
+    if not uuid or not _UUID.fullmatch(uuid):
+        return f"alert has no valid uuid label: {_shown(uuid)}"
+    pid = parse_decimal(pid_text, 2, pid_max - 1)
+    if pid is None:
+        return f"alert has no valid pid label (ASCII decimal, 2..{pid_max - 1}): {_shown(pid_text)}"
+    ticks = parse_decimal(ticks_text, 1, MAX_START_TICKS)
+    if ticks is None:
+        return (
+            f"alert has no valid start_ticks label: {_shown(ticks_text)} (the rules must join "
+            "gpu_process_info's start_ticks and boot_id)"
+        )
+    if not boot or not _BOOT_ID.fullmatch(boot):
+        return f"alert has no valid boot_id label: {_shown(boot)}"
+    start_time = 0.0
+    if start_text is not None:
+        try:
+            start_time = float(start_text)
+        except ValueError:
+            return f"alert start_time is not a number: {_shown(start_text)}"
+        if not math.isfinite(start_time) or start_time <= 0:
+            return f"alert start_time is not a timestamp: {_shown(start_text)}"
+    return Target(node, pid, ticks, boot, uuid, start_time)
+
+
+def parse_uid_label(text: str | None) -> int | str | None:
+    """None when absent, the uid, or a reason string when present but invalid."""
+    if text is None or text == "":
+        return None
+    uid = parse_decimal(text, 0, MAX_UID)
+    return (
+        uid if uid is not None else f"alert uid label is not a uid (0..{MAX_UID}): {_shown(text)}"
+    )
+
+
+def _shown(text: str | None) -> str:
+    return repr(text[:64]) if text is not None else "missing"
 
 
 @dataclass
@@ -130,6 +260,8 @@ class Case:
     pid: int
     start_time: float
     uuid: str
+    start_ticks: int
+    boot_id: str
     alertname: str
     fingerprint: str
     starts_ts: float
@@ -160,7 +292,9 @@ class Case:
 
     @property
     def target(self) -> Target:
-        return Target(self.node, self.pid, self.start_time, self.uuid)
+        return Target(
+            self.node, self.pid, self.start_ticks, self.boot_id, self.uuid, self.start_time
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +309,8 @@ class Case:
                 "node": self.node,
                 "pid": self.pid,
                 "start_time": self.start_time,
+                "start_ticks": self.start_ticks,
+                "boot_id": self.boot_id,
                 "uuid": self.uuid,
             },
             "user": self.user,

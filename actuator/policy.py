@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
@@ -57,15 +58,24 @@ class Defaults(Strict):
 
 
 class Idle(Strict):
-    """Thresholds of the live re-check (DESIGN §3)."""
+    """Windows of the live re-check. The thresholds themselves (util, CPU, memory growth)
+    are the rules' own: read from `rules_file`, else the shipped rules' values."""
 
-    max_sm_util: float = Field(0.05, ge=0, le=1)
+    rules_file: str | None = Field(None, description="the alert rules Prometheus evaluates")
     sm_window: Duration = Field(10.0, gt=0)
-    max_cpu_cores: float = Field(0.05, ge=0)
     cpu_window: Duration = Field(1.0, gt=0)
     log_quiet_for: Duration = Field(300.0, ge=0)
-    memory_growth_bytes: Size = Field(64 * 2**20, ge=0)
-    start_time_tolerance: Duration = Field(1.0, ge=0)
+
+
+def _check_patterns(value: tuple[str, ...], key: str) -> tuple[str, ...]:
+    for index, pattern in enumerate(value):
+        if not pattern.strip():
+            raise ValueError(f"{key}[{index}] is empty")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{key}[{index}] {pattern!r}: {exc}") from None
+    return value
 
 
 class Protect(Strict):
@@ -73,30 +83,51 @@ class Protect(Strict):
     protected_uid_below: int = Field(1000, ge=0)
     users: tuple[str, ...] = ()
     commands: tuple[str, ...] = Field(DEFAULT_PROTECTED_COMMANDS, min_length=1)
+    extra_commands: tuple[str, ...] = ()
 
     @field_validator("commands")
     @classmethod
-    def _compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for index, pattern in enumerate(value):
-            if not pattern.strip():
-                raise ValueError(f"commands[{index}] is empty")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"commands[{index}] {pattern!r}: {exc}") from None
-        return value
+    def _commands(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_patterns(value, "commands")
+
+    @field_validator("extra_commands")
+    @classmethod
+    def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_patterns(value, "extra_commands")
+
+    @property
+    def effective_commands(self) -> tuple[str, ...]:
+        return (*self.commands, *self.extra_commands)
 
 
 class Match(Strict):
-    """A project matches when any listed value matches (users OR groups OR ...)."""
+    """Which processes a project rule is for. The rule *applies* when any node fact
+    matches: the process's user, a unix group, its container namespace or the project
+    the node's mapping gives it. Alert labels (`labels`: the alert's `project` label,
+    `namespaces`: its `namespace` label) are claims: a rule they match may only make the
+    decision safer, never select enforcement."""
 
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ()
+    projects: tuple[str, ...] = Field((), description="project names of the node's mapping")
     labels: tuple[str, ...] = Field((), description="values of the alert's `project` label")
 
     def is_empty(self) -> bool:
-        return not (self.users or self.groups or self.namespaces or self.labels)
+        return not (self.users or self.groups or self.namespaces or self.projects or self.labels)
+
+    def matches_facts(self, facts: Facts) -> bool:
+        return (
+            (facts.user is not None and facts.user in self.users)
+            or any(g in self.groups for g in facts.groups)
+            or (bool(facts.namespace) and facts.namespace in self.namespaces)
+            or (bool(facts.project) and facts.project in self.projects)
+        )
+
+    def matches_claims(self, claims: Claims) -> bool:
+        return (bool(claims.project) and claims.project in self.labels) or (
+            bool(claims.namespace) and claims.namespace in self.namespaces
+        )
 
 
 class ProjectRule(Timing):
@@ -149,41 +180,80 @@ class Effective(Strict):
     release_timeout: float
 
 
-def resolve(
-    policy: Policy,
-    *,
-    user: str | None,
-    groups: tuple[str, ...],
-    namespace: str | None,
-    project_label: str | None,
-) -> Effective:
-    """The first matching project rule, merged over the defaults (pure)."""
+@dataclass(frozen=True)
+class Facts:
+    """What the node itself says about the process."""
+
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    namespace: str = ""
+    project: str = ""
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What the alert's labels say; anyone who can reach the webhook can write them."""
+
+    project: str = ""
+    namespace: str = ""
+
+
+_MODE_ORDER = {Mode.OBSERVE: 0, Mode.NOTIFY: 1, Mode.ENFORCE: 2}
+
+
+def _effective(policy: Policy, index: int | None) -> Effective:
     d = policy.defaults
-    for index, rule in enumerate(policy.projects):
-        m = rule.match
-        if (
-            (user is not None and user in m.users)
-            or any(g in m.groups for g in groups)
-            or (namespace is not None and namespace in m.namespaces)
-            or (project_label is not None and project_label in m.labels)
-        ):
-            return Effective(
-                rule=f"projects[{index}] {rule.name}",
-                mode=rule.mode or policy.mode,
-                protected=rule.protected,
-                idle_for=d.idle_for if rule.idle_for is None else rule.idle_for,
-                grace=d.grace if rule.grace is None else rule.grace,
-                term_timeout=d.term_timeout if rule.term_timeout is None else rule.term_timeout,
-                kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
-                release_timeout=d.release_timeout,
-            )
+    if index is None:
+        return Effective(
+            rule="defaults",
+            mode=policy.mode,
+            protected=False,
+            idle_for=d.idle_for,
+            grace=d.grace,
+            term_timeout=d.term_timeout,
+            kill_timeout=d.kill_timeout,
+            release_timeout=d.release_timeout,
+        )
+    rule = policy.projects[index]
     return Effective(
-        rule="defaults",
-        mode=policy.mode,
-        protected=False,
-        idle_for=d.idle_for,
-        grace=d.grace,
-        term_timeout=d.term_timeout,
-        kill_timeout=d.kill_timeout,
+        rule=f"projects[{index}] {rule.name}",
+        mode=rule.mode or policy.mode,
+        protected=rule.protected,
+        idle_for=d.idle_for if rule.idle_for is None else rule.idle_for,
+        grace=d.grace if rule.grace is None else rule.grace,
+        term_timeout=d.term_timeout if rule.term_timeout is None else rule.term_timeout,
+        kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
         release_timeout=d.release_timeout,
     )
+
+
+def safer(base: Effective, other: Effective) -> Effective:
+    """`base`, made at least as safe as `other` field by field (pure)."""
+    mode = min(base.mode, other.mode, key=_MODE_ORDER.__getitem__)
+    merged = base.model_copy(
+        update={
+            "mode": mode,
+            "protected": base.protected or other.protected,
+            "idle_for": max(base.idle_for, other.idle_for),
+            "grace": max(base.grace, other.grace),
+            "term_timeout": max(base.term_timeout, other.term_timeout),
+            "kill_timeout": max(base.kill_timeout, other.kill_timeout),
+        }
+    )
+    if merged == base:
+        return base
+    return merged.model_copy(update={"rule": f"{base.rule}, made safer by {other.rule}"})
+
+
+def resolve(policy: Policy, facts: Facts, claims: Claims = Claims()) -> Effective:
+    """The first project rule the node's facts match, merged over the defaults; a rule the
+    alert's labels match can only make it safer (pure)."""
+    by_facts = next(
+        (i for i, rule in enumerate(policy.projects) if rule.match.matches_facts(facts)), None
+    )
+    eff = _effective(policy, by_facts)
+    for index, rule in enumerate(policy.projects):
+        if index != by_facts and rule.match.matches_claims(claims):
+            eff = safer(eff, _effective(policy, index))
+            break
+    return eff

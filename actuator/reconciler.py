@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actuator.audit import AuditError, AuditLog
-from actuator.config import ActuatorConfig
+from actuator.config import ActuatorConfig, idle_thresholds
 from actuator.decisions import (
     Action,
     Decision,
@@ -30,11 +30,20 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
 )
-from actuator.models import SIGNALLED_STATES, Case, Member, State, parse_target
-from actuator.node import LiveState, Node
+from actuator.models import (
+    SIGNALLED_STATES,
+    Case,
+    LiveState,
+    Member,
+    State,
+    parse_target,
+    parse_uid_label,
+)
+from actuator.node import Node
 from actuator.notify import Notifier
-from actuator.policy import Effective, resolve
+from actuator.policy import Claims, Effective, Facts, resolve
 from actuator.store import Episode, Store, StoreUnavailable
+from exporter import procfs
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,8 @@ class Reconciler:
         self.clock = clock
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
+        self.thresholds = idle_thresholds(config)
+        self.pid_max = procfs.pid_max()
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -106,7 +117,7 @@ class Reconciler:
         now = self.clock()
         marks: list[tuple[Episode, int | None]] = []
         new: list[tuple[Case, Episode]] = []
-        targets: set[tuple[str, int, float, str]] = set()
+        targets: set[tuple[str, str, int, int, str]] = set()
         for ep in self.store.pending_episodes(batch):
             if ep.case_id is not None or ep.status == "resolved":
                 marks.append((ep, None))  # resolution is seen by the case's own step
@@ -120,7 +131,7 @@ class Reconciler:
                 marks.append((ep, existing))  # one escalation per target
                 continue
             assert case is not None
-            key = (case.node, case.pid, case.start_time, case.uuid)
+            key = case.target.key
             if case.state == State.PENDING and key in targets:
                 continue  # same target twice in this batch: link it on the next pass
             targets.add(key)
@@ -143,8 +154,8 @@ class Reconciler:
 
     def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
         """A new case for the episode, or the id of the live case it belongs to."""
-        target = parse_target(ep.labels, ep.annotations)
-        uid_label = ep.labels.get("uid", "")
+        target = parse_target(ep.labels, ep.annotations, pid_max=self.pid_max)
+        uid = parse_uid_label(ep.labels.get("uid"))
         case = Case(
             id=0,
             state=State.PENDING,
@@ -153,6 +164,8 @@ class Reconciler:
             pid=0,
             start_time=0.0,
             uuid=ep.labels.get("uuid", ""),
+            start_ticks=0,
+            boot_id="",
             alertname=ep.alertname,
             fingerprint=ep.fingerprint,
             starts_ts=ep.starts_ts,
@@ -161,12 +174,13 @@ class Reconciler:
             created=now,
             updated=now,
             reason="alert received",
-            uid=int(uid_label) if uid_label.isdigit() else None,
+            uid=uid if isinstance(uid, int) else None,
             project=ep.labels.get("project") or None,
             mode=str(self.config.mode),
         )
-        if isinstance(target, str):
-            case.state, case.reason_code, case.reason = State.REFUSED, "bad_target", target
+        problem = target if isinstance(target, str) else uid if isinstance(uid, str) else None
+        if problem is not None or isinstance(target, str):
+            case.state, case.reason_code, case.reason = State.REFUSED, "bad_target", str(problem)
             case.ended_at = now
             return case, None
         case.node, case.pid, case.start_time, case.uuid = (
@@ -175,12 +189,13 @@ class Reconciler:
             target.start_time,
             target.uuid,
         )
+        case.start_ticks, case.boot_id = target.start_ticks, target.boot_id
         if target.node not in self.nodes:
             case.state, case.reason_code = State.REFUSED, "unknown_node"
             case.reason = f"no agent for node {target.node!r}"
             case.ended_at = now
             return case, None
-        existing = self.store.live_case_for(target.node, target.pid, target.start_time, target.uuid)
+        existing = self.store.live_case_for(target)
         if existing is not None:
             return None, existing.id
         return case, None
@@ -212,7 +227,7 @@ class Reconciler:
         live: LiveState | None = None
         if case.state in SIGNALLED_STATES:
             eff = Effective.model_validate(case.effective) if case.effective else self._eff(case)
-            members = case.members or [Member(case.pid, case.start_time, case.uid)]
+            members = case.members or [Member(case.pid, case.start_ticks, case.uid)]
             alive = node.alive(members)
             listed = None if alive else node.gpu_processes(case.uuid)
             decision = decide_signalled(case, alive, listed, eff, now)
@@ -227,17 +242,22 @@ class Reconciler:
                 self.config.limits,
                 self._guard(case, now),
                 now,
+                self.thresholds,
             )
         self.apply(case, decision, live, eff, node, now)
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
-        return resolve(
-            self.config,
-            user=(live.user if live and live.user else case.user),
+        """The policy rule from what the node sees; the alert's labels only make it safer."""
+        facts = Facts(
+            user=live.user if live and live.user else case.user,
             groups=live.groups if live else (),
-            namespace=case.labels.get("namespace"),
-            project_label=case.labels.get("project"),
+            namespace=live.namespace if live else "",
+            project=live.project if live else "",
         )
+        claims = Claims(
+            project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")
+        )
+        return resolve(self.config, facts, claims)
 
     def _guard(self, case: Case, now: float) -> Guard:
         return Guard(
@@ -373,6 +393,9 @@ class Reconciler:
             "node": case.node,
             "pid": case.pid,
             "start_time": case.start_time,
+            "start_ticks": case.start_ticks,
+            "boot_id": case.boot_id,
+            "uid": case.uid,
             "uuid": case.uuid,
             "user": case.user,
             "alertname": case.alertname,
@@ -392,8 +415,9 @@ class Reconciler:
     def _thresholds(self, eff: Effective) -> dict[str, Any]:
         idle = self.config.idle
         return {
-            "max_sm_util": idle.max_sm_util,
-            "max_cpu_cores": idle.max_cpu_cores,
+            "max_sm_util": self.thresholds.max_sm_util,
+            "max_cpu_cores": self.thresholds.max_cpu_cores,
+            "max_memory_growth_bytes": self.thresholds.max_memory_growth_bytes,
             "cpu_window": idle.cpu_window,
             "log_quiet_for": idle.log_quiet_for,
             **eff.model_dump(),

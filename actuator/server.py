@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -11,11 +12,13 @@ from gunicorn.app.base import BaseApplication
 
 from actuator.app import Runtime, create_app
 from actuator.audit import AuditLog
-from actuator.config import ActuatorConfig
+from actuator.config import ActuatorConfig, load_projects
+from actuator.live import Evidence
 from actuator.node import LocalNode, Node
 from actuator.notify import Notifier, NullNotifier, WebhookNotifier
 from actuator.reconciler import Reconciler
 from actuator.store import Store, StoreUnavailable
+from exporter import ownprocs
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +31,20 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
 
 
 def build_nodes(config: ActuatorConfig) -> dict[str, Node]:
+    settings = config.node
+    projects = load_projects(config)
+    evidence = Evidence(
+        heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
+        log_globs=settings.log_globs,
+        projects=projects,
+    )
     node = LocalNode(
-        config.node.name,
+        settings.name,
         config.protect,
-        sim_dir=config.node.sim_dir,
+        sim_dir=settings.sim_dir,
         sm_window=config.idle.sm_window,
-        start_time_tolerance=config.idle.start_time_tolerance,
+        nvml_timeout=settings.nvml_timeout,
+        evidence=evidence,
     )
     return {node.name: node}
 
@@ -52,8 +63,10 @@ class _Worker:
             config, store, audit, build_nodes(config), build_notifier(config)
         )
         self.thread: threading.Thread | None = None
+        self.own: Path | None = None
 
     def start(self) -> None:
+        self.own = ownprocs.register("actuator-worker")  # sibling workers protect each other
         self.thread = threading.Thread(
             target=self.reconciler.run, args=(self.stop,), name="reconciler", daemon=True
         )
@@ -63,6 +76,7 @@ class _Worker:
         self.stop.set()
         if self.thread is not None:
             self.thread.join(timeout=5)
+        ownprocs.unregister(self.own)
 
 
 class ActuatorApplication(BaseApplication):  # type: ignore[misc]
@@ -124,5 +138,9 @@ def serve(config: ActuatorConfig, token: str, listen: str) -> int:
     log.info(
         "actuator listening on %s, mode %s, %d workers", listen, config.mode, config.server.workers
     )
-    ActuatorApplication(config, token, listen).run()
+    own = ownprocs.register("actuator")
+    try:
+        ActuatorApplication(config, token, listen).run()
+    finally:
+        ownprocs.unregister(own)
     return 0

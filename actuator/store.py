@@ -24,11 +24,13 @@ from actuator.models import (
     Case,
     Member,
     State,
+    Target,
     epoch,
     is_reclaimable,
     is_zero_time,
 )
 
+SCHEMA_VERSION = 2  # 2: process identity is (boot_id, start_ticks)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
     fingerprint TEXT NOT NULL,
@@ -56,6 +58,8 @@ CREATE TABLE IF NOT EXISTS cases (
     node        TEXT NOT NULL,
     pid         INTEGER NOT NULL,
     start_time  REAL NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    boot_id     TEXT NOT NULL,
     uuid        TEXT NOT NULL,
     data        TEXT NOT NULL,
     created     REAL NOT NULL,
@@ -65,8 +69,9 @@ CREATE TABLE IF NOT EXISTS cases (
     user        TEXT,
     freed_bytes INTEGER NOT NULL DEFAULT 0
 );
+-- One live case per process: the same key the identity check uses (Target.key).
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_case_per_target
-    ON cases (node, pid, start_time, uuid) WHERE live = 1;
+    ON cases (node, boot_id, pid, start_ticks, uuid) WHERE live = 1;
 CREATE INDEX IF NOT EXISTS cases_state ON cases (state);
 CREATE INDEX IF NOT EXISTS cases_term ON cases (term_at) WHERE term_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS timeline (
@@ -162,6 +167,8 @@ def _row_to_case(row: sqlite3.Row) -> Case:
         node=row["node"],
         pid=row["pid"],
         start_time=row["start_time"],
+        start_ticks=row["start_ticks"],
+        boot_id=row["boot_id"],
         uuid=row["uuid"],
         created=row["created"],
         updated=row["updated"],
@@ -232,6 +239,17 @@ class Store:
     def init(self) -> None:
         try:
             with self._tx() as conn:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                has_cases = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cases'"
+                ).fetchone()
+                if has_cases and version < SCHEMA_VERSION:
+                    raise StoreUnavailable(
+                        f"{self.path} was written by an older gpu-reclaimer (schema "
+                        f"{version}, this one needs {SCHEMA_VERSION}): move it aside; a new "
+                        "database is created at start"
+                    )
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -330,11 +348,11 @@ class Store:
                 (case_id, ep.fingerprint, ep.starts_at),
             )
 
-    def live_case_for(self, node: str, pid: int, start_time: float, uuid: str) -> Case | None:
+    def live_case_for(self, target: Target) -> Case | None:
         rows = self._read(
-            "SELECT * FROM cases WHERE live = 1 AND node = ? AND pid = ? AND start_time = ? "
-            "AND uuid = ?",
-            (node, pid, start_time, uuid),
+            "SELECT * FROM cases WHERE live = 1 AND node = ? AND boot_id = ? AND pid = ? "
+            "AND start_ticks = ? AND uuid = ?",
+            target.key,
         )
         return _row_to_case(rows[0]) if rows else None
 
@@ -364,14 +382,17 @@ class Store:
     ) -> None:
         live = 1 if case.state in LIVE_STATES else 0
         cur = conn.execute(
-            "INSERT INTO cases (state, live, node, pid, start_time, uuid, data, created, "
-            "updated, reason_code, user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO cases (state, live, node, pid, start_time, start_ticks, boot_id, uuid, "
+            "data, created, updated, reason_code, user) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 str(case.state),
                 live,
                 case.node,
                 case.pid,
                 case.start_time,
+                case.start_ticks,
+                case.boot_id,
                 case.uuid,
                 _case_data(case),
                 case.created,
@@ -522,7 +543,7 @@ class Store:
 
     def flagged_since(self, since: float, node: str) -> int:
         rows = self._read(
-            "SELECT COUNT(DISTINCT pid || ':' || start_time) AS n FROM cases "
+            "SELECT COUNT(DISTINCT pid || ':' || start_ticks) AS n FROM cases "
             "WHERE created >= ? AND node = ?",
             (since, node),
         )

@@ -26,13 +26,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from actuator.models import Target  # noqa: E402
+from actuator.live import target_of  # noqa: E402
 from actuator.node import LocalNode  # noqa: E402
 from actuator.policy import Protect  # noqa: E402
 from exporter.sim.state import init_node, load_node, read_procs  # noqa: E402
@@ -175,8 +174,7 @@ def recheck(sim: Path, samples: int) -> dict[str, float]:
         while not any(p.pid == proc.pid for p in read_procs(sim)):
             time.sleep(0.05)
         time.sleep(0.5)
-        target = Target("bench-node", proc.pid, psutil.Process(proc.pid).create_time(),
-                        load_node(sim).gpus[0].uuid)  # fmt: skip
+        target = target_of("bench-node", proc.pid, load_node(sim).gpus[0].uuid)
         node = LocalNode("bench-node", Protect(protect_root=False, protected_uid_below=0),
                          sim_dir=str(sim))  # fmt: skip
         node.inspect(target)  # warm up (NVML init, protection cache)

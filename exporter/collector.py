@@ -36,7 +36,9 @@ INFO_LABELS = [
     "namespace",
     "slurm_job",  # `job` is Prometheus's own target label
     "project",
-    "start_time",  # with pid, the process's identity: a reused PID is another alert
+    "start_time",  # wall-clock start, for humans; a reused PID is another alert
+    "start_ticks",  # start in clock ticks since boot: with boot_id, the identity the
+    "boot_id",  # actuator checks (immune to wall-clock steps)
 ]
 
 
@@ -59,6 +61,7 @@ class _Families:
     memory_total: GaugeMetricFamily = field(init=False)
     device_up: GaugeMetricFamily = field(init=False)
     util_supported: GaugeMetricFamily = field(init=False)
+    util_unknown: GaugeMetricFamily = field(init=False)
     p_memory: GaugeMetricFamily = field(init=False)
     p_util: GaugeMetricFamily = field(init=False)
     p_start: GaugeMetricFamily = field(init=False)
@@ -86,6 +89,12 @@ class _Families:
             "gpu_exporter_process_utilization_supported",
             "1 when per-process utilisation is available on this GPU, 0 when unknown.",
             labels=GPU_LABELS,
+        )
+        self.util_unknown = g(
+            "gpu_exporter_process_utilization_unknown",
+            "1 with the reason per-process utilisation is unknown on this GPU (not_supported, "
+            "error, pid_mismatch, device_busy_unattributed, device_util_unknown, invalid_pid).",
+            labels=[*GPU_LABELS, "reason"],
         )
         self.p_memory = g(
             "gpu_process_memory_used_bytes",
@@ -136,6 +145,7 @@ class GpuCollector(Collector):
         self.clock = clock
         self._read_nvml = BoundedCall(reader.read, settings.nvml_timeout)
         self._boot_time = procfs.boot_time(settings.proc_root)
+        self._boot_id = procfs.boot_id(settings.proc_root)
 
     def describe(self) -> list[Metric]:
         return []  # collected on demand only: registering must not touch NVML
@@ -221,6 +231,8 @@ class GpuCollector(Collector):
                             identity.job,
                             identity.project,
                             f"{started:.2f}",
+                            str(stat.start_ticks),
+                            self._boot_id,
                         ],
                         1,
                     )
@@ -237,3 +249,5 @@ class GpuCollector(Collector):
         if gpu.memory_total is not None:
             families.memory_total.add_metric(labels, gpu.memory_total)
         families.util_supported.add_metric(labels, 1 if gpu.process_util_supported else 0)
+        if gpu.util_unknown_reason:
+            families.util_unknown.add_metric([*labels, gpu.util_unknown_reason], 1)

@@ -13,6 +13,9 @@ from typing import Any
 
 import pynvml
 
+from exporter.procfs import PID_MAX_LIMIT
+from exporter.thresholds import SHIPPED
+
 log = logging.getLogger(__name__)
 
 FIRST_UTIL_WINDOW_US = 20_000_000  # first scrape: samples from the last 20 s
@@ -38,6 +41,8 @@ class GpuReading:
     utilization: float | None
     process_util_supported: bool | None
     processes: tuple[GpuProcessReading, ...]
+    # Why per-process utilisation is unknown on this GPU ("" when it is known): see util_join.
+    util_unknown_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,38 @@ class NvmlReading:
     error: str = ""
 
 
-class NvmlReader:
-    """Initialises NVML once (retrying while it is missing) and reads every GPU."""
+def valid_pid(pid: object) -> bool:
+    """A PID a binding may honestly report (not 0, not 2**32-1, not a swapped field)."""
+    return isinstance(pid, int) and 0 < pid < PID_MAX_LIMIT
 
-    def __init__(self, nvml: Any) -> None:
+
+def util_join(listed: set[int], samples: dict[int, int], device_util: float | None) -> str:
+    """'' when "a listed process with no sample did 0 %" is proven on this GPU, else why not.
+
+    Proven only when every sample names a listed process (no other PID namespace, no vGPU
+    layer renaming PIDs) and the device's own utilisation agrees: a busy device whose
+    listed processes show no work means the samples describe someone else.
+    """
+    if not samples.keys() <= listed:
+        return "pid_mismatch"
+    if device_util is None:
+        return "device_util_unknown"
+    busiest = max((samples.get(pid, 0) for pid in listed), default=0) / 100
+    if device_util > SHIPPED.max_sm_util and busiest <= SHIPPED.max_sm_util:
+        return "device_busy_unattributed"
+    return ""
+
+
+class NvmlReader:
+    """Initialises NVML once (retrying while it is missing) and reads every GPU.
+
+    ``min_window_us``: per-process utilisation is the highest sample of at least this long
+    ago (the exporter: since the previous scrape, at least 1 s; the actuator: its sm_window).
+    """
+
+    def __init__(self, nvml: Any, *, min_window_us: int = MIN_UTIL_WINDOW_US) -> None:
         self.nvml = nvml
+        self.min_window_us = min_window_us
         self._initialised = False
         self._driver_version = ""
         self._last_util_read_us: dict[int, int] = {}
@@ -108,49 +140,70 @@ class NvmlReader:
         name = self._query("nvmlDeviceGetName", handle) or ""
         memory = self._query("nvmlDeviceGetMemoryInfo", handle)
         rates = self._query("nvmlDeviceGetUtilizationRates", handle)
+        device_util = rates.gpu / 100 if rates is not None else None
         supported, samples = self._process_utilization(index, handle)
-        processes = []
-        seen: set[int] = set()
+        unique: dict[int, Any] = {}
+        invalid = False
         for info in listed:
-            if info.pid in seen:  # MIG lists a PID once per instance; one series per GPU
+            if not valid_pid(info.pid):
+                invalid = True  # a binding bug or a foreign namespace: never a target
                 continue
-            seen.add(info.pid)
-            if supported:
-                util: float | None = samples.get(info.pid, 0) / 100
-            else:
-                util = None
-            processes.append(GpuProcessReading(info.pid, info.usedGpuMemory, util))
+            unique.setdefault(info.pid, info)  # MIG lists a PID once per instance
+        reason = "" if supported else ("not_supported" if supported is False else "error")
+        if not reason:
+            reason = "invalid_pid" if invalid else util_join(set(unique), samples, device_util)
+        if reason:
+            self._warn_reason_once(index, reason)
+        processes = []
+        for pid, info in unique.items():
+            util: float | None = None if reason else samples.get(pid, 0) / 100
+            processes.append(GpuProcessReading(pid, info.usedGpuMemory, util))
         return GpuReading(
             index=index,
             uuid=uuid,
             name=name,
             memory_total=memory.total if memory is not None else None,
             memory_used=memory.used if memory is not None else None,
-            utilization=rates.gpu / 100 if rates is not None else None,
-            process_util_supported=supported,
+            utilization=device_util,
+            process_util_supported=not reason,
             processes=tuple(processes),
+            util_unknown_reason=reason,
         )
 
+    def _warn_reason_once(self, index: int, reason: str) -> None:
+        key = (f"util_join:{reason}", index)
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(
+                "GPU %d: per-process utilisation is unknown (%s); its processes are never "
+                "judged idle by utilisation (reported once)", index, reason,
+            )  # fmt: skip
+
     def _process_utilization(self, index: int, handle: Any) -> tuple[bool | None, dict[int, int]]:
-        """(supported, latest SM % per PID since the previous scrape, at least 1 s back).
+        """(supported, highest SM % per sample PID since the previous read, at least
+        ``min_window_us`` back).
 
         NOT_FOUND means supported with no sample: processes did no work. NOT_SUPPORTED
-        (MIG, old GPUs) or any other error means unknown.
+        (MIG, old GPUs) gives False, any other error None: both mean unknown.
         """
         now_us = int(time.time() * 1_000_000)
         previous = self._last_util_read_us.get(index, now_us - FIRST_UTIL_WINDOW_US)
-        since = min(previous, now_us - MIN_UTIL_WINDOW_US)
+        since = min(previous, now_us - self.min_window_us)
         try:
             samples = self.nvml.nvmlDeviceGetProcessUtilization(handle, since)
         except pynvml.NVMLError_NotFound:
             self._last_util_read_us[index] = now_us
             return True, {}
+        except pynvml.NVMLError_NotSupported as error:
+            self._warn_once("nvmlDeviceGetProcessUtilization", error)
+            return False, {}
         except pynvml.NVMLError as error:
             self._warn_once("nvmlDeviceGetProcessUtilization", error)
             return None, {}
         self._last_util_read_us[index] = now_us
-        latest: dict[int, tuple[int, int]] = {}
+        highest: dict[int, int] = {}
         for sample in samples:
-            if sample.pid not in latest or sample.timeStamp > latest[sample.pid][0]:
-                latest[sample.pid] = (sample.timeStamp, sample.smUtil)
-        return True, {pid: min(util, 100) for pid, (_, util) in latest.items()}
+            if sample.timeStamp > since:
+                pid = int(sample.pid)
+                highest[pid] = max(highest.get(pid, 0), min(int(sample.smUtil), 100))
+        return True, highest

@@ -8,6 +8,8 @@ from pathlib import Path
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PF_KTHREAD = 0x00200000  # task flag of kernel threads (stat field 9)
+PID_MAX_LIMIT = 2**22  # the kernel's ceiling for pid_max on 64-bit systems
 
 
 def start_ticks(pid: int, proc_root: Path = PROC) -> int | None:
@@ -17,6 +19,20 @@ def start_ticks(pid: int, proc_root: Path = PROC) -> int | None:
     """
     stat = read_stat(pid, proc_root)
     return stat.start_ticks if stat is not None else None
+
+
+def boot_id(proc_root: Path = PROC) -> str:
+    """This boot's random id: with start ticks it names a process across reboots, and
+    neither moves when the wall clock is stepped."""
+    return (proc_root / "sys/kernel/random/boot_id").read_text().strip()
+
+
+def pid_max(proc_root: Path = PROC) -> int:
+    """The highest PID this kernel hands out (plus one)."""
+    try:
+        return int((proc_root / "sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return PID_MAX_LIMIT
 
 
 def boot_time(proc_root: Path = PROC) -> float:
@@ -35,6 +51,16 @@ class ProcStat:
     start_ticks: int
     cpu_ticks: int  # utime + stime
     reaped_children_ticks: int  # cutime + cstime: children already waited for
+    state: str = "R"  # R, S, D, Z (zombie), T (stopped), ...
+    flags: int = 0
+
+    @property
+    def is_kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD) or self.pid == 2 or self.ppid == 2
+
+    @property
+    def is_zombie(self) -> bool:
+        return self.state in ("Z", "X")
 
 
 def read_stat(pid: int, proc_root: Path = PROC) -> ProcStat | None:
@@ -61,6 +87,8 @@ def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
             start_ticks=int(fields[19]),
             cpu_ticks=int(fields[11]) + int(fields[12]),
             reaped_children_ticks=int(fields[13]) + int(fields[14]),
+            state=fields[0].decode("ascii", "replace"),
+            flags=int(fields[6]),
         )
     except (IndexError, ValueError):
         return None
@@ -105,3 +133,81 @@ def tree_cpu_seconds(
         total += stat.cpu_ticks + stat.reaped_children_ticks
         stack.extend(children.get(current, ()))
     return total / CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class ProcStatus:
+    """The lines of /proc/<pid>/status the actuator judges by."""
+
+    uid: int  # real uid
+    uids: frozenset[int]  # real and effective
+    gid: int
+    groups: tuple[int, ...]  # supplementary groups
+    ns_pid: int  # innermost PID (what the process sees in its namespace)
+
+
+def read_status(pid: int, proc_root: Path = PROC) -> ProcStatus | None:
+    """None when the process is gone or the file is unreadable."""
+    uid = gid = None
+    uids: frozenset[int] = frozenset()
+    groups: tuple[int, ...] = ()
+    ns_pid = pid
+    try:
+        with open(f"{proc_root}/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    values = [int(v) for v in line.split()[1:3]]
+                    uid, uids = values[0], frozenset(values)
+                elif line.startswith(b"Gid:"):
+                    gid = int(line.split()[1])
+                elif line.startswith(b"Groups:"):
+                    groups = tuple(int(g) for g in line.split()[1:])
+                elif line.startswith(b"NSpid:"):
+                    ns_pid = int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if uid is None or gid is None:
+        return None
+    return ProcStatus(uid=uid, uids=uids, gid=gid, groups=groups, ns_pid=ns_pid)
+
+
+def read_cmdline(pid: int, proc_root: Path = PROC) -> list[str]:
+    """argv of the process ([] for kernel threads, zombies and vanished processes)."""
+    try:
+        with open(f"{proc_root}/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def read_comm(pid: int, proc_root: Path = PROC) -> str:
+    try:
+        with open(f"{proc_root}/{pid}/comm", "rb") as handle:
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def read_exe_name(pid: int, proc_root: Path = PROC) -> str:
+    """Basename of the executable ("" when unreadable, e.g. another user's without privilege)."""
+    try:
+        target = os.readlink(f"{proc_root}/{pid}/exe")
+    except OSError:
+        return ""
+    return os.path.basename(target.removesuffix(" (deleted)"))
+
+
+def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    """Every descendant of `pid`, parents before their children (breadth first)."""
+    out: list[int] = []
+    queue = list(children.get(pid, ()))
+    seen = {pid}
+    while queue:
+        current = queue.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        out.append(current)
+        queue.extend(children.get(current, ()))
+    return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from exporter import ownprocs
 from exporter.config import DEFAULT_PORT, ConfigError, ExporterConfig, load_config, parse_listen
 from exporter.nvml import SIM_DIR_ENV, open_nvml, resolve_sim_dir
 
@@ -116,10 +117,12 @@ def run_exporter(args: argparse.Namespace) -> int:
         source,
         len(probe.gpus),
     )
+    own = ownprocs.register("exporter")  # the actuator never signals us or our ancestors
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
     server.shutdown()
+    ownprocs.unregister(own)
     log.info("exporter stopped")
     return 0

@@ -15,6 +15,22 @@ from exporter.sim.state import init_node, read_procs
 from tests.support import GiB, gpu_reclaimer_command, wait_until
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Our own processes (exporters, actuators started by tests) record themselves here,
+    not in the machine's /run/gpu-reclaimer; subprocesses inherit the variable."""
+    from exporter.ownprocs import RUNTIME_DIR_ENV
+
+    directory = tmp_path_factory.mktemp("runtime")
+    previous = os.environ.get(RUNTIME_DIR_ENV)
+    os.environ[RUNTIME_DIR_ENV] = str(directory)
+    yield directory
+    if previous is None:
+        os.environ.pop(RUNTIME_DIR_ENV, None)
+    else:
+        os.environ[RUNTIME_DIR_ENV] = previous
+
+
 @pytest.fixture
 def sim_node(tmp_path: Path) -> Path:
     directory = tmp_path / "node"

@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import requests
 import yaml
 
 from actuator.config import merge_config
+from actuator.live import target_of
 from actuator.ruleset import render_deploy
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.actuator.settings import FAST_POLICY
@@ -313,7 +313,8 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _alert(pid: int, uuid: str, start_time: float, node: str = NODE) -> dict[str, Any]:
+def _alert(pid: int, uuid: str, node: str = NODE) -> dict[str, Any]:
+    target = target_of(node, pid, uuid)
     return {
         "status": "firing",
         "labels": {
@@ -324,8 +325,10 @@ def _alert(pid: int, uuid: str, start_time: float, node: str = NODE) -> dict[str
             "node": node,
             "pid": str(pid),
             "uuid": uuid,
+            "start_ticks": str(target.start_ticks),
+            "boot_id": target.boot_id,
         },
-        "annotations": {"start_time": repr(start_time)},
+        "annotations": {"start_time": repr(target.start_time)},
         "startsAt": _iso(time.time()),
         "endsAt": "0001-01-01T00:00:00Z",
         "generatorURL": "http://prometheus/graph",
@@ -430,13 +433,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             session = requests.Session()
             session.headers["Authorization"] = f"Bearer {TOKEN}"
             hook = f"{actuator_url}/api/v1/alerts"
-            victim_start = psutil.Process(pids["victim"]).create_time()
-            ok = session.post(
-                hook, json=_webhook(_alert(pids["victim"], uuids[1], victim_start)), timeout=5
-            )
+            ok = session.post(hook, json=_webhook(_alert(pids["victim"], uuids[1])), timeout=5)
             assert ok.status_code == 200, ok.text
             # A node this actuator does not serve: recorded, then refused.
-            other = _alert(pids["busy"], uuids[0], time.time(), node="elsewhere")
+            other = _alert(pids["busy"], uuids[0], node="elsewhere")
             assert session.post(hook, json=_webhook(other), timeout=5).status_code == 200
             # Bad input and a missing token: the webhook codes panel shows them.
             assert session.post(hook, json={"version": "4"}, timeout=5).status_code == 422

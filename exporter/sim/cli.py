@@ -102,6 +102,14 @@ def add_commands(commands: Any) -> None:
         type=_ghost,
         help="NVML lists a PID that /proc does not have",
     )
+    fault.add_argument(
+        "--util-pid-offset",
+        action="append",
+        default=[],
+        metavar="GPU:OFFSET",
+        type=_offset,
+        help="utilisation samples of GPU name PID+OFFSET (another PID namespace)",
+    )
     fault.add_argument("--leak", choices=["on", "off"], help="leak memory of exited processes")
     fault.set_defaults(func=_fault)
 
@@ -118,6 +126,14 @@ def _ghost(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: use GPU:PID:SIZE, e.g. 0:4000000:1GiB"
         ) from None
+
+
+def _offset(text: str) -> tuple[int, int]:
+    try:
+        gpu, offset = text.split(":")
+        return int(gpu), int(offset)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use GPU:OFFSET, e.g. 0:100000") from None
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -179,6 +195,10 @@ def _fault(args: argparse.Namespace) -> int:
         ghosts = list(faults.ghost_pids)
         ghosts.extend(args.ghost)
         changes["ghost_pids"] = tuple(ghosts)
+    if args.util_pid_offset:
+        changes["util_pid_offsets"] = tuple(
+            (dict(faults.util_pid_offsets) | dict(args.util_pid_offset)).items()
+        )
     save_faults(args.dir, dataclasses.replace(faults, **changes))
     if args.leak:
         save_node(args.dir, dataclasses.replace(node, leak_on_exit=args.leak == "on"))

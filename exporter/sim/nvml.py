@@ -212,12 +212,13 @@ class SimulatedNvml:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         now_us = int(time.time() * 1_000_000)
         sample_us = now_us - now_us % UTIL_SAMPLE_PERIOD_US
+        offset = dict(snapshot.faults.util_pid_offsets).get(gpu.index, 0)
         samples = []
         for process in self._processes_on(snapshot, gpu.index):
             if process.sm_util <= 0 or sample_us <= timeStamp:
                 continue
             sample = pynvml.c_nvmlProcessUtilizationSample_t()
-            sample.pid, sample.timeStamp = process.pid, sample_us
+            sample.pid, sample.timeStamp = process.pid + offset, sample_us
             sample.smUtil, sample.memUtil = process.sm_util, process.sm_util // 2
             samples.append(sample)
         if not samples:

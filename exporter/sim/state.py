@@ -53,6 +53,9 @@ class Faults:
     hang_call: str = ""  # this NVML function blocks for hang_seconds
     hang_seconds: float = 3600.0
     ghost_pids: tuple[tuple[int, int, int], ...] = ()  # (gpu, pid, bytes) listed, not in /proc
+    # (gpu, offset): utilisation samples name PID + offset, as when a container or vGPU layer
+    # reports PIDs of another namespace than the process list
+    util_pid_offsets: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -135,6 +138,7 @@ def load_faults(directory: Path) -> Faults:
         hang_call=str(raw.get("hang_call", "")),
         hang_seconds=float(raw.get("hang_seconds", 3600.0)),
         ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),  # type: ignore[misc]
+        util_pid_offsets=tuple(tuple(o) for o in raw.get("util_pid_offsets", ())),  # type: ignore[misc]
     )
 
 

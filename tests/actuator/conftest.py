@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import requests
 import yaml
 
 from actuator.config import merge_config
+from actuator.live import target_of
+from exporter import procfs
 from exporter.sim.state import load_node, read_procs
 from tests.actuator.settings import FAST_POLICY
 from tests.support import gpu_reclaimer_command, wait_until
@@ -35,6 +36,7 @@ class Workload:
     proc: subprocess.Popen[bytes]
     start_time: float
     uuid: str
+    start_ticks: int = 0
     exit_code: list[int] = field(default_factory=list)
 
     @property
@@ -69,7 +71,8 @@ class Workloads:
         threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()
         self.started.append(w)
         wait_until(lambda: any(p.pid == proc.pid for p in read_procs(self.node_dir)), 15)
-        w.start_time = psutil.Process(proc.pid).create_time()
+        target = target_of(NODE, proc.pid, w.uuid)
+        w.start_time, w.start_ticks = target.start_time, target.start_ticks
         return w
 
     def cleanup(self) -> None:
@@ -100,10 +103,12 @@ def alert_for(
     status: str = "firing",
     starts_at: float | None = None,
     start_time: float | None = None,
+    start_ticks: int | None = None,
     fingerprint: str | None = None,
     node: str = NODE,
     **labels: str,
 ) -> dict[str, Any]:
+    """An alert as the shipped rules make it: gpu_process_info's identity labels joined."""
     return {
         "status": status,
         "labels": {
@@ -113,6 +118,8 @@ def alert_for(
             "node": node,
             "pid": str(w.pid),
             "uuid": w.uuid,
+            "start_ticks": str(start_ticks or w.start_ticks),
+            "boot_id": procfs.boot_id(),
             **labels,
         },
         "annotations": {"start_time": repr(start_time or w.start_time)},

@@ -11,11 +11,12 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
 )
-from actuator.models import Case, Member, State
-from actuator.node import LiveState
-from actuator.policy import Breaker, Idle, Limits, Mode, Policy, resolve
+from actuator.models import Case, LiveState, Member, State
+from actuator.policy import Breaker, Facts, Idle, Limits, Mode, Policy, resolve
 
 T0 = 1_800_000_000.0
+TICKS = 123_456
+BOOT = "0b31359f-79be-4c80-b06e-652cb015d9d5"
 IDLE = Idle(cpu_window=1.0, log_quiet_for=300.0)
 LIMITS = Limits(terminations_per_node_per_hour=2, terminations_per_minute=1)
 
@@ -23,7 +24,8 @@ LIMITS = Limits(terminations_per_node_per_hour=2, terminations_per_minute=1)
 def make_case(**kw) -> Case:
     base = dict(
         id=1, state=State.PENDING, version=0, node="n", pid=4242, start_time=T0 - 3600,
-        uuid="GPU-0", alertname="GpuProcessIdle", fingerprint="f", starts_ts=T0 - 60,
+        uuid="GPU-0", start_ticks=TICKS, boot_id=BOOT, alertname="GpuProcessIdle",
+        fingerprint="f", starts_ts=T0 - 60,
         labels={}, annotations={}, created=T0 - 1, updated=T0 - 1,
     )  # fmt: skip
     base.update(kw)
@@ -32,9 +34,9 @@ def make_case(**kw) -> Case:
 
 def make_live(now: float = T0, **kw) -> LiveState:
     base = dict(
-        sampled_at=now, exists=True, start_time=T0 - 3600, uid=1001, user="alice",
-        gpu_found=True, on_gpu=True, gpu_memory_bytes=4 << 30, sm_util=0.0, cpu_seconds=10.0,
-        members=(Member(4242, T0 - 3600, 1001),),
+        sampled_at=now, exists=True, start_ticks=TICKS, boot_id=BOOT, start_time=T0 - 3600,
+        uid=1001, user="alice", gpu_found=True, on_gpu=True, gpu_memory_bytes=4 << 30,
+        sm_util=0.0, cpu_seconds=10.0, members=(Member(4242, TICKS, 1001),),
     )  # fmt: skip
     base.update(kw)
     return LiveState(**base)
@@ -42,9 +44,7 @@ def make_live(now: float = T0, **kw) -> LiveState:
 
 def eff(mode: Mode = Mode.ENFORCE, **over):
     policy = Policy(mode=mode)
-    return resolve(policy, user="alice", groups=(), namespace=None, project_label=None).model_copy(
-        update=over
-    )
+    return resolve(policy, Facts(user="alice")).model_copy(update=over)
 
 
 GUARD = Guard(unresolved=1)
@@ -75,7 +75,7 @@ def test_unknown_sm_util_is_not_idle():
 
 def test_stalled_alert_ignores_util_but_needs_memory():
     case = make_case(alertname="GpuProcessStalled")
-    live = make_live(sm_util=1.0)
+    live = make_live(sm_util=1.0, heartbeat=T0 - 600)
     d = decide_live(case, live, eff(), IDLE, LIMITS, GUARD, T0)
     assert d.action == Action.NOTIFY
     gone = decide_live(case, replace(live, on_gpu=False), eff(), IDLE, LIMITS, GUARD, T0)
@@ -88,13 +88,16 @@ def test_recent_log_write_cancels():
     assert d.state == State.CANCELLED and "log written" in d.reason
 
 
-def test_identity_mismatch_and_late_start_are_refused():
-    reused = make_live(start_time=T0 - 5)
+def test_identity_mismatch_is_refused():
+    reused = make_live(start_ticks=TICKS + 1)
     d = decide_live(make_case(), reused, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and d.code == "identity_mismatch" and "PID reused" in d.reason
+    rebooted = make_live(boot_id=BOOT.replace("0b", "ff"))
+    d = decide_live(make_case(), rebooted, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and "booted again" in d.reason
+    other_uid = make_live(uid=1002)
+    d = decide_live(make_case(uid=1001), other_uid, eff(), IDLE, LIMITS, GUARD, T0)
     assert d.state == State.REFUSED and d.code == "identity_mismatch"
-    late = make_case(start_time=T0 - 5, starts_ts=T0 - 60)
-    d = decide_live(late, make_live(start_time=T0 - 5), eff(), IDLE, LIMITS, GUARD, T0)
-    assert d.state == State.REFUSED and "after the alert" in d.reason
 
 
 def test_protected_and_exited():
@@ -154,7 +157,7 @@ def test_snooze_expiry_returns_to_pending():
 
 
 def test_signalled_kill_after_term_timeout_and_verify_memory():
-    m = Member(4242, T0 - 3600, 1001)
+    m = Member(4242, TICKS, 1001)
     case = make_case(state=State.TERMINATING, term_at=T0, members=[m], gpu_memory_bytes=5)
     e = eff(term_timeout=10.0)
     assert decide_signalled(case, [m], None, e, T0 + 9.9).action == Action.WAIT
@@ -168,7 +171,7 @@ def test_signalled_kill_after_term_timeout_and_verify_memory():
 
 
 def test_unkillable_fails():
-    m = Member(4242, T0 - 3600, 1001)
+    m = Member(4242, TICKS, 1001)
     case = make_case(state=State.KILLING, term_at=T0, kill_at=T0 + 10, members=[m])
     d = decide_signalled(case, [m], None, eff(kill_timeout=10.0), T0 + 21)
     assert d.state == State.FAILED and d.code == "unkillable"

@@ -77,7 +77,7 @@ def test_pid_reuse_is_refused_and_untouched(enforce):
     workloads, actuator = enforce
     w = workloads.spawn()
     # The alert describes an older process that had this PID.
-    actuator.post(payload(alert_for(w, start_time=w.start_time - 3600)))
+    actuator.post(payload(alert_for(w, start_ticks=max(1, w.start_ticks - 1))))
     case = actuator.wait_state(w, "refused", "reclaimed", "cancelled")
     assert case["state"] == "refused"
     assert case["reason_code"] == "identity_mismatch"

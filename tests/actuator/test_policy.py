@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from actuator.config import ConfigError, load_config, read_token
-from actuator.policy import Mode, Policy, resolve
+from actuator.policy import Claims, Facts, Mode, Policy, resolve
 from exporter.units import parse_duration, parse_size
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "actuator.yml"
@@ -75,11 +75,11 @@ def test_project_resolution_first_match_wins():
             ],
         }
     )
-    e = resolve(policy, user="bob", groups=("users",), namespace=None, project_label=None)
+    e = resolve(policy, Facts(user="bob", groups=("users",)))
     assert e.rule == "projects[1] lab" and e.grace == 3600 and e.term_timeout == 10
-    e = resolve(policy, user="bob", groups=("vip",), namespace=None, project_label="lab")
-    assert e.protected
-    e = resolve(policy, user="carol", groups=(), namespace=None, project_label=None)
+    e = resolve(policy, Facts(user="bob", groups=("vip",)), Claims(project="lab"))
+    assert e.protected and e.rule.startswith("projects[0] vip")
+    e = resolve(policy, Facts(user="carol"))
     assert e.rule == "defaults" and e.mode == Mode.ENFORCE
 
 

@@ -1,0 +1,212 @@
+"""The live re-check: what the node says about one target right now.
+
+It judges the same evidence as the alert rules with the exporter's own readers: the NVML
+reading (with its sample-join proof), the /proc pass and process-tree CPU, log activity
+(stdout/stderr files and the configured globs) and heartbeats. Only the process tree and
+the protection are the actuator's own.
+"""
+
+from __future__ import annotations
+
+import grp
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from actuator.models import Excluded, LiveState, Member, Target
+from actuator.protect import Protection, command_names, user_name
+from exporter import procfs
+from exporter.cgroup import read_cgroup_identity
+from exporter.heartbeats import ProcessRef, read_heartbeats
+from exporter.identity import ProjectMapping
+from exporter.logactivity import log_write_timestamp
+from exporter.nvml_reader import GpuReading, NvmlReading
+from exporter.procfs import ProcStat
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where the node's evidence comes from (the exporter's settings, repeated)."""
+
+    heartbeat_dir: Path | None = None
+    log_globs: Sequence[str] = ()
+    projects: ProjectMapping | None = None
+    proc_root: Path = procfs.PROC
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: ProcStat
+    uid: int
+    members: tuple[Member, ...]  # root first, then descendants, parents before children
+    excluded: tuple[Excluded, ...]
+
+
+def process_tree(
+    root: ProcStat,
+    uid: int,
+    table: dict[int, ProcStat],
+    protection: Protection,
+    proc_root: Path,
+) -> Tree:
+    """The target and its descendants of the same uid that are not protected. A process of
+    another uid, or a protected one, is excluded (with the reason) and not descended into."""
+    children = procfs.children_map(table)
+    members = [Member(root.pid, root.start_ticks, uid)]
+    excluded: list[Excluded] = []
+    queue = list(children.get(root.pid, ()))
+    seen = {root.pid}
+    while queue:
+        pid = queue.pop(0)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stat = table.get(pid)
+        if stat is None or stat.is_zombie:
+            continue
+        status = procfs.read_status(pid, proc_root)
+        if status is None:
+            continue  # exited meanwhile
+        if status.uid != uid:
+            excluded.append(Excluded(pid, f"uid {status.uid}, not the target's uid {uid}"))
+            continue
+        why = protection.reason(stat, status)
+        if why is not None:
+            excluded.append(Excluded(pid, f"protected: {why}"))
+            continue
+        members.append(Member(pid, stat.start_ticks, uid))
+        queue.extend(children.get(pid, ()))
+    return Tree(root, uid, tuple(members), tuple(excluded))
+
+
+class Inspector:
+    def __init__(
+        self,
+        protection: Protection,
+        nvml: Callable[[], NvmlReading | None],
+        evidence: Evidence,
+        *,
+        nvml_timeout: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.protection = protection
+        self.nvml = nvml
+        self.evidence = evidence
+        self.nvml_timeout = nvml_timeout
+        self.clock = clock
+        root = evidence.proc_root
+        self._boot_time = procfs.boot_time(root)
+        self._boot_id = procfs.boot_id(root)
+
+    @property
+    def proc_root(self) -> Path:
+        return self.evidence.proc_root
+
+    def gpu(self, uuid: str) -> tuple[GpuReading | None, str]:
+        """The GPU's reading, or (None, why unknown / "not found")."""
+        reading = self.nvml()
+        if reading is None:
+            return None, f"NVML did not answer within {self.nvml_timeout:g}s"
+        if not reading.up:
+            return None, f"NVML is down: {reading.error}"
+        for gpu in reading.gpus:
+            if gpu.uuid == uuid:
+                return gpu, ""
+        if reading.failed_gpus:
+            return None, f"GPU(s) {list(reading.failed_gpus)} fail in NVML; {uuid} unknown"
+        return None, "not found"
+
+    def inspect(self, target: Target) -> LiveState:
+        now = self.clock()
+        root_dir = self.proc_root
+        stat = procfs.read_stat(target.pid, root_dir)
+        if stat is None:
+            return LiveState(sampled_at=now, exists=False)
+        if stat.is_zombie:
+            return LiveState(
+                sampled_at=now,
+                exists=False,
+                errors=(f"zombie, not yet reaped by its parent pid {stat.ppid}",),
+            )
+        status = procfs.read_status(target.pid, root_dir)
+        if status is None:
+            return LiveState(sampled_at=now, exists=True, errors=("cannot read its status",))
+        identity = dict(
+            sampled_at=now,
+            exists=True,
+            start_ticks=stat.start_ticks,
+            boot_id=self._boot_id,
+            start_time=self._boot_time + stat.start_ticks / procfs.CLOCK_TICKS,
+            uid=status.uid,
+            user=user_name(status.uid),
+            command=" ".join(command_names(target.pid, root_dir)),
+        )
+        if stat.start_ticks != target.start_ticks or self._boot_id != target.boot_id:
+            return LiveState(**identity)  # another process has this PID: look no further
+        groups = tuple(_group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
+        namespace = read_cgroup_identity(target.pid, root_dir).namespace
+        mapping = self.evidence.projects
+        project = mapping.project_for(identity["user"], groups, namespace) if mapping else ""
+        table = procfs.read_process_table(root_dir)
+        table.setdefault(stat.pid, stat)
+        tree = process_tree(stat, status.uid, table, self.protection, root_dir)
+        cpu = procfs.tree_cpu_seconds(target.pid, table, procfs.children_map(table))
+        errors: list[str] = []
+        gpu, why = self.gpu(target.uuid)
+        gpu_found: bool | None = None if gpu is None and why != "not found" else gpu is not None
+        on_gpu = mem = util = None
+        util_unknown = ""
+        if gpu is None and why != "not found":
+            errors.append(why)
+        if gpu is not None:
+            listed = {p.pid: p for p in gpu.processes}
+            on_gpu = target.pid in listed  # the target itself, not any descendant
+            held = [listed[m.pid] for m in tree.members if m.pid in listed]
+            sizes = [p.memory_used for p in held]
+            mem = None if None in sizes else sum(s for s in sizes if s is not None)
+            utils = [p.sm_utilization for p in held]
+            if gpu.util_unknown_reason:
+                util_unknown = gpu.util_unknown_reason
+            elif held and None not in utils:
+                util = max(u for u in utils if u is not None)
+        logs = [log_write_timestamp(m.pid, self.evidence.log_globs, root_dir) for m in tree.members]
+        written = [t for t in logs if t is not None]
+        heartbeat = None
+        if self.evidence.heartbeat_dir is not None:
+            beats = read_heartbeats(self.evidence.heartbeat_dir, [ProcessRef(target.pid)], root_dir)
+            heartbeat = beats.get(target.pid)
+        return LiveState(
+            **identity,
+            groups=groups,
+            namespace=namespace,
+            project=project,
+            protected=self.protection.reason(stat, status),
+            gpu_found=gpu_found,
+            on_gpu=on_gpu,
+            gpu_memory_bytes=mem,
+            sm_util=util,
+            util_unknown=util_unknown,
+            cpu_seconds=cpu,
+            log_mtime=max(written) if written else None,
+            heartbeat=heartbeat,
+            members=tree.members,
+            excluded=tree.excluded,
+            errors=tuple(errors),
+        )
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def target_of(node: str, pid: int, uuid: str, proc_root: Path = procfs.PROC) -> Target:
+    """The Target naming a live process as the exporter would (for tools and tests)."""
+    stat = procfs.read_stat(pid, proc_root)
+    if stat is None:
+        raise ProcessLookupError(pid)
+    started = procfs.boot_time(proc_root) + stat.start_ticks / procfs.CLOCK_TICKS
+    return Target(node, pid, stat.start_ticks, procfs.boot_id(proc_root), uuid, started)
