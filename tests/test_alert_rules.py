@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from actuator.ruleset import format_duration, parse_duration, render_rules
@@ -52,6 +53,7 @@ def test_promtool_check_rules() -> None:
     run([promtool, "check", "rules", *map(str, RULE_FILES)])
 
 
+@pytest.mark.reliability(22, 24)
 def test_promtool_unit_tests() -> None:
     promtool = require_binary("promtool")
     assert TEST_FILES, "no alert-rules/tests/*.test.yml"

@@ -104,6 +104,7 @@ def test_exited_process_is_gone_from_the_next_scrape(sim_node: Path, spawn_workl
     assert remaining == []
 
 
+@pytest.mark.reliability(21)
 def test_pid_listed_by_nvml_but_gone_from_proc(sim_node: Path, spawn_workload) -> None:
     real = spawn_workload(phases="idle")
     ghost = 4_000_000
@@ -116,6 +117,7 @@ def test_pid_listed_by_nvml_but_gone_from_proc(sim_node: Path, spawn_workload) -
     assert scraper.info(real.pid) is not None  # the rest of the scrape is intact
 
 
+@pytest.mark.reliability(17)
 def test_one_gpu_lost(sim_node: Path, spawn_workload) -> None:
     on_lost = spawn_workload(gpu=0, phases="idle")
     on_good = spawn_workload(gpu=1, phases="idle")
@@ -128,6 +130,7 @@ def test_one_gpu_lost(sim_node: Path, spawn_workload) -> None:
     assert scraper.process("gpu_process_memory_used_bytes", on_good.pid, gpu=1) == 4 * GiB
 
 
+@pytest.mark.reliability(17)
 def test_nvml_missing_reports_down_and_no_process_series(sim_node: Path, spawn_workload) -> None:
     spawn_workload(phases="idle")
     _fault(sim_node, nvml_missing=True)
@@ -140,6 +143,7 @@ def test_nvml_missing_reports_down_and_no_process_series(sim_node: Path, spawn_w
     assert scraper.value("gpu_exporter_nvml_up") == 1
 
 
+@pytest.mark.reliability(16)
 def test_process_utilization_unsupported_exports_no_util(sim_node: Path, spawn_workload) -> None:
     idle = spawn_workload(phases="idle")
     _fault(sim_node, process_util_unsupported=(0,))
@@ -185,6 +189,7 @@ def test_log_and_heartbeat_timestamps(sim_node: Path, spawn_workload, tmp_path: 
     assert time.time() - frozen > 0.9
 
 
+@pytest.mark.reliability(18)
 def test_hanging_nvml_call_does_not_hang_the_scrape(sim_node: Path, spawn_workload) -> None:
     spawn_workload(phases="idle")
     scraper = Scraper(sim_node, nvml_timeout=0.5)
@@ -198,3 +203,60 @@ def test_hanging_nvml_call_does_not_hang_the_scrape(sim_node: Path, spawn_worklo
     assert threading.active_count() <= threads + 1  # one stuck worker at most, no pile-up
     _fault(sim_node, hang_call="")
     wait_until(lambda: scraper.value("gpu_exporter_nvml_up") == 1, timeout=5)
+
+
+@pytest.mark.reliability(15, 19)
+def test_samples_naming_other_pids_make_every_process_of_that_gpu_unknown(
+    sim_node: Path, spawn_workload
+) -> None:
+    busy = spawn_workload(memory="6GiB", phases="busy")
+    other = spawn_workload(gpu=1, memory="2GiB", phases="busy")
+    scraper = Scraper(sim_node)
+    wait_until(lambda: (scraper.samples(), scraper.process(
+        "gpu_process_sm_utilization_ratio", busy.pid))[1], 5)  # fmt: skip
+    _fault(sim_node, util_pid_offsets=((0, 100000),))
+    scraper.samples()
+    assert scraper.process("gpu_process_sm_utilization_ratio", busy.pid) is None  # never 0
+    assert scraper.value("gpu_exporter_process_utilization_supported", gpu=0,
+                         uuid=scraper.uuids[0]) == 0  # fmt: skip
+    assert scraper.value("gpu_exporter_process_utilization_unknown", gpu=0,
+                         uuid=scraper.uuids[0], reason="pid_mismatch") == 1  # fmt: skip
+    # The other GPU's join still holds.
+    assert (scraper.process("gpu_process_sm_utilization_ratio", other.pid, gpu=1) or 0) > 0.5
+
+
+@pytest.mark.reliability(20)
+def test_invalid_pids_from_the_binding_are_rejected(sim_node: Path, spawn_workload) -> None:
+    idle = spawn_workload(memory="2GiB", phases="idle")
+    _fault(sim_node, ghost_pids=((0, 0, 1 * GiB), (0, 2**32 - 1, 1 * GiB)))
+    scraper = Scraper(sim_node)
+    scraper.samples()
+    for pid in (0, 2**32 - 1):
+        assert scraper.process("gpu_process_memory_used_bytes", pid) is None
+    assert scraper.process("gpu_process_memory_used_bytes", idle.pid) == 2 * GiB
+    assert scraper.process("gpu_process_sm_utilization_ratio", idle.pid) is None
+    assert scraper.value("gpu_exporter_process_utilization_unknown", gpu=0,
+                         uuid=scraper.uuids[0], reason="invalid_pid") == 1  # fmt: skip
+
+
+def test_a_busy_device_without_busy_listed_processes_is_unknown() -> None:
+    from exporter.nvml_reader import util_join
+
+    assert util_join({10, 11}, {}, 0.0) == ""  # idle device, no samples: 0 % proven
+    assert util_join({10, 11}, {10: 90}, 0.9) == ""
+    assert util_join({10, 11}, {}, 0.9) == "device_busy_unattributed"
+    assert util_join({10}, {10: 3}, 0.6) == "device_busy_unattributed"
+    assert util_join({10}, {99: 90}, 0.9) == "pid_mismatch"
+    assert util_join({10}, {}, None) == "device_util_unknown"
+
+
+def test_info_carries_the_identity_the_actuator_checks(sim_node: Path, spawn_workload) -> None:
+    from exporter import procfs
+
+    busy = spawn_workload(memory="1GiB", phases="busy")
+    scraper = Scraper(sim_node)
+    info = scraper.info(busy.pid)
+    stat = procfs.read_stat(busy.pid)
+    assert info is not None and stat is not None
+    assert info["start_ticks"] == str(stat.start_ticks)
+    assert info["boot_id"] == procfs.boot_id()

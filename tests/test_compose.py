@@ -34,7 +34,12 @@ SERVICES = {"prometheus", "alertmanager", "grafana", "exporter", "actuator"}
 PORTS = {"exporter": 9835, "actuator": 9836, "agent": 9837}
 # Host paths outside the repository that the user (or Docker) provides; each must be
 # explained in docs/deployment.md.
-HOST_PATHS = {"/run/gpu-reclaimer/heartbeats", "/etc/passwd", "/etc/group"}
+HOST_PATHS = {
+    "/run/gpu-reclaimer/heartbeats",
+    "/run/gpu-reclaimer/self",
+    "/etc/passwd",
+    "/etc/group",
+}
 # Repository paths the user creates (git-ignored); each must be explained in the doc.
 USER_CREATED = {"deploy/secrets/actuator-token"}
 HEARTBEAT_DIR = "/run/gpu-reclaimer/heartbeats"

@@ -36,6 +36,7 @@ from actuator.config import merge_config
 from actuator.demo.procs import Managed
 from actuator.demo.sink import Sink
 from actuator.ruleset import REFERENCE_EVAL_INTERVAL_S, format_duration, render_deploy
+from exporter.ownprocs import RUNTIME_DIR_ENV
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.units import parse_size
 
@@ -207,6 +208,11 @@ class Stack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def own_env(self) -> dict[str, str]:
+        """Exporter and actuator record their identity in this run's own runtime directory."""
+        return {**os.environ, RUNTIME_DIR_ENV: str(self.run_dir / "runtime")}
+
     def start(self) -> Stack:
         """Start every part and wait until each answers; on any failure stop what started."""
         options = self.options
@@ -246,7 +252,7 @@ class Stack:
             "exporter", "--listen", f"127.0.0.1:{self.ports['exporter']}",
             "--sim-dir", str(self.node_dir), "--node-name", options.node_name,
             "--heartbeat-dir", str(self.heartbeat_dir),
-        ), self.logs_dir / "exporter.log")  # fmt: skip
+        ), self.logs_dir / "exporter.log", self.own_env)  # fmt: skip
 
         self.actuator_config.parent.mkdir(parents=True, exist_ok=True)
         self.actuator_config.write_text(
@@ -257,7 +263,7 @@ class Stack:
         self.services["actuator"] = Managed("actuator", _gpu_reclaimer(
             "actuator", "--config", str(self.actuator_config),
             "--listen", f"127.0.0.1:{self.ports['actuator']}", "--token-file", str(self.token_file),
-        ), self.logs_dir / "actuator.log")  # fmt: skip
+        ), self.logs_dir / "actuator.log", self.own_env)  # fmt: skip
 
         prom_config = render_deploy(
             options.repo_root,
@@ -359,7 +365,11 @@ class Stack:
             # The demo's cast is idle on purpose and reclaims several jobs in a minute.
             "limits": {"terminations_per_node_per_hour": 1000, "terminations_per_minute": 100},
             "breaker": {"min_flagged": 1000},
-            "node": {"name": options.node_name, "sim_dir": str(self.node_dir)},
+            "node": {
+                "name": options.node_name,
+                "sim_dir": str(self.node_dir),
+                "heartbeat_dir": str(self.heartbeat_dir),
+            },
             "notifier": {"webhook": {"url": f"{self.sink.url}/notice", "timeout": "2s"}},
             "server": {
                 "listen": f"127.0.0.1:{self.ports['actuator']}",

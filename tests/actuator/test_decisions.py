@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from actuator.decisions import (
     Action,
     Guard,
@@ -68,6 +70,7 @@ def test_cpu_burn_cancels():
     assert d.state == State.CANCELLED and d.code == "activity"
 
 
+@pytest.mark.reliability(15, 16)
 def test_unknown_sm_util_is_not_idle():
     d = decide_live(make_case(), make_live(sm_util=None), eff(), IDLE, LIMITS, GUARD, T0)
     assert d.state == State.REFUSED and d.code == "unknown_evidence"
@@ -88,6 +91,7 @@ def test_recent_log_write_cancels():
     assert d.state == State.CANCELLED and "log written" in d.reason
 
 
+@pytest.mark.reliability(25)
 def test_identity_mismatch_is_refused():
     reused = make_live(start_ticks=TICKS + 1)
     d = decide_live(make_case(), reused, eff(), IDLE, LIMITS, GUARD, T0)
@@ -170,6 +174,7 @@ def test_signalled_kill_after_term_timeout_and_verify_memory():
     assert failed.state == State.FAILED and failed.code == "memory_held"
 
 
+@pytest.mark.reliability(31)
 def test_unkillable_fails():
     m = Member(4242, TICKS, 1001)
     case = make_case(state=State.KILLING, term_at=T0, kill_at=T0 + 10, members=[m])

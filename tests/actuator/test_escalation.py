@@ -35,6 +35,7 @@ def signals(case: dict) -> list[tuple[int, str]]:
     return [(s["pid"], s["signal"]) for s in case["signals"]]
 
 
+@pytest.mark.reliability(28)
 def test_process_ignoring_sigterm_is_killed_after_term_timeout(enforce):
     workloads, actuator = enforce
     w = workloads.spawn("--ignore-sigterm", memory="3GiB")
@@ -50,6 +51,7 @@ def test_process_ignoring_sigterm_is_killed_after_term_timeout(enforce):
     assert states == ["pending", "notified", "terminating", "killing", "reclaimed"]
 
 
+@pytest.mark.reliability(29)
 def test_process_exiting_on_sigterm_gets_no_sigkill(enforce):
     workloads, actuator = enforce
     w = workloads.spawn()
@@ -60,6 +62,7 @@ def test_process_exiting_on_sigterm_gets_no_sigkill(enforce):
     assert case["kill_at"] is None
 
 
+@pytest.mark.reliability(33)
 def test_children_holding_memory_are_terminated_first(enforce):
     workloads, actuator = enforce
     w = workloads.spawn("--children", "2", "--child-memory", "1GiB", memory="2GiB")
@@ -73,6 +76,7 @@ def test_children_holding_memory_are_terminated_first(enforce):
     assert case["freed_bytes"] == 4 * 1024**3
 
 
+@pytest.mark.reliability(5, 25, 26)
 def test_pid_reuse_is_refused_and_untouched(enforce):
     workloads, actuator = enforce
     w = workloads.spawn()
@@ -85,6 +89,7 @@ def test_pid_reuse_is_refused_and_untouched(enforce):
     assert w.alive()
 
 
+@pytest.mark.reliability(14, 23)
 def test_activity_between_notice_and_sigterm_cancels(enforce):
     workloads, actuator = enforce
     w = workloads.spawn(phases="idle=1.5s,busy")
@@ -98,6 +103,7 @@ def test_activity_between_notice_and_sigterm_cancels(enforce):
     assert w.alive()
 
 
+@pytest.mark.reliability(34)
 def test_protected_command_is_refused_but_jupyter_kernel_is_not(enforce):
     workloads, actuator = enforce
     board = workloads.spawn("--name", "tensorboard")
@@ -111,6 +117,7 @@ def test_protected_command_is_refused_but_jupyter_kernel_is_not(enforce):
     assert kcase["state"] == "reclaimed", kcase
 
 
+@pytest.mark.reliability(1, 2, 4)
 def test_duplicates_ha_copies_and_resolved_before_firing(enforce):
     workloads, actuator = enforce
     dup = workloads.spawn(phases="idle")
@@ -142,6 +149,7 @@ def test_duplicates_ha_copies_and_resolved_before_firing(enforce):
     assert late.alive()
 
 
+@pytest.mark.reliability(12)
 def test_other_alerts_in_the_group_are_ignored(enforce):
     workloads, actuator = enforce
     w = workloads.spawn()
@@ -153,6 +161,7 @@ def test_other_alerts_in_the_group_are_ignored(enforce):
     assert actuator.case_for(w) is None
 
 
+@pytest.mark.reliability(37)
 def test_observe_mode_signals_nothing(workloads: Workloads, actuator_factory):
     actuator = actuator_factory(workloads.node_dir, mode="observe")
     w = workloads.spawn("--ignore-sigterm")
@@ -164,6 +173,7 @@ def test_observe_mode_signals_nothing(workloads: Workloads, actuator_factory):
     assert actuator.metric("gpu_reclaimer_signals_sent_total", signal="SIGTERM") == 0
 
 
+@pytest.mark.reliability(35)
 def test_restart_mid_escalation_does_not_signal_twice(workloads: Workloads, actuator_factory):
     actuator = actuator_factory(
         workloads.node_dir, defaults={"term_timeout": "4s"}, reconciler={"lease_ttl": "1s"}
@@ -179,6 +189,7 @@ def test_restart_mid_escalation_does_not_signal_twice(workloads: Workloads, actu
     assert signals(case) == [(w.pid, "SIGTERM"), (w.pid, "SIGKILL")]
 
 
+@pytest.mark.reliability(40)
 def test_unwritable_audit_log_signals_nothing(workloads: Workloads, actuator_factory, tmp_path):
     blocked = tmp_path / "audit-is-a-directory"
     blocked.mkdir()
@@ -194,6 +205,7 @@ def test_unwritable_audit_log_signals_nothing(workloads: Workloads, actuator_fac
     assert w.alive()
 
 
+@pytest.mark.reliability(38)
 def test_termination_limit_refuses_the_second(workloads: Workloads, actuator_factory):
     actuator = actuator_factory(workloads.node_dir, limits={"terminations_per_minute": 1})
     first, second = workloads.spawn(), workloads.spawn()
@@ -205,6 +217,7 @@ def test_termination_limit_refuses_the_second(workloads: Workloads, actuator_fac
     assert actuator.metric("gpu_reclaimer_refusals_total", reason="limit_minute") == 1
 
 
+@pytest.mark.reliability(38)
 def test_circuit_breaker_opens_and_resets(workloads: Workloads, actuator_factory):
     actuator = actuator_factory(
         workloads.node_dir,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from actuator.models import AlertmanagerPayload
 from actuator.store import Store
 from tests.actuator.test_webhook import alert, body
@@ -13,6 +15,7 @@ def payload(*alerts):
     return AlertmanagerPayload.model_validate(body(*alerts))
 
 
+@pytest.mark.reliability(1, 36)
 def test_concurrent_duplicate_deliveries_make_one_episode(tmp_path):
     path = tmp_path / "db.sqlite"
     Store(path).init()
@@ -39,6 +42,7 @@ def test_non_reclaim_alerts_are_not_recorded(tmp_path):
     assert (result.recorded, result.ignored) == (1, 1)
 
 
+@pytest.mark.reliability(36)
 def test_lease_has_one_holder_until_it_expires(tmp_path):
     store = Store(tmp_path / "db")
     store.init()

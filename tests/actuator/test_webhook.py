@@ -104,6 +104,7 @@ def test_accepts_and_records(client, rt):
     assert len(rt.store.pending_episodes()) == 1
 
 
+@pytest.mark.reliability(6)
 def test_auth(client):
     assert client.post("/api/v1/alerts", json=body(alert())).status_code == 401
     bad = {"Authorization": "Bearer nope"}
@@ -113,6 +114,7 @@ def test_auth(client):
     assert client.get("/-/healthy").status_code == 200
 
 
+@pytest.mark.reliability(7)
 def test_bad_input_codes_change_nothing(client, rt):
     post = client.post
     assert post(
@@ -201,6 +203,7 @@ payloads = st.one_of(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=payloads)
+@pytest.mark.reliability(7, 8)
 def test_webhook_never_5xx_and_never_signals(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("fuzz")
     rt = make_runtime(tmp)

@@ -112,6 +112,7 @@ def test_idle_notebook_kernel_is_reclaimed(loop: MainLoop) -> None:
     assert not w.alive()
 
 
+@pytest.mark.reliability(24)
 def test_hung_job_with_stale_heartbeat_is_reclaimed_as_stalled(loop: MainLoop) -> None:
     w = loop.workloads["hung_nccl"]
     case = wait_case(loop.stack, w, {"reclaimed"}, loop.deadline(BUDGET))
@@ -190,6 +191,7 @@ def _first_firing(run: FaultRun, alert: str, since: float, until: float) -> floa
     return min(times) if times else None
 
 
+@pytest.mark.reliability(17, 22)
 def test_nothing_is_signalled_while_nvml_fails_or_the_exporter_is_down(faults: FaultRun) -> None:
     # Runs last: by now the fault timeline (started with the main stack) is nearly over.
     assert faults.done.wait(timeout=200), "the fault timeline did not finish"
