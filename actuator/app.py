@@ -19,7 +19,12 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from actuator.audit import AuditError, AuditLog
 from actuator.config import ActuatorConfig
 from actuator.metrics import ActuatorCollector
-from actuator.models import AlertmanagerPayload, State
+from actuator.models import (
+    AlertmanagerPayload,
+    State,
+    reject_duplicate_keys,
+    split_alerts,
+)
 from actuator.policy import Duration
 from actuator.store import Store, StoreUnavailable
 
@@ -120,7 +125,7 @@ def create_app(rt: Runtime) -> Flask:
             count(413)
             return _error(413, f"body larger than {rt.config.server.max_body} bytes")
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
         except (ValueError, RecursionError) as exc:
             count(400)
             return _error(400, f"body is not valid JSON: {str(exc)[:200]}")
@@ -129,7 +134,15 @@ def create_app(rt: Runtime) -> Flask:
         except ValidationError as exc:
             count(422)
             return _error(422, "not an Alertmanager v4 payload", details=_validation_details(exc))
-        ingest = rt.store.record_alerts(payload, rt.clock())
+        alerts, rejected = split_alerts(payload)
+        if rejected:
+            with contextlib.suppress(AuditError):
+                rt.audit.write_many(
+                    [{"event": "alert_rejected", "fingerprint": r.fingerprint,
+                      "group": payload.groupKey[:200], "errors": list(r.errors)}
+                     for r in rejected]
+                )  # fmt: skip
+        ingest = rt.store.record_alerts(alerts, len(rejected), rt.clock())
         if payload.truncatedAlerts:
             log.warning(
                 "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",
@@ -142,6 +155,7 @@ def create_app(rt: Runtime) -> Flask:
                 "received": ingest.received,
                 "recorded": ingest.recorded,
                 "ignored": ingest.ignored,
+                "rejected": ingest.rejected,
                 "truncated": payload.truncatedAlerts,
                 "took_ms": round((time.perf_counter() - started) * 1000, 3),
             }

@@ -72,6 +72,12 @@ class ActuatorCollector(Collector):
         for code, value in sorted(by_code.items()):
             requests.add_metric([code], value)
         yield requests
+        yield CounterMetricFamily(
+            "gpu_reclaimer_alerts_rejected",
+            "Alerts refused one by one inside an accepted payload (invalid fields, dates out of "
+            "range); the rest of the payload was recorded",
+            snap["alerts_rejected"],
+        )
         signals = CounterMetricFamily(
             "gpu_reclaimer_signals_sent", "Signals delivered to processes", labels=["signal"]
         )

@@ -9,12 +9,29 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from exporter.procfs import PID_MAX_LIMIT
 
 MAX_ALERTS = 10_000
 RECLAIMABLE_LABEL = ("reclaim", "true")
+
+
+def epoch(ts: datetime) -> float:
+    return ts.astimezone(UTC).timestamp()
+
+
+def _representable(ts: datetime) -> datetime:
+    """Reject datetimes whose UTC form falls outside datetime's range (year 1 at +01:00)."""
+    try:
+        epoch(ts)
+    except (OverflowError, ValueError, OSError):
+        raise ValueError("datetime out of range") from None
+    return ts
+
+
+def _end_representable(ts: datetime | None) -> datetime | None:
+    return ts if ts is None or is_zero_time(ts) else _representable(ts)
 
 
 class AlertmanagerAlert(BaseModel):
@@ -29,8 +46,14 @@ class AlertmanagerAlert(BaseModel):
     generatorURL: str = ""
     fingerprint: str = Field(min_length=1, max_length=128)
 
+    _starts_in_range = field_validator("startsAt")(_representable)
+    _ends_in_range = field_validator("endsAt")(_end_representable)
+
 
 class AlertmanagerPayload(BaseModel):
+    """The envelope. Its alerts are objects here and validated one by one (`split_alerts`),
+    so one bad alert never costs the good ones of the same group."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     version: Literal["4"]
@@ -42,11 +65,42 @@ class AlertmanagerPayload(BaseModel):
     commonLabels: dict[str, str] = {}
     commonAnnotations: dict[str, str] = {}
     externalURL: str = ""
-    alerts: list[AlertmanagerAlert] = Field(max_length=MAX_ALERTS)
+    alerts: list[dict[str, Any]] = Field(max_length=MAX_ALERTS)
 
 
-def epoch(ts: datetime) -> float:
-    return ts.astimezone(UTC).timestamp()
+@dataclass(frozen=True)
+class RejectedAlert:
+    fingerprint: str | None
+    errors: tuple[str, ...]
+
+
+def split_alerts(
+    payload: AlertmanagerPayload,
+) -> tuple[list[AlertmanagerAlert], list[RejectedAlert]]:
+    """(valid alerts, rejected ones with why); never raises."""
+    good: list[AlertmanagerAlert] = []
+    bad: list[RejectedAlert] = []
+    for raw in payload.alerts:
+        try:
+            good.append(AlertmanagerAlert.model_validate(raw))
+        except ValidationError as exc:
+            fingerprint = raw.get("fingerprint")
+            errors = tuple(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)[:10]
+            )
+            bad.append(RejectedAlert(fingerprint if isinstance(fingerprint, str) else None, errors))
+    return good, bad
+
+
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads object hook: a key given twice is ambiguous ("status" resolved, then firing)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key[:64]!r}")
+        out[key] = value
+    return out
 
 
 def is_zero_time(ts: datetime | None) -> bool:

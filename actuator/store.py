@@ -20,7 +20,7 @@ from typing import Any
 
 from actuator.models import (
     LIVE_STATES,
-    AlertmanagerPayload,
+    AlertmanagerAlert,
     Case,
     Member,
     State,
@@ -142,6 +142,7 @@ class Ingest:
     received: int
     recorded: int
     ignored: int
+    rejected: int = 0
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class Store:
 
     # -- webhook -----------------------------------------------------------------------
 
-    def record_alerts(self, payload: AlertmanagerPayload, now: float) -> Ingest:
+    def record_alerts(self, alerts: list[AlertmanagerAlert], rejected: int, now: float) -> Ingest:
         """Upsert every reclaimable alert as an episode; idempotent and order-independent.
 
         `resolved` is sticky: once any delivery said an episode resolved, it stays resolved,
@@ -270,7 +271,7 @@ class Store:
         """
         recorded = ignored = 0
         with self._tx() as conn:
-            for alert in payload.alerts:
+            for alert in alerts:
                 if not is_reclaimable(alert):
                     ignored += 1
                     continue
@@ -305,7 +306,11 @@ class Store:
                 )
                 recorded += 1
             self._bump(conn, "webhook_requests", "200")
-        return Ingest(received=len(payload.alerts), recorded=recorded, ignored=ignored)
+            if rejected:
+                self._bump(conn, "alerts_rejected", "", rejected)
+        return Ingest(
+            received=len(alerts) + rejected, recorded=recorded, ignored=ignored, rejected=rejected
+        )
 
     def count_request(self, code: int) -> None:
         with self._tx() as conn:
@@ -612,6 +617,9 @@ class Store:
                     "SELECT label, value FROM counters WHERE name = 'webhook_requests'"
                 )
             }
+            rejected = conn.execute(
+                "SELECT COALESCE(SUM(value), 0) AS n FROM counters WHERE name = 'alerts_rejected'"
+            ).fetchone()
             breaker = conn.execute("SELECT open FROM breaker WHERE id = 1").fetchone()
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -624,5 +632,6 @@ class Store:
             "refusals": refusals,
             "signals": signals,
             "requests": requests,
+            "alerts_rejected": int(rejected["n"]),
             "breaker_open": bool(breaker["open"]) if breaker else False,
         }

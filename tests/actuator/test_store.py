@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from actuator.models import AlertmanagerPayload
+from actuator.models import AlertmanagerAlert
 from actuator.store import Store
 from tests.actuator.test_webhook import alert, body
 
 
 def payload(*alerts):
-    return AlertmanagerPayload.model_validate(body(*alerts))
+    return [AlertmanagerAlert.model_validate(a) for a in body(*alerts)["alerts"]]
 
 
 @pytest.mark.reliability(1, 36)
@@ -22,7 +22,7 @@ def test_concurrent_duplicate_deliveries_make_one_episode(tmp_path):
     stores = [Store(path) for _ in range(4)]
     p = payload(alert(), alert(fingerprint="other"))
     threads = [
-        threading.Thread(target=lambda s=s: [s.record_alerts(p, 1.0) for _ in range(10)])
+        threading.Thread(target=lambda s=s: [s.record_alerts(p, 0, 1.0) for _ in range(10)])
         for s in stores
     ]
     for t in threads:
@@ -38,7 +38,7 @@ def test_non_reclaim_alerts_are_not_recorded(tmp_path):
     store = Store(tmp_path / "db")
     store.init()
     other = alert(labels={"alertname": "GpuExporterDown"})
-    result = store.record_alerts(payload(other, alert()), 1.0)
+    result = store.record_alerts(payload(other, alert()), 0, 1.0)
     assert (result.recorded, result.ignored) == (1, 1)
 
 

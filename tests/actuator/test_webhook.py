@@ -124,13 +124,39 @@ def test_bad_input_codes_change_nothing(client, rt):
     assert r.status_code == 400 and "JSON" in r.json["error"]
     r = post("/api/v1/alerts", json=body(alert(), version="3"), headers=AUTH)
     assert r.status_code == 422 and r.json["details"][0]["loc"] == "version"
-    r = post("/api/v1/alerts", json=body(alert(startsAt="yesterday")), headers=AUTH)
+    r = post("/api/v1/alerts", json=body(alert(), alerts="many"), headers=AUTH)
     assert r.status_code == 422
+    dup = '{"version":"4","status":"resolved","status":"firing","alerts":[]}'
+    r = post("/api/v1/alerts", data=dup, headers=AUTH, content_type="application/json")
+    assert r.status_code == 400 and "duplicate key 'status'" in r.json["error"]
     huge = body(*[alert(fingerprint=f"f{i}") for i in range(2000)])
     assert post("/api/v1/alerts", json=huge, headers=AUTH).status_code == 413
     assert rt.store.pending_episodes() == []
     snap = rt.store.metric_snapshot()["requests"]
-    assert snap == {"415": 1, "400": 1, "422": 2, "413": 1}
+    assert snap == {"415": 1, "400": 2, "422": 2, "413": 1}
+
+
+@pytest.mark.reliability(7)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"startsAt": "0001-01-01T00:00:00+01:00"},
+        {"startsAt": "9999-12-31T23:59:59-01:00"},
+        {"endsAt": "9999-12-31T23:59:59-01:00"},
+        {"startsAt": "yesterday"},
+        {"labels": {"pid": 4242}},
+        {"fingerprint": ""},
+    ],
+)
+def test_a_bad_alert_never_costs_the_good_ones_of_its_payload(client, rt, bad):
+    good = alert(fingerprint="good")
+    r = client.post("/api/v1/alerts", json=body(alert(**{"fingerprint": "bad", **bad}), good),
+                    headers=AUTH)  # fmt: skip
+    assert r.status_code == 200, r.json
+    assert (r.json["recorded"], r.json["rejected"]) == (1, 1)
+    assert [e.fingerprint for e in rt.store.pending_episodes()] == ["good"]
+    assert rt.store.metric_snapshot()["alerts_rejected"] == 1
+    assert any(rec["event"] == "alert_rejected" for rec in rt.audit.tail(10))
 
 
 def test_resolved_is_sticky_and_duplicates_are_idempotent(client, rt):
