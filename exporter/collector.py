@@ -47,7 +47,7 @@ class ExporterSettings:
     node_name: str
     heartbeat_dir: Path | None = None
     log_globs: Sequence[str] = ()
-    nvml_timeout: float = 5.0
+    nvml_timeout: float = 1.5
     proc_root: Path = procfs.PROC
 
 

@@ -21,7 +21,8 @@ class ExporterConfig(BaseModel):
     node_name: str | None = None
     heartbeat_dir: Path | None = DEFAULT_HEARTBEAT_DIR
     log_globs: list[str] = Field(default_factory=list)
-    nvml_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    # A trusted exporter answers within 2 s, whatever the driver does.
+    nvml_timeout_seconds: float = Field(default=1.5, gt=0, le=1.5)
     projects_file: Path | None = None
 
 
@@ -36,13 +37,18 @@ def load_config(path: Path) -> ExporterConfig:
         raise ConfigError(f"{path}: cannot read config: {error}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return validate(raw, str(path))
+
+
+def validate(raw: dict[str, object], source: str) -> ExporterConfig:
+    """The settings, strictly validated; ConfigError naming `source` and the keys."""
     try:
         return ExporterConfig.model_validate(raw)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
         )
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{source}: {problems}") from None
 
 
 def parse_listen(listen: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:

@@ -13,7 +13,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from exporter import ownprocs
-from exporter.config import DEFAULT_PORT, ConfigError, ExporterConfig, load_config, parse_listen
+from exporter.config import (
+    DEFAULT_PORT,
+    ConfigError,
+    ExporterConfig,
+    load_config,
+    parse_listen,
+    validate,
+)
 from exporter.nvml import SIM_DIR_ENV, open_nvml, resolve_sim_dir
 
 log = logging.getLogger("exporter")
@@ -66,7 +73,9 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
         "nvml_timeout_seconds": args.nvml_timeout,
         "projects_file": args.projects,
     }
-    return config.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    # Flags are validated like the file's keys (model_copy would skip validation).
+    merged = {**config.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    return validate(merged, "command line")
 
 
 def run_exporter(args: argparse.Namespace) -> int:

@@ -260,3 +260,17 @@ def test_info_carries_the_identity_the_actuator_checks(sim_node: Path, spawn_wor
     assert info is not None and stat is not None
     assert info["start_ticks"] == str(stat.start_ticks)
     assert info["boot_id"] == procfs.boot_id()
+
+
+@pytest.mark.reliability(18)
+def test_with_the_default_timeout_a_scrape_during_a_hang_answers_within_2s(
+    sim_node: Path, spawn_workload
+) -> None:
+    spawn_workload(phases="idle")
+    scraper = Scraper(sim_node)  # the shipped nvml_timeout
+    assert scraper.value("gpu_exporter_nvml_up") == 1
+    _fault(sim_node, hang_call="nvmlDeviceGetComputeRunningProcesses", hang_seconds=60)
+    started = time.monotonic()
+    assert scraper.value("gpu_exporter_nvml_up") == 0
+    assert time.monotonic() - started < 2.0
+    _fault(sim_node, hang_call="")

@@ -115,6 +115,12 @@ def test_clear_errors(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert bad.returncode != 0 and "exporter.yml" in bad.stderr and "bogus_key" in bad.stderr
+    slow = subprocess.run(
+        [*gpu_reclaimer_command(), "exporter", "--nvml-timeout", "10", "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert slow.returncode != 0 and "nvml_timeout_seconds" in slow.stderr
+    assert "Traceback" not in slow.stderr
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
@@ -149,4 +155,4 @@ def test_reference_config_loads() -> None:
     from exporter.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "exporter.yml")
-    assert config.listen == ":9835" and config.nvml_timeout_seconds == 5
+    assert config.listen == ":9835" and config.nvml_timeout_seconds == 1.5
