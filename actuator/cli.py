@@ -9,6 +9,8 @@ from typing import Any
 from actuator.config import (
     DEFAULT_PORT,
     ConfigError,
+    check_storage,
+    config_warnings,
     idle_thresholds,
     load_config,
     load_projects,
@@ -47,9 +49,12 @@ def run_actuator(args: argparse.Namespace) -> int:
         token = read_token(config, args.token_file)
         idle_thresholds(config)
         load_projects(config)
+        check_storage(config)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
+    for warning in config_warnings(config):
+        log.warning("%s: %s", args.config, warning)
     if args.check_config:
         print(f"{args.config}: OK (mode {config.mode})")
         return 0

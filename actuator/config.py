@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
-from actuator.policy import Duration, Policy, Size, Strict
+from actuator.policy import Duration, Mode, Policy, Size, Strict
 from exporter.identity import ProjectMapping, ProjectMappingError
 from exporter.thresholds import SHIPPED, Thresholds, ThresholdsError
 from exporter.thresholds import load as load_thresholds
@@ -67,6 +67,56 @@ class ActuatorConfig(Policy):
     node: NodeConfig = Field(default_factory=NodeConfig)
     notifier: Notifier = Notifier()
     reconciler: Reconciler = Reconciler()
+
+    @model_validator(mode="after")
+    def _no_instant_kill(self) -> ActuatorConfig:
+        timings = [self.defaults, *self.projects]
+        for t in timings:
+            grace = self.defaults.grace if t.grace is None else t.grace
+            term = self.defaults.term_timeout if t.term_timeout is None else t.term_timeout
+            mode = getattr(t, "mode", None) or self.mode
+            if mode == Mode.ENFORCE and grace == 0 and term == 0:
+                where = getattr(t, "name", "defaults")
+                raise ValueError(
+                    f"{where}: grace 0 and term_timeout 0 in enforce mode would SIGKILL at the "
+                    "notice: give the owner a grace period, the process a term_timeout"
+                )
+        return self
+
+
+MIN_TOKEN_BYTES = 16
+
+
+def config_warnings(config: ActuatorConfig) -> list[str]:
+    """What is allowed but probably not meant; logged loudly at start and by --check-config."""
+    out = []
+    p = config.protect
+    if not p.protect_root and p.protected_uid_below == 0:
+        out.append("protect: root and system uids are not protected (protect_root false, "
+                   "protected_uid_below 0)")  # fmt: skip
+    if p.replace_default_commands:
+        out.append("protect.commands replaces the built-in protected commands")
+    if config.mode == Mode.ENFORCE:
+        if config.defaults.grace < 60:
+            out.append(f"enforce mode with a grace of {config.defaults.grace:g}s: owners "
+                       "have almost no time to react")  # fmt: skip
+        if config.defaults.term_timeout < 1:
+            out.append(f"term_timeout {config.defaults.term_timeout:g}s: processes get no "
+                       "time to exit cleanly before SIGKILL")  # fmt: skip
+    return out
+
+
+def check_storage(config: ActuatorConfig) -> None:
+    """Raise ConfigError unless the database and the audit log can be created and written."""
+    for key, name in (("storage.database", config.storage.database),
+                      ("storage.audit_log", config.storage.audit_log)):  # fmt: skip
+        path = Path(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            raise ConfigError(f"{key}: {path} is not writable: {exc.strerror or exc}") from None
 
 
 class ConfigError(Exception):
@@ -140,16 +190,28 @@ def read_token(config: ActuatorConfig, token_file: str | None = None) -> str:
     file = token_file or config.server.token_file
     if file:
         try:
-            token = Path(file).read_text(encoding="utf-8").strip()
+            with open(file, encoding="utf-8") as handle:
+                mode = os.fstat(handle.fileno()).st_mode
+                token = handle.read().strip()
         except OSError as exc:
             raise ConfigError(f"{file}: cannot read token file: {exc.strerror or exc}") from None
-        if not token:
-            raise ConfigError(f"{file}: token file is empty")
-        return token
-    token = os.environ.get("GPU_RECLAIMER_TOKEN", "").strip()
+        if mode & 0o077:
+            raise ConfigError(
+                f"{file}: token file is readable by group or others (mode {mode & 0o777:o}): "
+                f"chmod 600 {file}"
+            )
+        source = file
+    else:
+        token = os.environ.get("GPU_RECLAIMER_TOKEN", "").strip()
+        source = "$GPU_RECLAIMER_TOKEN"
     if not token:
         raise ConfigError(
-            "no API token: set server.token_file, --token-file or $GPU_RECLAIMER_TOKEN"
+            f"{source}: no API token: set server.token_file, --token-file or $GPU_RECLAIMER_TOKEN"
+        )
+    if len(token.encode()) < MIN_TOKEN_BYTES:
+        raise ConfigError(
+            f"{source}: the token is {len(token.encode())} bytes; use at least {MIN_TOKEN_BYTES} "
+            "(make secrets writes a random one)"
         )
     return token
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from exporter.units import parse_duration, parse_size
 
@@ -72,9 +72,12 @@ def _check_patterns(value: tuple[str, ...], key: str) -> tuple[str, ...]:
         if not pattern.strip():
             raise ValueError(f"{key}[{index}] is empty")
         try:
-            re.compile(pattern)
+            compiled = re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"{key}[{index}] {pattern!r}: {exc}") from None
+        if compiled.fullmatch(""):
+            # '$^', 'a*': matches only an empty name, and names are never empty
+            raise ValueError(f"{key}[{index}] {pattern!r} matches the empty name: protects nothing")
     return value
 
 
@@ -84,6 +87,17 @@ class Protect(Strict):
     users: tuple[str, ...] = ()
     commands: tuple[str, ...] = Field(DEFAULT_PROTECTED_COMMANDS, min_length=1)
     extra_commands: tuple[str, ...] = ()
+    replace_default_commands: bool = False
+
+    @model_validator(mode="after")
+    def _replacing_is_explicit(self) -> Protect:
+        if "commands" in self.model_fields_set and not self.replace_default_commands:
+            raise ValueError(
+                "commands replaces the built-in protected commands (Jupyter servers, "
+                "TensorBoard, nvidia-persistenced, ...): add yours with extra_commands, or set "
+                "replace_default_commands: true to replace the list"
+            )
+        return self
 
     @field_validator("commands")
     @classmethod

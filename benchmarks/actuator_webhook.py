@@ -36,7 +36,7 @@ from actuator.node import LocalNode  # noqa: E402
 from actuator.policy import Protect  # noqa: E402
 from exporter.sim.state import init_node, load_node, read_procs  # noqa: E402
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789"
 
 
 def free_port() -> int:
@@ -105,6 +105,7 @@ def percentile(values: list[float], q: float) -> float:
 def start_actuator(work: Path, sim: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     (work / "token").write_text(TOKEN)
+    (work / "token").chmod(0o600)
     config = {
         "mode": "observe",
         "node": {"name": "bench-node", "sim_dir": str(sim)},

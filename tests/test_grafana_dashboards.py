@@ -299,6 +299,7 @@ class Stack:
 def _actuator_config(work: Path, node_dir: Path, port: int) -> Path:
     token = work / "token"
     token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
     overrides = {
         "node": {"name": NODE, "sim_dir": str(node_dir)},
         "server": {"listen": f"127.0.0.1:{port}", "token_file": str(token), "workers": 1},

@@ -161,6 +161,7 @@ class Actuator:
         self.url = f"http://127.0.0.1:{self.port}"
         token_file = workdir / "token"
         token_file.write_text(TOKEN + "\n")
+        token_file.chmod(0o600)
         config = merge_config(
             {
                 "node": {"name": NODE, "sim_dir": str(sim_dir)},

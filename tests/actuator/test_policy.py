@@ -88,11 +88,79 @@ def test_token_sources(tmp_path, monkeypatch):
     monkeypatch.delenv("GPU_RECLAIMER_TOKEN", raising=False)
     with pytest.raises(ConfigError):
         read_token(config)
-    monkeypatch.setenv("GPU_RECLAIMER_TOKEN", "from-env")
-    assert read_token(config) == "from-env"
+    monkeypatch.setenv("GPU_RECLAIMER_TOKEN", "from-env-0123456789")
+    assert read_token(config) == "from-env-0123456789"
     token = tmp_path / "token"
-    token.write_text("from-file\n")
-    assert read_token(config, str(token)) == "from-file"
+    token.write_text("from-file-0123456789\n")
+    token.chmod(0o600)
+    assert read_token(config, str(token)) == "from-file-0123456789"
+
+
+@pytest.mark.reliability(41)
+def test_unsafe_tokens_are_refused(tmp_path, monkeypatch):
+    config = load_config(write(tmp_path, ""))
+    token = tmp_path / "token"
+    token.write_text("long-enough-but-readable\n")
+    token.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable by group or others"):
+        read_token(config, str(token))
+    token.chmod(0o640)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        read_token(config, str(token))
+    token.write_text("short\n")
+    token.chmod(0o600)
+    with pytest.raises(ConfigError, match="at least 16"):
+        read_token(config, str(token))
+    monkeypatch.setenv("GPU_RECLAIMER_TOKEN", "x")
+    with pytest.raises(ConfigError, match="at least 16"):
+        read_token(config)
+
+
+@pytest.mark.reliability(41)
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("protect: {extra_commands: ['$^']}\n", "protects nothing"),
+        ("protect: {extra_commands: ['']}\n", "is empty"),
+        ("protect: {commands: ['vllm']}\n", "add yours with extra_commands"),
+        ("mode: enforce\ndefaults: {grace: 0s, term_timeout: 0s}\n", "SIGKILL at the notice"),
+        ("idle: {start_time_tolerance: 1e9}\n", "start_time_tolerance"),
+    ],
+)
+def test_dangerous_config_is_refused(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_replacing_the_protected_commands_is_explicit_and_warned(tmp_path):
+    from actuator.config import config_warnings
+
+    text = "protect: {commands: ['vllm'], replace_default_commands: true}\n"
+    config = load_config(write(tmp_path, text))
+    assert config.protect.effective_commands == ("vllm",)
+    assert any("replaces the built-in" in w for w in config_warnings(config))
+    extended = load_config(write(tmp_path, "protect: {extra_commands: ['vllm']}\n"))
+    assert "vllm" in extended.protect.effective_commands
+    assert "tensorboard(\\..*)?" in extended.protect.effective_commands
+
+
+def test_check_config_refuses_an_unwritable_database(tmp_path):
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = write(tmp_path, f"storage: {{database: {blocker}/sub/actuator.db}}\n")
+    token = tmp_path / "token"
+    token.write_text("a-token-of-enough-bytes\n")
+    token.chmod(0o600)
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "actuator", "--config", str(config),
+         "--token-file", str(token), "--check-config"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2 and "storage.database" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_units():

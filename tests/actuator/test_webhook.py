@@ -20,7 +20,7 @@ from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
 from actuator.store import Store
 
-TOKEN = "s3cret"
+TOKEN = "s3cret-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
