@@ -49,7 +49,10 @@ def run_actuator(args: argparse.Namespace) -> int:
         token = read_token(config, args.token_file)
         idle_thresholds(config)
         load_projects(config)
-        check_storage(config)
+        if args.check_config:
+            # At start an unwritable audit log only makes /-/ready fail (a full disk may
+            # come back); a config check says so outright.
+            check_storage(config)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2

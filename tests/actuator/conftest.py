@@ -47,6 +47,22 @@ class Workload:
         return self.proc.poll() is None and not self.exit_code
 
 
+def wait_quiet(pid: int, cores: float = 0.02, window: float = 0.5, timeout: float = 20) -> None:
+    """Wait until the process tree's CPU use over `window` is at most `cores`."""
+
+    def cpu() -> float:
+        table = procfs.read_process_table()
+        return procfs.tree_cpu_seconds(pid, table, procfs.children_map(table)) or 0.0
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = cpu()
+        time.sleep(window)
+        if (cpu() - before) / window <= cores:
+            return
+    raise AssertionError(f"pid {pid} never went CPU-quiet")
+
+
 class Workloads:
     """`gpu-reclaimer sim run` processes, reaped as soon as they exit (a zombie would still
     look like it holds its simulated memory)."""
@@ -73,6 +89,8 @@ class Workloads:
         wait_until(lambda: any(p.pid == proc.pid for p in read_procs(self.node_dir)), 15)
         target = target_of(NODE, proc.pid, w.uuid)
         w.start_time, w.start_ticks = target.start_time, target.start_ticks
+        if phases.startswith("idle") and "--cpu" not in options:
+            wait_quiet(proc.pid)  # a just-started interpreter's imports read as CPU activity
         return w
 
     def cleanup(self) -> None:
