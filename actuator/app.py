@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from actuator.audit import AuditError, AuditLog
+from actuator.clock import boottime
 from actuator.config import ActuatorConfig
 from actuator.metrics import ActuatorCollector
 from actuator.models import (
@@ -30,7 +31,7 @@ from actuator.store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 MAX_SNOOZE = 7 * 86400.0
-SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED})
+SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Runtime:
     audit: AuditLog
     token: str
     clock: Callable[[], float] = time.time
+    mono: Callable[[], float] = boottime
+    started_mono: float = field(default_factory=boottime)
 
 
 class SnoozeRequest(BaseModel):
@@ -65,6 +68,27 @@ def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
         {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]}
         for err in exc.errors(include_url=False, include_input=False)[:20]
     ]
+
+
+def _reconciler_stalled(rt: Runtime) -> str | None:
+    """Why no reconciler is making progress, or None (the same answer from every worker)."""
+    limit = rt.config.reconciler.stall_after
+    try:
+        progress = rt.store.progress()
+    except StoreUnavailable:
+        return None  # reported as the store's own problem
+    now = rt.mono()
+    if progress is None or progress[2] is None:
+        if now - rt.started_mono <= limit:
+            return None  # just started
+        return f"no reconciler has finished a pass in {limit:g}s (nothing is being advanced)"
+    holder, _, progressed = progress
+    if now - progressed > limit:
+        return (
+            f"the reconciler ({holder}) last finished a pass {now - progressed:.0f}s ago "
+            f"(limit {limit:g}s): cases are not being advanced"
+        )
+    return None
 
 
 def create_app(rt: Runtime) -> Flask:
@@ -206,6 +230,7 @@ def create_app(rt: Runtime) -> Flask:
                           "any signal can be snoozed")  # fmt: skip
         now = rt.clock()
         found.snoozed_until = now + body.duration
+        found.snoozed_until_mono = rt.mono() + body.duration
         found.cpu_seconds = found.cpu_rate = found.cpu_at = None
         try:
             rt.audit.write(
@@ -271,6 +296,9 @@ def create_app(rt: Runtime) -> Flask:
         problem = rt.audit.check_writable()
         if problem:
             reasons.append(problem + " (nothing will be signalled)")
+        stalled = _reconciler_stalled(rt)
+        if stalled:
+            reasons.append(stalled)
         if reasons:
             return jsonify({"ready": False, "reasons": reasons}), 503
         return jsonify({"ready": True, "mode": str(rt.config.mode)}), 200

@@ -59,6 +59,9 @@ class Notifier(Strict):
 class Reconciler(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     lease_ttl: Duration = Field(10.0, gt=0)
+    stall_after: Duration = Field(
+        30.0, gt=0, description="/-/ready fails when no reconciler finished a pass for this long"
+    )
 
 
 class ActuatorConfig(Policy):
@@ -67,6 +70,16 @@ class ActuatorConfig(Policy):
     node: NodeConfig = Field(default_factory=NodeConfig)
     notifier: Notifier = Notifier()
     reconciler: Reconciler = Reconciler()
+
+    @model_validator(mode="after")
+    def _notice_before_enforcement(self) -> ActuatorConfig:
+        enforcing = self.mode == Mode.ENFORCE or any(r.mode == Mode.ENFORCE for r in self.projects)
+        if enforcing and self.notice.required and self.notifier.webhook is None:
+            raise ValueError(
+                "enforce mode needs a way to warn the owner first: configure notifier.webhook "
+                "(or set notice.required: false to enforce without a delivered notice)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _no_instant_kill(self) -> ActuatorConfig:
@@ -96,6 +109,9 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
                    "protected_uid_below 0)")  # fmt: skip
     if p.replace_default_commands:
         out.append("protect.commands replaces the built-in protected commands")
+    if not config.notice.required and config.mode != Mode.OBSERVE:
+        out.append("notice.required is false: the grace starts even when the owner's notice "
+                   "was not delivered")  # fmt: skip
     if config.mode == Mode.ENFORCE:
         if config.defaults.grace < 60:
             out.append(f"enforce mode with a grace of {config.defaults.grace:g}s: owners "

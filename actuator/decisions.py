@@ -5,15 +5,16 @@ Nothing here performs I/O or reads a clock; the reconciler carries the decisions
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from actuator.models import Case, LiveState, Member, State
-from actuator.policy import Breaker, Effective, Idle, Limits, Mode
+from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice
 from exporter.thresholds import SHIPPED, Thresholds
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
+DEFAULT_NOTICE = Notice()
 
 
 class Action(StrEnum):
@@ -166,17 +167,18 @@ def roll_cpu(
     return None, updates
 
 
-def check_limits(case: Case, guard: Guard, limits: Limits) -> Decision | None:
+def held_back(case: Case, guard: Guard, limits: Limits) -> tuple[str, str] | None:
+    """(code, why) when the breaker or a blast-radius limit holds enforcement back."""
+    if guard.breaker_open:
+        return "circuit_breaker_open", "circuit breaker open: not enforcing"
     if guard.terminations_node_hour >= limits.terminations_per_node_per_hour:
-        return move(
-            State.REFUSED,
+        return (
             "limit_node_hour",
             f"{guard.terminations_node_hour} terminations on {case.node} in the last hour "
             f"(limit {limits.terminations_per_node_per_hour})",
         )
     if guard.terminations_minute >= limits.terminations_per_minute:
-        return move(
-            State.REFUSED,
+        return (
             "limit_minute",
             f"{guard.terminations_minute} terminations in the last minute "
             f"(limit {limits.terminations_per_minute})",
@@ -184,10 +186,62 @@ def check_limits(case: Case, guard: Guard, limits: Limits) -> Decision | None:
     return None
 
 
+def defer(case: Case, why: tuple[str, str], samples: dict[str, Any]) -> Decision:
+    """Not final: the case waits in `deferred` and resumes where it was once there is room."""
+    code, reason = why
+    return move(
+        State.DEFERRED, code, f"deferred: {reason}", deferred_from=str(case.state), **samples
+    )
+
+
 def would_do(eff: Effective) -> str:
     return (
         f"would notify the owner, send SIGTERM after {eff.grace:g}s and SIGKILL "
         f"{eff.term_timeout:g}s later"
+    )
+
+
+def after_notice(
+    case: Case, delivered: bool, notice: Notice, now: float, mono: float
+) -> dict[str, Any]:
+    """Case updates once a notice was (or was not) delivered: only a delivered notice starts
+    the grace, unless the policy says notices are not required."""
+    if delivered or not notice.required:
+        return {"notified_at": now, "notified_mono": mono, "next_notice_mono": None}
+    return {
+        "notice_attempts": case.notice_attempts + 1,
+        "next_notice_mono": mono + notice.retry_interval,
+    }
+
+
+def _notice_pending(case: Case, notice: Notice, now: float, mono: float) -> Decision:
+    """A notified case whose notice has not been delivered yet."""
+    if case.next_notice_mono is not None and mono < case.next_notice_mono:
+        return wait()
+    sends = notice.retries + 1
+    if case.notice_attempts < sends:
+        return Decision(
+            Action.NOTIFY,
+            State.NOTIFIED,
+            "notice_retry",
+            f"the notice was not delivered; sending it again ({case.notice_attempts + 1} of "
+            f"{sends})",
+        )
+    if notice.undelivered == "extra_grace":
+        return move(
+            State.NOTIFIED,
+            "notice_undelivered",
+            f"the owner could not be notified ({sends} attempts): grace extended by "
+            f"{notice.extra_grace:g}s",
+            notified_at=now,
+            notified_mono=mono,
+            notice_extra_grace=notice.extra_grace,
+        )
+    return move(
+        State.REFUSED,
+        "notice_undelivered",
+        f"the owner could not be notified ({sends} attempts): nothing is signalled without a "
+        "delivered notice",
     )
 
 
@@ -200,12 +254,17 @@ def decide_live(
     guard: Guard,
     now: float,
     thresholds: Thresholds = SHIPPED,
+    *,
+    mono: float,
+    notice: Notice = DEFAULT_NOTICE,
 ) -> Decision:
-    """Next step for a case that has not been signalled (pending, notified, snoozed)."""
+    """Next step for a case that has not been signalled (pending, notified, snoozed,
+    deferred). `now` is wall time (compared with the alert's startsAt and with heartbeat and
+    log timestamps); every wait is measured on `mono`, the boot-time clock."""
     if guard.unresolved == 0:
         return move(State.CANCELLED, "resolved", "the alert resolved")
     if case.state == State.SNOOZED:
-        if case.snoozed_until is not None and now < case.snoozed_until:
+        if case.snoozed_until_mono is not None and mono < case.snoozed_until_mono:
             return wait()
         return move(
             State.PENDING, "snooze_expired", "the snooze expired", cpu_seconds=None, cpu_rate=None
@@ -230,21 +289,29 @@ def decide_live(
         samples.update(cpu)
         if cpu.get("cpu_rate") is None and case.cpu_rate is None:
             return wait(**samples)  # need one full CPU window of evidence first
-    if guard.breaker_open:
-        return move(
-            State.REFUSED, "circuit_breaker_open", "circuit breaker open: not enforcing", **samples
-        )
+    held = held_back(case, guard, limits)
+    if case.state == State.DEFERRED:
+        if held is not None:
+            return wait(**samples)
+        back = State(case.deferred_from or State.PENDING)
+        return move(back, "resumed", f"no longer held back: back to {back}",
+                    deferred_from=None, **samples)  # fmt: skip
+    if held is not None and held[0] == "circuit_breaker_open":
+        return defer(case, held, samples)
     if case.state == State.PENDING:
         if now - case.starts_ts < eff.idle_for:
             return wait(**samples)
         if eff.mode == Mode.OBSERVE:
             return move(State.OBSERVED, "observe_mode", f"observe mode: {would_do(eff)}", **samples)
-        limited = check_limits(case, guard, limits)
-        if limited is not None:
-            return Decision(limited.action, limited.state, limited.code, limited.reason, samples)
+        if held is not None:
+            return defer(case, held, samples)
+        samples.update(notice_attempts=0, next_notice_mono=None, notified_mono=None)
         return Decision(Action.NOTIFY, State.NOTIFIED, "idle", "idle confirmed live", samples)
     if case.state == State.NOTIFIED:
-        if case.notified_at is not None and now < case.notified_at + eff.grace:
+        if case.notified_mono is None:
+            pending = _notice_pending(case, notice, now, mono)
+            return replace(pending, updates={**samples, **pending.updates})
+        if mono < case.notified_mono + eff.grace + case.notice_extra_grace:
             return wait(**samples)
         if eff.mode != Mode.ENFORCE:
             return move(
@@ -253,9 +320,8 @@ def decide_live(
                 f"{eff.mode} mode: would send SIGTERM, then SIGKILL after {eff.term_timeout:g}s",
                 **samples,
             )
-        limited = check_limits(case, guard, limits)
-        if limited is not None:
-            return Decision(limited.action, limited.state, limited.code, limited.reason, samples)
+        if held is not None:
+            return defer(case, held, samples)
         return Decision(
             Action.TERM, State.TERMINATING, "idle", "still idle after the grace period", samples
         )
@@ -268,11 +334,13 @@ def decide_signalled(
     gpu_listed: dict[int, int] | None,
     eff: Effective,
     now: float,
+    *,
+    mono: float,
 ) -> Decision:
-    """Next step for a case that has been sent SIGTERM or SIGKILL."""
+    """Next step for a case that has been sent SIGTERM or SIGKILL (waits on `mono`)."""
     if alive:
-        if case.state == State.TERMINATING and case.term_at is not None:
-            if now >= case.term_at + eff.term_timeout:
+        if case.state == State.TERMINATING and case.term_mono is not None:
+            if mono >= case.term_mono + eff.term_timeout:
                 return Decision(
                     Action.KILL,
                     State.KILLING,
@@ -282,8 +350,8 @@ def decide_signalled(
             return wait()
         if (
             case.state == State.KILLING
-            and case.kill_at is not None
-            and now >= case.kill_at + eff.kill_timeout
+            and case.kill_mono is not None
+            and mono >= case.kill_mono + eff.kill_timeout
         ):
             return move(
                 State.FAILED,
@@ -291,8 +359,10 @@ def decide_signalled(
                 f"pids {[m.pid for m in alive]} survived SIGKILL for {eff.kill_timeout:g}s",
             )
         return wait()
-    exited_at = case.exited_at if case.exited_at is not None else now
-    updates: dict[str, Any] = {} if case.exited_at is not None else {"exited_at": now}
+    exited = case.exited_mono if case.exited_mono is not None else mono
+    updates: dict[str, Any] = (
+        {} if case.exited_mono is not None else {"exited_at": now, "exited_mono": mono}
+    )
     pids = {m.pid for m in case.members} | {case.pid}
     if gpu_listed is not None and not pids & gpu_listed.keys():
         return move(
@@ -302,7 +372,7 @@ def decide_signalled(
             freed_bytes=case.gpu_memory_bytes or 0,
             **updates,
         )
-    if now >= exited_at + eff.release_timeout:
+    if mono >= exited + eff.release_timeout:
         if gpu_listed is None:
             return move(
                 State.FAILED, "unverified", "process tree exited but NVML cannot confirm", **updates

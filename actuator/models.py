@@ -124,10 +124,18 @@ class State(StrEnum):
     CANCELLED = "cancelled"
     REFUSED = "refused"
     OBSERVED = "observed"
+    DEFERRED = "deferred"  # a limit or the breaker holds it: re-evaluated, not final
 
 
 LIVE_STATES = frozenset(
-    {State.PENDING, State.NOTIFIED, State.TERMINATING, State.KILLING, State.SNOOZED}
+    {
+        State.PENDING,
+        State.NOTIFIED,
+        State.TERMINATING,
+        State.KILLING,
+        State.SNOOZED,
+        State.DEFERRED,
+    }
 )
 SIGNALLED_STATES = frozenset({State.TERMINATING, State.KILLING})
 
@@ -343,6 +351,21 @@ class Case:
     gpu_memory_bytes: int | None = None
     freed_bytes: int = 0
     members: list[Member] = field(default_factory=list)
+    # Waits are measured on the boot-time clock (actuator/clock.py); the *_at fields above
+    # are wall time, for records.
+    created_mono: float = 0.0
+    notified_mono: float | None = None
+    term_mono: float | None = None
+    kill_mono: float | None = None
+    exited_mono: float | None = None
+    snoozed_until_mono: float | None = None
+    ended_mono: float | None = None
+    deferred_from: str | None = None  # the state a deferred case returns to
+    notice_attempts: int = 0
+    next_notice_mono: float | None = None
+    notice_extra_grace: float = 0.0  # added to the grace after an undelivered notice
+    rearmed_from: int | None = None  # the activity-cancelled case this one re-arms
+    followup: int | None = None  # the case that re-armed this one
 
     @property
     def target(self) -> Target:
@@ -379,6 +402,10 @@ class Case:
             "kill_at": self.kill_at,
             "ended_at": self.ended_at,
             "snoozed_until": self.snoozed_until,
+            "deferred_from": self.deferred_from,
+            "notice_attempts": self.notice_attempts,
+            "rearmed_from": self.rearmed_from,
+            "followup": self.followup,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "freed_bytes": self.freed_bytes,
             "members": [m.__dict__ for m in self.members],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -65,6 +65,9 @@ class Idle(Strict):
     sm_window: Duration = Field(10.0, gt=0)
     cpu_window: Duration = Field(1.0, gt=0)
     log_quiet_for: Duration = Field(300.0, ge=0)
+    rearm_after: Duration = Field(
+        300.0, gt=0, description="after activity cancelled a case whose alert still fires"
+    )
 
 
 def _check_patterns(value: tuple[str, ...], key: str) -> tuple[str, ...]:
@@ -171,8 +174,24 @@ class Breaker(Strict):
     min_flagged: int = Field(5, ge=1)
 
 
+class Notice(Strict):
+    """The gate before any signal: enforcement starts only after a delivered notice."""
+
+    required: bool = Field(
+        True, description="enforce mode needs a notifier; SIGTERM waits for a delivered notice"
+    )
+    retries: int = Field(3, ge=0, le=100, description="resends after a failed notice")
+    retry_interval: Duration = Field(30.0, gt=0)
+    undelivered: Literal["refuse", "extra_grace"] = Field(
+        "refuse",
+        description="after the last failed resend: refuse the case, or start an extended grace",
+    )
+    extra_grace: Duration = Field(3600.0, ge=0, description="added to the grace (extra_grace)")
+
+
 class Policy(Strict):
     mode: Mode = Mode.OBSERVE
+    notice: Notice = Notice()
     defaults: Defaults = Defaults()
     idle: Idle = Idle()
     protect: Protect = Protect()

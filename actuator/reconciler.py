@@ -2,14 +2,18 @@
 
 Every gunicorn worker runs one in a background thread; only the holder of the SQLite lease
 acts. Each step is: re-check live state -> pure decision -> audit record (fsync'd) ->
-compare-and-set the state -> the side effect. A step whose audit record cannot be written
-stops there, and a state is committed before its signal is sent, so a restart never signals
-twice (at worst a SIGTERM is lost and SIGKILL follows after `term_timeout`).
+compare-and-set the state, fenced by the lease (renewed in the same transaction) -> the side
+effect. A step whose audit record cannot be written stops there; a reconciler that lost its
+lease stops before the next side effect and audits the decision as aborted; a state is
+committed before its signal is sent, so a restart never signals twice (at worst a SIGTERM
+is lost and SIGKILL follows after `term_timeout`). Every episode and every case is handled
+in isolation: one that fails is recorded and never blocks the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -21,11 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from actuator.audit import AuditError, AuditLog
+from actuator.clock import boottime
 from actuator.config import ActuatorConfig, idle_thresholds
 from actuator.decisions import (
     Action,
     Decision,
     Guard,
+    after_notice,
     breaker_should_open,
     decide_live,
     decide_signalled,
@@ -42,10 +48,17 @@ from actuator.models import (
 from actuator.node import Node
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
-from actuator.store import Episode, Store, StoreUnavailable
+from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
 log = logging.getLogger(__name__)
+# Fields a re-armed case starts afresh with (its target and alert stay).
+_RESET_ON_REARM = (
+    "user", "rule", "effective", "notified_at", "term_at", "kill_at", "exited_at",
+    "ended_at", "snoozed_until", "cpu_seconds", "cpu_at", "cpu_rate", "gpu_memory_bytes",
+    "notified_mono", "term_mono", "kill_mono", "exited_mono", "snoozed_until_mono",
+    "ended_mono", "deferred_from", "next_notice_mono", "followup",
+)  # fmt: skip
 
 
 class Reconciler:
@@ -58,6 +71,7 @@ class Reconciler:
         notifier: Notifier,
         *,
         clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = boottime,
         holder: str | None = None,
     ) -> None:
         self.config = config
@@ -66,6 +80,8 @@ class Reconciler:
         self.nodes = nodes
         self.notifier = notifier
         self.clock = clock
+        self.mono = mono
+        self.boot_id = procfs.boot_id()
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
         self.thresholds = idle_thresholds(config)
@@ -94,21 +110,38 @@ class Reconciler:
             with contextlib.suppress(StoreUnavailable):
                 self.store.release_lease(self.holder)
 
+    def fence(self) -> Fence:
+        return Fence(self.holder, self.mono(), self.config.reconciler.lease_ttl)
+
     def tick(self) -> bool:
         """One pass if we hold the lease; False when another worker holds it."""
-        if not self.store.acquire_lease(
-            self.holder, self.clock(), self.config.reconciler.lease_ttl
-        ):
+        if not self.store.acquire_lease(self.holder, self.mono(), self.config.reconciler.lease_ttl):
             return False
-        self.ingest()
-        for case in self.store.live_cases():
-            try:
-                self.advance(case)
-            except StoreUnavailable:
-                raise
-            except Exception:
-                log.exception("case %d: step failed; will retry", case.id)
+        try:
+            self.ingest()
+            self.rearm()
+            for case in self.store.live_cases():
+                try:
+                    self.advance(case)
+                except (StoreUnavailable, LeaseLost):
+                    raise
+                except Exception as exc:  # one broken case never blocks the others
+                    self._step_failed(case, exc)
+        except LeaseLost as exc:
+            log.warning("reconciler: %s; stopping this tick", exc)
+            return False
+        self.store.mark_progress(self.holder, self.mono())
         return True
+
+    def _step_failed(self, case: Case, exc: Exception) -> None:
+        log.exception("case %d: step failed; will retry", case.id)
+        with contextlib.suppress(StoreUnavailable):
+            self.store.count("step_errors")
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                {"event": "step_error", "case": case.id, "state": str(case.state),
+                 "error": f"{type(exc).__name__}: {exc}"[:500]}
+            )  # fmt: skip
 
     # -- episodes -> cases ----------------------------------------------------------------
 
@@ -126,7 +159,13 @@ class Reconciler:
                 log.info("ignoring stale alert %s (ended at %s)", ep.fingerprint, ep.ends_ts)
                 marks.append((ep, None))
                 continue
-            case, existing = self._new_case(ep, now)
+            try:
+                case, existing = self._new_case(ep, now)
+            except (StoreUnavailable, LeaseLost):
+                raise
+            except Exception as exc:  # a poison episode is refused, never retried forever
+                log.exception("episode %s could not be processed", ep.fingerprint)
+                case, existing = self._unprocessable(ep, now, exc), None
             if existing is not None:
                 marks.append((ep, existing))  # one escalation per target
                 continue
@@ -152,11 +191,16 @@ class Reconciler:
                 checked.add(case.node)
                 self._check_breaker(case, now)
 
-    def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
-        """A new case for the episode, or the id of the live case it belongs to."""
-        target = parse_target(ep.labels, ep.annotations, pid_max=self.pid_max)
+    def _unprocessable(self, ep: Episode, now: float, exc: Exception) -> Case:
+        case = self._blank_case(ep, now)
+        case.state, case.reason_code = State.REFUSED, "bad_target"
+        case.reason = f"the alert could not be processed: {type(exc).__name__}: {exc}"[:500]
+        case.ended_at, case.ended_mono = now, self.mono()
+        return case
+
+    def _blank_case(self, ep: Episode, now: float) -> Case:
         uid = parse_uid_label(ep.labels.get("uid"))
-        case = Case(
+        return Case(
             id=0,
             state=State.PENDING,
             version=0,
@@ -177,11 +221,18 @@ class Reconciler:
             uid=uid if isinstance(uid, int) else None,
             project=ep.labels.get("project") or None,
             mode=str(self.config.mode),
+            created_mono=self.mono(),
         )
+
+    def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
+        """A new case for the episode, or the id of the live case it belongs to."""
+        target = parse_target(ep.labels, ep.annotations, pid_max=self.pid_max)
+        uid = parse_uid_label(ep.labels.get("uid"))
+        case = self._blank_case(ep, now)
         problem = target if isinstance(target, str) else uid if isinstance(uid, str) else None
         if problem is not None or isinstance(target, str):
             case.state, case.reason_code, case.reason = State.REFUSED, "bad_target", str(problem)
-            case.ended_at = now
+            case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
         case.node, case.pid, case.start_time, case.uuid = (
             target.node,
@@ -193,7 +244,7 @@ class Reconciler:
         if target.node not in self.nodes:
             case.state, case.reason_code = State.REFUSED, "unknown_node"
             case.reason = f"no agent for node {target.node!r}"
-            case.ended_at = now
+            case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
         existing = self.store.live_case_for(target)
         if existing is not None:
@@ -205,7 +256,7 @@ class Reconciler:
         is_open, _, _ = self.store.breaker()
         if is_open:
             return
-        flagged = self.store.flagged_since(now - breaker.window, case.node)
+        flagged = self.store.flagged_since(self.mono() - breaker.window, case.node)
         monitored = self.nodes[case.node].monitored_count()
         reason = breaker_should_open(flagged, monitored, breaker)
         if reason is None:
@@ -219,18 +270,59 @@ class Reconciler:
 
     # -- one step of one case -------------------------------------------------------------
 
+    def rearm(self) -> None:
+        """Cases cancelled for activity while their alert keeps firing start again once the
+        idle window has passed since the activity (the new case re-checks everything)."""
+        window = self.config.idle.rearm_after
+        for old in self.store.rearm_candidates(self.mono() - window):
+            try:
+                self._rearm(old, window)
+            except (StoreUnavailable, LeaseLost):
+                raise
+            except Exception as exc:
+                self._step_failed(old, exc)
+
+    def _rearm(self, old: Case, window: float) -> None:
+        now = self.clock()
+        new = dataclasses.replace(
+            old,
+            id=0,
+            state=State.PENDING,
+            version=0,
+            created=now,
+            updated=now,
+            created_mono=self.mono(),
+            reason=f"re-armed: the alert still fires {window:g}s after the activity that "
+            f"cancelled case {old.id}",
+            reason_code="rearmed",
+            **dict.fromkeys(_RESET_ON_REARM),
+            notice_attempts=0,
+            notice_extra_grace=0.0,
+            freed_bytes=0,
+            members=[],
+            rearmed_from=old.id,
+        )
+        record = self._record(new, None, "rearmed", new.reason, now, {"rearmed_from": old.id})
+        try:
+            self.audit.write(record)
+        except AuditError as exc:
+            log.error("not re-arming case %d: %s", old.id, exc)
+            return
+        if self.store.rearm(old, new, self.fence()):
+            log.info("case %d re-armed as case %d", old.id, new.id)
+
     def advance(self, case: Case) -> None:
         node = self.nodes.get(case.node)
         if node is None:
             return
-        now = self.clock()
+        now, mono = self.clock(), self.mono()
         live: LiveState | None = None
         if case.state in SIGNALLED_STATES:
             eff = Effective.model_validate(case.effective) if case.effective else self._eff(case)
             members = case.members or [Member(case.pid, case.start_ticks, case.uid)]
             alive = node.alive(members)
             listed = None if alive else node.gpu_processes(case.uuid)
-            decision = decide_signalled(case, alive, listed, eff, now)
+            decision = decide_signalled(case, alive, listed, eff, now, mono=mono)
         else:
             live = node.inspect(case.target)
             eff = self._eff(case, live)
@@ -240,11 +332,13 @@ class Reconciler:
                 eff,
                 self.config.idle,
                 self.config.limits,
-                self._guard(case, now),
+                self._guard(case, mono),
                 now,
                 self.thresholds,
+                mono=mono,
+                notice=self.config.notice,
             )
-        self.apply(case, decision, live, eff, node, now)
+        self.apply(case, decision, live, eff, node, now, mono)
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""
@@ -259,12 +353,14 @@ class Reconciler:
         )
         return resolve(self.config, facts, claims)
 
-    def _guard(self, case: Case, now: float) -> Guard:
+    def _guard(self, case: Case, mono: float) -> Guard:
         return Guard(
             unresolved=self.store.unresolved_episodes(case.id),
             breaker_open=self.store.breaker()[0],
-            terminations_node_hour=self.store.terminations_since(now - 3600, case.node),
-            terminations_minute=self.store.terminations_since(now - 60),
+            terminations_node_hour=self.store.terminations_since(
+                mono - 3600, self.boot_id, case.node
+            ),
+            terminations_minute=self.store.terminations_since(mono - 60, self.boot_id),
         )
 
     def apply(
@@ -275,28 +371,29 @@ class Reconciler:
         eff: Effective,
         node: Node,
         now: float,
+        mono: float,
     ) -> None:
         for key, value in d.updates.items():
             setattr(case, key, value)
         if not d.changes_state:
             if d.updates:
-                self.store.save_samples(case)
+                self.store.save_samples(case, self.fence())
             return
         assert d.state is not None
         if live is not None and live.user:
             case.user = live.user
         case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
-        if d.action == Action.NOTIFY:
-            case.notified_at = now
-        elif d.action == Action.TERM:
+        if d.action == Action.TERM:
             assert live is not None
-            case.term_at = now
+            case.term_at, case.term_mono = now, mono
             case.members = list(live.members)
             case.gpu_memory_bytes = live.gpu_memory_bytes
         elif d.action == Action.KILL:
-            case.kill_at = now
+            case.kill_at, case.kill_mono = now, mono
         previous = case.state
+        decision_id = uuid.uuid4().hex[:16]
         record = self._record(case, previous, d.action, d.reason, now, {"code": d.code})
+        record["decision_id"] = decision_id
         record["to"] = str(d.state)
         if live is not None:
             record["live"] = live.evidence()
@@ -306,16 +403,19 @@ class Reconciler:
         except AuditError as exc:
             log.error("case %d: not acting, %s", case.id, exc)
             return
-        evidence = {"action": str(d.action), "code": d.code}
+        evidence = {"action": str(d.action), "code": d.code, "decision_id": decision_id}
         if live is not None:
             evidence["live"] = live.evidence()
-        if (
-            self.store.transition(
-                case, d.state, reason=d.reason, evidence=evidence, now=now, reason_code=d.code
-            )
-            is None
-        ):
-            log.info("case %d changed under us (snoozed?); not acting", case.id)
+        try:
+            done = self.store.transition(
+                case, d.state, reason=d.reason, evidence=evidence, now=now, reason_code=d.code,
+                mono=mono, fence=self.fence(),
+            )  # fmt: skip
+        except LeaseLost as exc:
+            self._aborted(case, decision_id, str(exc))
+            raise
+        if done is None:
+            self._aborted(case, decision_id, "the case changed meanwhile (snoozed?)")
             return
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
         if d.action == Action.NOTIFY:
@@ -329,6 +429,15 @@ class Reconciler:
                 self._notify(case, eff, now, dry_run=True)
             node.signal_tree(case.target, live.members, signal.SIGTERM, dry_run=True)
 
+    def _aborted(self, case: Case, decision_id: str, why: str) -> None:
+        """The audit must not show a decision that was not carried out as if it was."""
+        log.info("case %d: decision %s not carried out: %s", case.id, decision_id, why)
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                {"event": "decision_aborted", "case": case.id, "decision_id": decision_id,
+                 "reason": why}
+            )  # fmt: skip
+
     # -- side effects -------------------------------------------------------------------
 
     def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
@@ -340,7 +449,7 @@ class Reconciler:
             "uuid": case.uuid,
             "alertname": case.alertname,
             "gpu_memory_bytes": case.gpu_memory_bytes,
-            "sigterm_at": now + eff.grace,
+            "sigterm_at": now + eff.grace + case.notice_extra_grace,
             "snooze": f"/api/v1/cases/{case.id}/snooze",
             "message": (
                 f"GPU process {case.pid} of {case.user} on {case.node} holds GPU memory and is "
@@ -350,13 +459,18 @@ class Reconciler:
         result = self.notifier.send(notice, dry_run=dry_run)
         if dry_run:
             return
-        try:
+        updates = after_notice(
+            case, result.delivered, self.config.notice, self.clock(), self.mono()
+        )
+        for key, value in updates.items():
+            setattr(case, key, value)
+        with contextlib.suppress(AuditError):
             self.audit.write(
                 {"event": "notice", "case": case.id, "delivered": result.delivered,
-                 "detail": result.detail}
+                 "detail": result.detail, "attempt": case.notice_attempts,
+                 "grace_started": case.notified_mono is not None}
             )  # fmt: skip
-        except AuditError as exc:
-            log.error("case %d: %s", case.id, exc)
+        self.store.save_samples(case, self.fence())
 
     def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
         results = node.signal_tree(case.target, case.members, sig, dry_run=dry_run)

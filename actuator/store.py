@@ -8,6 +8,7 @@ reconciler can never both win.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -67,13 +68,17 @@ CREATE TABLE IF NOT EXISTS cases (
     term_at     REAL,
     reason_code TEXT NOT NULL DEFAULT '',
     user        TEXT,
-    freed_bytes INTEGER NOT NULL DEFAULT 0
+    freed_bytes INTEGER NOT NULL DEFAULT 0,
+    created_mono REAL NOT NULL DEFAULT 0,
+    term_mono   REAL,
+    followup    INTEGER
 );
 -- One live case per process: the same key the identity check uses (Target.key).
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_case_per_target
     ON cases (node, boot_id, pid, start_ticks, uuid) WHERE live = 1;
 CREATE INDEX IF NOT EXISTS cases_state ON cases (state);
-CREATE INDEX IF NOT EXISTS cases_term ON cases (term_at) WHERE term_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS cases_term ON cases (term_mono) WHERE term_mono IS NOT NULL;
+CREATE INDEX IF NOT EXISTS cases_rearm ON cases (state, reason_code) WHERE followup IS NULL;
 CREATE TABLE IF NOT EXISTS timeline (
     id       INTEGER PRIMARY KEY AUTOINCREMENT,
     case_id  INTEGER NOT NULL,
@@ -97,9 +102,10 @@ CREATE TABLE IF NOT EXISTS counters (
     PRIMARY KEY (name, label)
 );
 CREATE TABLE IF NOT EXISTS lease (
-    name    TEXT PRIMARY KEY,
-    holder  TEXT NOT NULL,
-    expires REAL NOT NULL
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    expires    REAL NOT NULL,  -- boot-time clock
+    progressed REAL            -- when the holder last finished a tick (boot-time clock)
 );
 CREATE TABLE IF NOT EXISTS breaker (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
@@ -109,28 +115,33 @@ CREATE TABLE IF NOT EXISTS breaker (
 );
 """
 
-_CASE_DATA_FIELDS = (
-    "alertname",
-    "fingerprint",
-    "starts_ts",
-    "labels",
-    "annotations",
-    "reason",
-    "uid",
-    "project",
-    "rule",
-    "mode",
-    "notified_at",
-    "kill_at",
-    "exited_at",
-    "ended_at",
-    "snoozed_until",
-    "cpu_seconds",
-    "cpu_at",
-    "cpu_rate",
-    "effective",
-    "gpu_memory_bytes",
+# Case fields kept in their own columns (queried or indexed); every other field of the
+# dataclass lives in the `data` JSON, so a new field needs no schema change.
+_CASE_COLUMNS = (
+    "id", "state", "version", "node", "pid", "start_time", "start_ticks", "boot_id", "uuid",
+    "created", "updated", "term_at", "reason_code", "user", "freed_bytes", "created_mono",
+    "term_mono", "followup",
+)  # fmt: skip
+_CASE_DATA_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Case) if f.name not in _CASE_COLUMNS and f.name != "members"
 )
+
+
+class LeaseLost(Exception):
+    """This reconciler no longer holds the lease: it must not act (fencing)."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Proof a write may act: the lease holder, renewed in the same transaction."""
+
+    holder: str
+    mono: float
+    ttl: float
+
+
+class _Conflict(Exception):
+    """The row's version moved: someone else changed the case first."""
 
 
 class StoreUnavailable(Exception):
@@ -161,25 +172,10 @@ class Episode:
 def _row_to_case(row: sqlite3.Row) -> Case:
     data = json.loads(row["data"])
     members = [Member(**m) for m in data.pop("members", [])]
-    return Case(
-        id=row["id"],
-        state=State(row["state"]),
-        version=row["version"],
-        node=row["node"],
-        pid=row["pid"],
-        start_time=row["start_time"],
-        start_ticks=row["start_ticks"],
-        boot_id=row["boot_id"],
-        uuid=row["uuid"],
-        created=row["created"],
-        updated=row["updated"],
-        term_at=row["term_at"],
-        reason_code=row["reason_code"],
-        user=row["user"],
-        freed_bytes=row["freed_bytes"],
-        members=members,
-        **{k: data.get(k) for k in _CASE_DATA_FIELDS},
-    )
+    fields = {k: row[k] for k in _CASE_COLUMNS}
+    fields["state"] = State(fields["state"])
+    fields.update({k: data[k] for k in _CASE_DATA_FIELDS if k in data})
+    return Case(members=members, **fields)
 
 
 def _case_data(case: Case) -> str:
@@ -204,6 +200,8 @@ class Store:
         self._pid = os.getpid()  # never reuse a connection across fork()
         try:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Created 0600 before SQLite opens it (its -wal and -shm files copy the mode).
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
@@ -220,21 +218,39 @@ class Store:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            self._reset()
             raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+                self._reset()
+                raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._reset()
             raise StoreUnavailable(f"cannot commit to {self.path}: {exc}") from exc
+
+    def _reset(self) -> None:
+        """Drop this thread's connection after a failure (a full disk, an I/O error): the
+        next call opens a fresh one, so the service recovers by itself when space returns."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with suppress(sqlite3.Error):
+                conn.close()
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:
             return self._conn().execute(sql, params).fetchall()
         except sqlite3.Error as exc:
+            self._reset()
             raise StoreUnavailable(f"cannot read {self.path}: {exc}") from exc
 
     def init(self) -> None:
@@ -312,6 +328,10 @@ class Store:
             received=len(alerts) + rejected, recorded=recorded, ignored=ignored, rejected=rejected
         )
 
+    def count(self, name: str, label: str = "") -> None:
+        with self._tx() as conn:
+            self._bump(conn, name, label)
+
     def count_request(self, code: int) -> None:
         with self._tx() as conn:
             self._bump(conn, "webhook_requests", str(code))
@@ -345,14 +365,6 @@ class Store:
             for r in rows
         ]
 
-    def mark_episode(self, ep: Episode, case_id: int | None) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "UPDATE episodes SET processed = 1, case_id = COALESCE(?, case_id) "
-                "WHERE fingerprint = ? AND starts_at = ?",
-                (case_id, ep.fingerprint, ep.starts_at),
-            )
-
     def live_case_for(self, target: Target) -> Case | None:
         rows = self._read(
             "SELECT * FROM cases WHERE live = 1 AND node = ? AND boot_id = ? AND pid = ? "
@@ -373,49 +385,64 @@ class Store:
                     (case_id, ep.fingerprint, ep.starts_at),
                 )
             for case, ep in new:
-                self._insert_case(conn, case, ep, {"labels": ep.labels})
-
-    def create_case(self, case: Case, ep: Episode, evidence: dict[str, Any]) -> Case:
-        """Insert a case for an episode and mark the episode processed, atomically."""
-        with self._tx() as conn:
-            self._insert_case(conn, case, ep, evidence)
-        return case
+                self._insert_case(conn, case, {"labels": ep.labels})
+                conn.execute(
+                    "UPDATE episodes SET processed = 1, case_id = ? "
+                    "WHERE fingerprint = ? AND starts_at = ?",
+                    (case.id, ep.fingerprint, ep.starts_at),
+                )
 
     @staticmethod
-    def _insert_case(
-        conn: sqlite3.Connection, case: Case, ep: Episode, evidence: dict[str, Any]
-    ) -> None:
-        live = 1 if case.state in LIVE_STATES else 0
+    def _insert_case(conn: sqlite3.Connection, case: Case, evidence: dict[str, Any]) -> None:
+        row = {k: getattr(case, k) for k in _CASE_COLUMNS if k != "id"}
+        row["state"] = str(case.state)
+        row["live"] = 1 if case.state in LIVE_STATES else 0
+        row["data"] = _case_data(case)
+        names = ", ".join(row)
         cur = conn.execute(
-            "INSERT INTO cases (state, live, node, pid, start_time, start_ticks, boot_id, uuid, "
-            "data, created, updated, reason_code, user) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                str(case.state),
-                live,
-                case.node,
-                case.pid,
-                case.start_time,
-                case.start_ticks,
-                case.boot_id,
-                case.uuid,
-                _case_data(case),
-                case.created,
-                case.updated,
-                case.reason_code,
-                case.user,
-            ),
+            f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)})",
+            tuple(row.values()),
         )
         case.id = int(cur.lastrowid or 0)
         conn.execute(
             "INSERT INTO timeline (case_id, ts, state, reason, evidence) VALUES (?,?,?,?,?)",
             (case.id, case.created, str(case.state), case.reason, json.dumps(evidence)),
         )
-        conn.execute(
-            "UPDATE episodes SET processed = 1, case_id = ? "
-            "WHERE fingerprint = ? AND starts_at = ?",
-            (case.id, ep.fingerprint, ep.starts_at),
+
+    def rearm(self, old: Case, new: Case, fence: Fence) -> bool:
+        """Start `new` for the target of the activity-cancelled `old`, moving old's firing
+        episodes to it; False when old was re-armed already or a live case exists."""
+        with self._tx() as conn:
+            self._check_fence(conn, fence)
+            claimed = conn.execute(
+                "UPDATE cases SET followup = -1 WHERE id = ? AND followup IS NULL", (old.id,)
+            )
+            if claimed.rowcount != 1:
+                return False
+            try:
+                self._insert_case(conn, new, {"rearmed_from": old.id})
+            except sqlite3.IntegrityError:  # one live case per target already
+                conn.execute("UPDATE cases SET followup = NULL WHERE id = ?", (old.id,))
+                return False
+            conn.execute("UPDATE cases SET followup = ? WHERE id = ?", (new.id, old.id))
+            conn.execute(
+                "UPDATE episodes SET case_id = ? WHERE case_id = ? AND status = 'firing'",
+                (new.id, old.id),
+            )
+        old.followup = new.id
+        return True
+
+    def rearm_candidates(self, ended_before_mono: float, limit: int = 200) -> list[Case]:
+        """Cases cancelled for activity, not re-armed yet, whose episodes still fire."""
+        rows = self._read(
+            "SELECT * FROM cases WHERE state = 'cancelled' AND reason_code = 'activity' "
+            "AND followup IS NULL AND EXISTS (SELECT 1 FROM episodes "
+            "WHERE episodes.case_id = cases.id AND episodes.status = 'firing') "
+            "ORDER BY id LIMIT ?",
+            (limit,),
         )
+        cases = [_row_to_case(r) for r in rows]
+        return [c for c in cases if c.ended_mono is not None and c.ended_mono <= ended_before_mono]
 
     def unresolved_episodes(self, case_id: int) -> int:
         rows = self._read(
@@ -463,6 +490,32 @@ class Store:
             for r in rows
         ]
 
+    @staticmethod
+    def _check_fence(
+        conn: sqlite3.Connection, fence: Fence | None, name: str = "reconciler"
+    ) -> None:
+        """Renew the lease in this transaction, or raise LeaseLost (the caller must not act)."""
+        if fence is None:
+            return
+        cur = conn.execute(
+            "UPDATE lease SET expires = ? WHERE name = ? AND holder = ? AND expires > ?",
+            (fence.mono + fence.ttl, name, fence.holder, fence.mono),
+        )
+        if cur.rowcount != 1:
+            raise LeaseLost(f"{fence.holder} no longer holds the {name} lease")
+
+    def _update_case(self, conn: sqlite3.Connection, case: Case, old_version: int) -> bool:
+        row = {k: getattr(case, k) for k in _CASE_COLUMNS if k not in ("id", "version")}
+        row["state"] = str(case.state)
+        row["live"] = 1 if case.state in LIVE_STATES else 0
+        row["data"] = _case_data(case)
+        assignments = ", ".join(f"{k} = ?" for k in row)
+        cur = conn.execute(
+            f"UPDATE cases SET {assignments}, version = version + 1 WHERE id = ? AND version = ?",
+            (*row.values(), case.id, old_version),
+        )
+        return cur.rowcount == 1
+
     def transition(
         self,
         case: Case,
@@ -472,54 +525,50 @@ class Store:
         evidence: dict[str, Any],
         now: float,
         reason_code: str = "",
+        mono: float | None = None,
+        fence: Fence | None = None,
     ) -> Case | None:
         """Compare-and-set the case to `new_state`; None when someone else changed it first.
+        With a `fence`, raise LeaseLost (changing nothing) unless we still hold the lease.
 
         The caller has already updated the case's other fields (timestamps, samples).
         """
         old_version = case.version
+        saved = (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+                 case.ended_mono)  # fmt: skip
         case.state = new_state
         case.reason = reason
         case.reason_code = reason_code
         case.updated = now
         if new_state not in LIVE_STATES and case.ended_at is None:
             case.ended_at = now
-        with self._tx() as conn:
-            cur = conn.execute(
-                "UPDATE cases SET state = ?, live = ?, version = version + 1, data = ?, "
-                "updated = ?, term_at = ?, reason_code = ?, user = ?, freed_bytes = ? "
-                "WHERE id = ? AND version = ?",
-                (
-                    str(new_state),
-                    1 if new_state in LIVE_STATES else 0,
-                    _case_data(case),
-                    now,
-                    case.term_at,
-                    reason_code,
-                    case.user,
-                    case.freed_bytes,
-                    case.id,
-                    old_version,
-                ),
-            )
-            if cur.rowcount != 1:
-                return None
-            conn.execute(
-                "INSERT INTO timeline (case_id, ts, state, reason, evidence) VALUES (?,?,?,?,?)",
-                (case.id, now, str(new_state), reason, json.dumps(evidence, default=str)),
-            )
+            case.ended_mono = mono
+        try:
+            with self._tx() as conn:
+                self._check_fence(conn, fence)
+                if not self._update_case(conn, case, old_version):
+                    raise _Conflict
+                conn.execute(
+                    "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
+                    "VALUES (?,?,?,?,?)",
+                    (case.id, now, str(new_state), reason, json.dumps(evidence, default=str)),
+                )
+        except _Conflict:
+            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+             case.ended_mono) = saved  # fmt: skip
+            return None
+        except BaseException:
+            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+             case.ended_mono) = saved  # fmt: skip
+            raise
         case.version = old_version + 1
         return case
 
-    def save_samples(self, case: Case) -> bool:
-        """Persist live samples (CPU time, memory) without a state change (CAS on version)."""
+    def save_samples(self, case: Case, fence: Fence | None = None) -> bool:
+        """Persist live samples and timestamps without a state change (CAS on version)."""
         with self._tx() as conn:
-            cur = conn.execute(
-                "UPDATE cases SET version = version + 1, data = ?, user = ? "
-                "WHERE id = ? AND version = ?",
-                (_case_data(case), case.user, case.id, case.version),
-            )
-            if cur.rowcount != 1:
+            self._check_fence(conn, fence)
+            if not self._update_case(conn, case, case.version):
                 return False
         case.version += 1
         return True
@@ -537,20 +586,20 @@ class Store:
 
     # -- limits and breaker ------------------------------------------------------------
 
-    def terminations_since(self, since: float, node: str | None = None) -> int:
-        if node is None:
-            rows = self._read("SELECT COUNT(*) AS n FROM cases WHERE term_at >= ?", (since,))
-        else:
-            rows = self._read(
-                "SELECT COUNT(*) AS n FROM cases WHERE term_at >= ? AND node = ?", (since, node)
-            )
-        return int(rows[0]["n"])
+    def terminations_since(self, since_mono: float, boot_id: str, node: str | None = None) -> int:
+        """SIGTERMs sent since `since_mono` (boot-time clock of this boot)."""
+        sql = "SELECT COUNT(*) AS n FROM cases WHERE term_mono >= ? AND boot_id = ?"
+        params: tuple[Any, ...] = (since_mono, boot_id)
+        if node is not None:
+            sql += " AND node = ?"
+            params += (node,)
+        return int(self._read(sql, params)[0]["n"])
 
-    def flagged_since(self, since: float, node: str) -> int:
+    def flagged_since(self, since_mono: float, node: str) -> int:
         rows = self._read(
             "SELECT COUNT(DISTINCT pid || ':' || start_ticks) AS n FROM cases "
-            "WHERE created >= ? AND node = ?",
-            (since, node),
+            "WHERE created_mono >= ? AND node = ?",
+            (since_mono, node),
         )
         return int(rows[0]["n"])
 
@@ -571,18 +620,33 @@ class Store:
 
     # -- reconciler lease --------------------------------------------------------------
 
-    def acquire_lease(self, holder: str, now: float, ttl: float, name: str = "reconciler") -> bool:
+    def acquire_lease(self, holder: str, mono: float, ttl: float, name: str = "reconciler") -> bool:
         """Take or renew the lease; exactly one holder at a time across all workers."""
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO lease (name, holder, expires) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                "expires = excluded.expires WHERE lease.holder = excluded.holder "
-                "OR lease.expires < ?",
-                (name, holder, now + ttl, now),
+                "expires = excluded.expires, progressed = CASE WHEN lease.holder = "
+                "excluded.holder THEN lease.progressed ELSE NULL END "
+                "WHERE lease.holder = excluded.holder OR lease.expires < ?",
+                (name, holder, mono + ttl, mono),
             )
             row = conn.execute("SELECT holder FROM lease WHERE name = ?", (name,)).fetchone()
         return row is not None and row["holder"] == holder
+
+    def mark_progress(self, holder: str, mono: float, name: str = "reconciler") -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE lease SET progressed = ? WHERE name = ? AND holder = ?",
+                (mono, name, holder),
+            )
+
+    def progress(self, name: str = "reconciler") -> tuple[str, float, float | None] | None:
+        """(holder, expires, progressed) of the lease, or None before any reconciler ran."""
+        rows = self._read("SELECT holder, expires, progressed FROM lease WHERE name = ?", (name,))
+        if not rows:
+            return None
+        return rows[0]["holder"], rows[0]["expires"], rows[0]["progressed"]
 
     def release_lease(self, holder: str, name: str = "reconciler") -> None:
         with self._tx() as conn:

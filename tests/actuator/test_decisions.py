@@ -6,13 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from actuator.decisions import (
-    Action,
-    Guard,
-    breaker_should_open,
-    decide_live,
-    decide_signalled,
-)
+from actuator.decisions import Action, Guard, breaker_should_open
+from actuator.decisions import decide_live as _decide_live
+from actuator.decisions import decide_signalled as _decide_signalled
 from actuator.models import Case, LiveState, Member, State
 from actuator.policy import Breaker, Facts, Idle, Limits, Mode, Policy, resolve
 
@@ -50,6 +46,16 @@ def eff(mode: Mode = Mode.ENFORCE, **over):
 
 
 GUARD = Guard(unresolved=1)
+
+
+def decide_live(case, live, e, idle, limits, guard, now, *args, mono=None, **kw):
+    """Here the boot-time clock reads the same as the wall clock (tests step them apart)."""
+    return _decide_live(case, live, e, idle, limits, guard, now, *args,
+                        mono=now if mono is None else mono, **kw)  # fmt: skip
+
+
+def decide_signalled(case, alive, listed, e, now, mono=None):
+    return _decide_signalled(case, alive, listed, e, now, mono=now if mono is None else mono)
 
 
 def test_first_check_only_samples_cpu():
@@ -123,7 +129,14 @@ def test_observe_mode_ends_observed():
 
 
 def test_grace_period_then_sigterm():
-    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    case = make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+    )
     e = eff(grace=600.0)
     assert decide_live(case, make_live(T0 + 599), e, IDLE, LIMITS, GUARD, T0 + 599).action == (
         Action.WAIT
@@ -133,28 +146,103 @@ def test_grace_period_then_sigterm():
 
 
 def test_notify_mode_never_signals():
-    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    case = make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+    )
     d = decide_live(case, make_live(T0 + 700), eff(Mode.NOTIFY), IDLE, LIMITS, GUARD, T0 + 700)
     assert d.state == State.OBSERVED
 
 
 def test_limits_and_breaker_refuse():
-    case = make_case(state=State.NOTIFIED, notified_at=T0, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)
+    case = make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+    )
     now = T0 + 700
     full = Guard(unresolved=1, terminations_minute=1)
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, full, now)
-    assert d.state == State.REFUSED and d.code == "limit_minute"
+    assert d.state == State.DEFERRED and d.code == "limit_minute"
+    assert d.updates["deferred_from"] == "notified"
     hour = Guard(unresolved=1, terminations_node_hour=2)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, hour, now).code == (
         "limit_node_hour"
     )
     tripped = Guard(unresolved=1, breaker_open=True)
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, tripped, now)
-    assert d.code == "circuit_breaker_open"
+    assert d.code == "circuit_breaker_open" and d.state == State.DEFERRED
+
+
+@pytest.mark.reliability(38)
+def test_a_deferred_case_waits_then_resumes_where_it_was():
+    case = make_case(
+        state=State.DEFERRED, deferred_from="notified", notified_at=T0, notified_mono=T0,
+        cpu_seconds=10.0, cpu_at=T0, cpu_rate=0,
+    )  # fmt: skip
+    now = T0 + 700
+    still = Guard(unresolved=1, breaker_open=True)
+    assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, still, now).action == Action.WAIT
+    d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, GUARD, now)
+    assert d.state == State.NOTIFIED and d.code == "resumed" and d.updates["deferred_from"] is None
+    resumed = replace(case, state=State.NOTIFIED, deferred_from=None)
+    assert decide_live(resumed, make_live(now), eff(), IDLE, LIMITS, GUARD, now).action == (
+        Action.TERM
+    )
+
+
+@pytest.mark.reliability(42)
+def test_waits_follow_the_boot_clock_not_the_wall_clock():
+    notified = make_case(state=State.NOTIFIED, notified_at=T0, notified_mono=5000.0,
+                         cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)  # fmt: skip
+    e = eff(grace=600.0)
+    # The wall clock jumps one hour ahead 1 s after the notice: the grace is still running.
+    d = decide_live(notified, make_live(T0 + 3601), e, IDLE, LIMITS, GUARD, T0 + 3601, mono=5001.0)
+    assert d.action == Action.WAIT
+    d = decide_live(notified, make_live(T0 + 3601), e, IDLE, LIMITS, GUARD, T0 + 3601, mono=5600.0)
+    assert d.action == Action.TERM
+    # The wall clock jumps one hour back after SIGTERM: SIGKILL still comes on time.
+    m = Member(4242, TICKS, 1001)
+    term = make_case(state=State.TERMINATING, term_at=T0, term_mono=5000.0, members=[m])
+    k = decide_signalled(term, [m], None, eff(term_timeout=10.0), T0 - 3590, mono=5010.0)
+    assert k.action == Action.KILL
+
+
+@pytest.mark.reliability(39)
+def test_only_a_delivered_notice_starts_the_grace():
+    from actuator.decisions import after_notice
+    from actuator.policy import Notice
+
+    gate = Notice(retries=1, retry_interval=30)
+    case = make_case(state=State.NOTIFIED, notified_mono=None, cpu_seconds=10.0, cpu_at=T0,
+                     cpu_rate=0)  # fmt: skip
+    failed = after_notice(case, False, gate, T0, 100.0)
+    assert failed == {"notice_attempts": 1, "next_notice_mono": 130.0}
+    case = replace(case, **failed)
+    step = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=120.0, notice=gate)
+    assert step.action == Action.WAIT  # retry interval not over
+    step = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=131.0, notice=gate)
+    assert step.action == Action.NOTIFY and step.code == "notice_retry"
+    case = replace(case, notice_attempts=2, next_notice_mono=161.0)
+    gave_up = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0,
+                          notice=gate)  # fmt: skip
+    assert gave_up.state == State.REFUSED and gave_up.code == "notice_undelivered"
+    longer = gate.model_copy(update={"undelivered": "extra_grace", "extra_grace": 3600.0})
+    extended = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0,
+                           notice=longer)  # fmt: skip
+    assert extended.state == State.NOTIFIED and extended.updates["notice_extra_grace"] == 3600.0
+    assert after_notice(case, True, gate, T0, 200.0)["notified_mono"] == 200.0
 
 
 def test_snooze_expiry_returns_to_pending():
-    case = make_case(state=State.SNOOZED, snoozed_until=T0 + 10)
+    case = make_case(state=State.SNOOZED, snoozed_until=T0 + 10, snoozed_until_mono=T0 + 10)
     assert decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0).action == Action.WAIT
     d = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0 + 11)
     assert d.state == State.PENDING
@@ -162,13 +250,15 @@ def test_snooze_expiry_returns_to_pending():
 
 def test_signalled_kill_after_term_timeout_and_verify_memory():
     m = Member(4242, TICKS, 1001)
-    case = make_case(state=State.TERMINATING, term_at=T0, members=[m], gpu_memory_bytes=5)
+    case = make_case(
+        state=State.TERMINATING, term_at=T0, term_mono=T0, members=[m], gpu_memory_bytes=5
+    )
     e = eff(term_timeout=10.0)
     assert decide_signalled(case, [m], None, e, T0 + 9.9).action == Action.WAIT
     assert decide_signalled(case, [m], None, e, T0 + 10).action == Action.KILL
     done = decide_signalled(case, [], {999: 1}, e, T0 + 3)
     assert done.state == State.RECLAIMED and done.updates["freed_bytes"] == 5
-    held = replace(case, exited_at=T0)
+    held = replace(case, exited_at=T0, exited_mono=T0)
     assert decide_signalled(held, [], {4242: 5}, e, T0 + 1).action == Action.WAIT
     failed = decide_signalled(held, [], {4242: 5}, e, T0 + 60)
     assert failed.state == State.FAILED and failed.code == "memory_held"
@@ -177,7 +267,14 @@ def test_signalled_kill_after_term_timeout_and_verify_memory():
 @pytest.mark.reliability(31)
 def test_unkillable_fails():
     m = Member(4242, TICKS, 1001)
-    case = make_case(state=State.KILLING, term_at=T0, kill_at=T0 + 10, members=[m])
+    case = make_case(
+        state=State.KILLING,
+        term_at=T0,
+        term_mono=T0,
+        kill_at=T0 + 10,
+        kill_mono=T0 + 10,
+        members=[m],
+    )
     d = decide_signalled(case, [m], None, eff(kill_timeout=10.0), T0 + 21)
     assert d.state == State.FAILED and d.code == "unkillable"
 

@@ -206,15 +206,17 @@ def test_unwritable_audit_log_signals_nothing(workloads: Workloads, actuator_fac
 
 
 @pytest.mark.reliability(38)
-def test_termination_limit_refuses_the_second(workloads: Workloads, actuator_factory):
+def test_termination_limit_defers_the_second(workloads: Workloads, actuator_factory):
     actuator = actuator_factory(workloads.node_dir, limits={"terminations_per_minute": 1})
     first, second = workloads.spawn(), workloads.spawn()
     actuator.post(payload(alert_for(first), alert_for(second)))
-    a = actuator.wait_state(first, "reclaimed", "refused", "cancelled")
-    b = actuator.wait_state(second, "reclaimed", "refused", "cancelled")
+    a = actuator.wait_state(first, "reclaimed", "deferred", "refused", "cancelled")
+    b = actuator.wait_state(second, "reclaimed", "deferred", "refused", "cancelled")
     outcomes = sorted([(a["state"], a["reason_code"]), (b["state"], b["reason_code"])])
-    assert outcomes == [("reclaimed", "reclaimed"), ("refused", "limit_minute")]
-    assert actuator.metric("gpu_reclaimer_refusals_total", reason="limit_minute") == 1
+    assert outcomes == [("deferred", "limit_minute"), ("reclaimed", "reclaimed")]
+    assert actuator.metric("gpu_reclaimer_cases", state="deferred") == 1
+    held = second if b["state"] == "deferred" else first
+    assert held.alive()
 
 
 @pytest.mark.reliability(38)
@@ -226,8 +228,8 @@ def test_circuit_breaker_opens_and_resets(workloads: Workloads, actuator_factory
     procs = [workloads.spawn() for _ in range(3)]
     actuator.post(payload(alert_for(procs[0]), alert_for(procs[1])))
     for w in procs[:2]:
-        case = actuator.wait_state(w, "refused", "reclaimed", "notified", "terminating")
-        assert case["state"] == "refused" and case["reason_code"] == "circuit_breaker_open"
+        case = actuator.wait_state(w, "deferred", "refused", "reclaimed", "terminating")
+        assert case["state"] == "deferred" and case["reason_code"] == "circuit_breaker_open"
     assert all(w.alive() for w in procs)
     assert actuator.metric("gpu_reclaimer_circuit_breaker_open") == 1
     events = [r["event"] for r in actuator.get("/api/v1/audit")["records"]]
@@ -237,6 +239,12 @@ def test_circuit_breaker_opens_and_resets(workloads: Workloads, actuator_factory
     )
     assert r.status_code == 200 and r.json()["was_open"] is True
     assert actuator.metric("gpu_reclaimer_circuit_breaker_open") == 0
+    # The reset revisits the deferred cases: they resume and are reclaimed.
+    for w in procs[:2]:
+        case = actuator.wait_state(w, "reclaimed", "refused", "failed")
+        assert case["state"] == "reclaimed", case
+        assert [t["state"] for t in case["timeline"]][:3] == ["pending", "deferred", "pending"]
+    assert procs[2].alive()
 
 
 def test_snooze_through_the_api(workloads: Workloads, actuator_factory):

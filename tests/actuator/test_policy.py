@@ -123,7 +123,12 @@ def test_unsafe_tokens_are_refused(tmp_path, monkeypatch):
         ("protect: {extra_commands: ['$^']}\n", "protects nothing"),
         ("protect: {extra_commands: ['']}\n", "is empty"),
         ("protect: {commands: ['vllm']}\n", "add yours with extra_commands"),
-        ("mode: enforce\ndefaults: {grace: 0s, term_timeout: 0s}\n", "SIGKILL at the notice"),
+        (
+            "mode: enforce\nnotice: {required: false}\ndefaults: {grace: 0s, term_timeout: 0s}\n",
+            "SIGKILL at the notice",
+        ),
+        ("mode: enforce\n", "enforce mode needs a way to warn the owner"),
+        ("projects: [{name: p, match: {users: [a]}, mode: enforce}]\n", "needs a way to warn"),
         ("idle: {start_time_tolerance: 1e9}\n", "start_time_tolerance"),
     ],
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.decisions import check_idle, decide_live, roll_cpu
+from actuator.decisions import check_idle, roll_cpu
 from actuator.live import Evidence, target_of
 from actuator.models import LiveState, parse_target
 from actuator.node import LocalNode
@@ -24,7 +24,7 @@ from exporter import ownprocs, procfs
 from exporter.sim.state import load_faults, save_faults
 from exporter.thresholds import SHIPPED, load
 from tests.actuator.conftest import NODE, Actuator, Workloads, alert_for, payload
-from tests.actuator.test_decisions import GUARD, LIMITS, T0, eff, make_case, make_live
+from tests.actuator.test_decisions import GUARD, LIMITS, T0, decide_live, eff, make_case, make_live
 from tests.support import gpu_reclaimer_command, wait_until
 
 pytestmark = pytest.mark.timeout(90)

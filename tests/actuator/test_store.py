@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from actuator.models import AlertmanagerAlert
+from actuator.models import AlertmanagerAlert, State
 from actuator.store import Store
 from tests.actuator.test_webhook import alert, body
 
@@ -46,13 +46,34 @@ def test_non_reclaim_alerts_are_not_recorded(tmp_path):
 def test_lease_has_one_holder_until_it_expires(tmp_path):
     store = Store(tmp_path / "db")
     store.init()
-    assert store.acquire_lease("a", now=100, ttl=10)
-    assert not store.acquire_lease("b", now=105, ttl=10)
-    assert store.acquire_lease("a", now=106, ttl=10)  # renewal
-    assert not store.acquire_lease("b", now=115, ttl=10)
-    assert store.acquire_lease("b", now=117, ttl=10)  # a's lease expired at 116
+    assert store.acquire_lease("a", mono=100, ttl=10)
+    assert not store.acquire_lease("b", mono=105, ttl=10)
+    assert store.acquire_lease("a", mono=106, ttl=10)  # renewal
+    assert not store.acquire_lease("b", mono=115, ttl=10)
+    assert store.acquire_lease("b", mono=117, ttl=10)  # a's lease expired at 116
     store.release_lease("b")
-    assert store.acquire_lease("a", now=118, ttl=10)
+    assert store.acquire_lease("a", mono=118, ttl=10)
+
+
+@pytest.mark.reliability(36)
+def test_a_write_fenced_by_a_lost_lease_changes_nothing(tmp_path):
+    from actuator.store import Fence, LeaseLost
+    from tests.actuator.test_decisions import make_case
+
+    store = Store(tmp_path / "db")
+    store.init()
+    case = make_case(id=0)
+    with store._tx() as conn:
+        store._insert_case(conn, case, {})
+    assert store.acquire_lease("a", mono=100, ttl=10)
+    assert store.acquire_lease("b", mono=111, ttl=10)  # a was slow: b took over
+    with pytest.raises(LeaseLost):
+        store.transition(case, State.NOTIFIED, reason="r", evidence={}, now=1, mono=112,
+                         fence=Fence("a", 112, 10))  # fmt: skip
+    assert store.get_case(case.id).state == State.PENDING and case.state == State.PENDING
+    assert store.transition(case, State.NOTIFIED, reason="r", evidence={}, now=1, mono=112,
+                            fence=Fence("b", 112, 10)) is not None  # fmt: skip
+    assert store.progress()[0] == "b"
 
 
 def test_breaker_toggles(tmp_path):

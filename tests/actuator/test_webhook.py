@@ -54,6 +54,7 @@ def make_runtime(tmp_path: Path, **config: Any) -> Runtime:
     cfg = ActuatorConfig.model_validate(
         {
             "mode": "enforce",
+            "notice": {"required": False},
             "storage": {
                 "database": str(tmp_path / "db.sqlite"),
                 "audit_log": str(tmp_path / "audit.jsonl"),
