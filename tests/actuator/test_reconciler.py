@@ -1,0 +1,291 @@
+"""The reconciler in-process, over a real SQLite store and audit log, with a scripted node:
+isolation, fencing, re-arming, the notice gate, readiness."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actuator.app import Runtime, create_app
+from actuator.audit import AuditLog
+from actuator.config import ActuatorConfig, merge_config
+from actuator.models import LiveState, Member, SignalResult, State, Target
+from actuator.notify import NoticeResult
+from actuator.reconciler import Reconciler
+from actuator.store import Store
+from tests.actuator.test_decisions import BOOT, TICKS
+from tests.actuator.test_webhook import AUTH, TOKEN, alert, body
+
+NODE = "n1"
+
+
+class ManualClock:
+    """Wall and boot-time clocks the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.mono = 1_000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+@dataclass
+class ScriptedNode:
+    """A node whose processes are whatever the test says; fails loudly on a real signal
+    unless `allow_signals`."""
+
+    clock: ManualClock = field(default_factory=ManualClock)
+    name: str = NODE
+    live: dict[int, LiveState] = field(default_factory=dict)
+    raises: set[int] = field(default_factory=set)
+    block: threading.Event | None = None
+    allow_signals: bool = False
+    signalled: list[tuple[int, str]] = field(default_factory=list)
+
+    def inspect(self, target: Target) -> LiveState:
+        if target.pid in self.raises:
+            raise RuntimeError("driver exploded")
+        if self.block is not None:
+            self.block.wait(10)
+        return replace(self.live[target.pid], sampled_at=self.clock.wall)
+
+    def alive(self, members: Any) -> list[Member]:
+        return []
+
+    def gpu_processes(self, uuid: str) -> dict[int, int] | None:
+        return {}
+
+    def monitored_count(self) -> int | None:
+        return 100
+
+    def signal_tree(self, target, members, sig, *, dry_run):  # type: ignore[no-untyped-def]
+        if dry_run:
+            return []
+        if not self.allow_signals:
+            raise AssertionError(f"{sig.name} sent to {target.pid}")
+        self.signalled.append((target.pid, sig.name))
+        return [SignalResult(target.pid, sig.name, True)]
+
+    def wait_exit(self, timeout: float) -> None:
+        pass
+
+
+@dataclass
+class ScriptedNotifier:
+    delivered: bool = True
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
+        if dry_run:
+            return NoticeResult(False, "dry run")
+        self.sent.append(notice)
+        return NoticeResult(self.delivered, "ok" if self.delivered else "HTTP 502")
+
+
+def idle_live(clock: ManualClock, pid: int, **over: Any) -> LiveState:
+    base: dict[str, Any] = dict(
+        sampled_at=clock.wall, exists=True, start_ticks=TICKS, boot_id=BOOT, uid=1001,
+        user="alice", gpu_found=True, on_gpu=True, gpu_memory_bytes=2 << 30, sm_util=0.0,
+        cpu_seconds=10.0, members=(Member(pid, TICKS, 1001),),
+    )  # fmt: skip
+    base.update(over)
+    return LiveState(**base)
+
+
+def labels(pid: int) -> dict[str, str]:
+    return {"alertname": "GpuProcessIdle", "reclaim": "true", "node": NODE, "pid": str(pid),
+            "uuid": "GPU-0", "start_ticks": str(TICKS), "boot_id": BOOT}  # fmt: skip
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, **policy: Any) -> None:
+        self.clock = ManualClock()
+        self.config = ActuatorConfig.model_validate(
+            merge_config(
+                {
+                    "mode": "enforce",
+                    "notifier": {"webhook": {"url": "http://127.0.0.1:9/unused"}},
+                    "defaults": {"grace": "60s", "term_timeout": "10s"},
+                    "idle": {"cpu_window": "1s", "rearm_after": "300s"},
+                    "protect": {"protect_root": False, "protected_uid_below": 0},
+                    "reconciler": {"lease_ttl": "10s", "stall_after": "30s"},
+                    "storage": {"database": str(tmp_path / "db"),
+                                "audit_log": str(tmp_path / "audit.jsonl")},
+                },
+                policy,
+            )
+        )  # fmt: skip
+        self.store = Store(self.config.storage.database)
+        self.store.init()
+        self.audit = AuditLog(self.config.storage.audit_log)
+        self.node = ScriptedNode(self.clock)
+        self.notifier = ScriptedNotifier()
+        self.runtime = Runtime(self.config, self.store, self.audit, TOKEN,
+                               clock=lambda: self.clock.wall, mono=lambda: self.clock.mono,
+                               started_mono=self.clock.mono)  # fmt: skip
+        self.client = create_app(self.runtime).test_client()
+
+    def reconciler(self, holder: str = "r1") -> Reconciler:
+        return Reconciler(self.config, self.store, self.audit, {NODE: self.node}, self.notifier,
+                          clock=lambda: self.clock.wall, mono=lambda: self.clock.mono,
+                          holder=holder)  # fmt: skip
+
+    def fire(self, *pids: int, status: str = "firing") -> None:
+        alerts = [alert(labels=labels(p), fingerprint=f"fp{p}", status=status) for p in pids]
+        r = self.client.post("/api/v1/alerts", json=body(*alerts), headers=AUTH)
+        assert r.status_code == 200, r.json
+
+    def state(self, pid: int) -> State:
+        (case,) = [
+            c
+            for c in self.store.list_cases(limit=100)
+            if c.pid == pid
+            and (c.state in (State.PENDING, State.NOTIFIED, State.DEFERRED) or c.followup is None)
+        ]
+        return case.state
+
+    def cases(self, pid: int) -> list[Any]:
+        return sorted((c for c in self.store.list_cases(limit=100) if c.pid == pid),
+                      key=lambda c: c.id)  # fmt: skip
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.audit.tail(1000)
+
+    def run(self, r: Reconciler, ticks: int = 1, step: float = 1.0) -> None:
+        for _ in range(ticks):
+            assert r.tick()
+            self.clock.advance(step)
+
+
+@pytest.mark.reliability(13)
+def test_one_case_that_fails_never_blocks_the_others(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {p: idle_live(h.clock, p) for p in (101, 102)}
+    h.node.raises = {101}
+    h.fire(101, 102)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert h.cases(102)[0].state == State.NOTIFIED  # advanced despite 101
+    assert h.cases(101)[0].state == State.PENDING
+    errors = [e for e in h.events() if e["event"] == "step_error"]
+    assert errors and errors[0]["case"] == h.cases(101)[0].id
+    assert h.client.get("/-/ready").status_code == 200  # ticks still finish
+
+
+def test_ready_reports_a_reconciler_that_makes_no_progress(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    r = h.reconciler()
+    h.run(r)
+    assert h.client.get("/-/ready").status_code == 200
+    # A holder that stopped finishing passes (hung), still holding a lease:
+    h.store.acquire_lease("hung", h.clock.mono + 100, ttl=1e6)
+    h.clock.advance(31)
+    ready = h.client.get("/-/ready")
+    assert ready.status_code == 503 and "advanced" in " ".join(ready.json["reasons"])
+
+
+@pytest.mark.reliability(36)
+def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    slow, fast = h.reconciler("slow"), h.reconciler("fast")
+    h.run(slow, ticks=2)  # one CPU window sampled: the next step is the notice
+    h.node.block = threading.Event()
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(slow.tick()))
+    thread.start()
+    time.sleep(0.2)  # slow is inside inspect() for the case, holding a lease that expires
+    h.clock.advance(11)
+    h.node.block.set()
+    h.node.block = None
+    assert fast.tick()  # took the expired lease... (and may act itself)
+    thread.join(10)
+    assert result == [False]
+    notices = [e for e in h.events() if e["event"] == "notice"]
+    decisions = [e for e in h.events() if e["event"] == "decision" and e.get("to") == "notified"]
+    aborted = [e for e in h.events() if e["event"] == "decision_aborted"]
+    assert len(notices) == len(h.notifier.sent) <= 1, "two reconcilers notified"
+    carried = {d["decision_id"] for d in decisions} - {a["decision_id"] for a in aborted}
+    assert len(carried) == len(h.notifier.sent)  # every decision not aborted was carried out
+
+
+def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=2)
+    h.node.live[101] = idle_live(h.clock, 101, cpu_seconds=12.0)  # a 2-core blip
+    h.run(r, ticks=2)
+    (first,) = h.cases(101)
+    assert first.state == State.CANCELLED and first.reason_code == "activity"
+    h.node.live[101] = idle_live(h.clock, 101, cpu_seconds=12.0)
+    h.run(r, ticks=10)
+    assert len(h.cases(101)) == 1  # not before the idle window has passed
+    h.clock.advance(300)
+    h.run(r, ticks=3)
+    first, second = h.cases(101)
+    assert first.followup == second.id and second.rearmed_from == first.id
+    assert second.state in (State.PENDING, State.NOTIFIED)
+    assert any(e["event"] == "decision" and e["action"] == "rearmed" for e in h.events())
+    h.fire(101, status="resolved")  # the alert resolves: nothing re-arms again
+    h.run(r, ticks=2)
+    assert h.cases(101)[-1].state == State.CANCELLED
+    h.clock.advance(600)
+    h.run(r, ticks=2)
+    assert len(h.cases(101)) == 2
+
+
+@pytest.mark.reliability(39)
+def test_an_undelivered_notice_never_starts_the_grace(tmp_path: Path) -> None:
+    h = Harness(tmp_path, notice={"retries": 2, "retry_interval": "30s"})
+    h.notifier.delivered = False
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=200, step=1.0)  # far past grace + term_timeout
+    (case,) = h.cases(101)
+    assert case.state == State.REFUSED and case.reason_code == "notice_undelivered", case
+    assert len(h.notifier.sent) == 3 and h.node.signalled == []
+
+
+def test_a_delivered_notice_after_a_failure_starts_the_grace(tmp_path: Path) -> None:
+    h = Harness(tmp_path, notice={"retries": 2, "retry_interval": "30s"})
+    h.notifier.delivered = False
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.node.allow_signals = True
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert len(h.notifier.sent) == 1
+    h.notifier.delivered = True
+    h.run(r, ticks=35)  # the retry at +30 s is delivered: the grace starts there
+    (case,) = h.cases(101)
+    assert case.state == State.NOTIFIED and case.notified_mono is not None
+    h.run(r, ticks=62)
+    assert h.node.signalled == [(101, "SIGTERM")]
+
+
+@pytest.mark.reliability(42)
+def test_a_wall_clock_step_changes_no_wait(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.delivered = True
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.node.allow_signals = True
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert h.cases(101)[0].state == State.NOTIFIED
+    h.clock.wall += 3600  # NTP or a human steps the clock by an hour
+    h.run(r, ticks=5)
+    assert h.node.signalled == [], "a +1 h step cut the 60 s grace short"
+    h.run(r, ticks=60)
+    assert h.node.signalled == [(101, "SIGTERM")]
