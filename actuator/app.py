@@ -254,9 +254,15 @@ def create_app(rt: Runtime) -> Flask:
             limit = min(max(int(request.args.get("limit", "100")), 1), 10000)
             case_arg = request.args.get("case")
             case_id = int(case_arg) if case_arg is not None else None
+            before_arg = request.args.get("before")
+            before = int(before_arg) if before_arg is not None else None
         except ValueError:
-            return _error(400, "limit and case must be integers")
-        return jsonify({"records": rt.audit.tail(limit, case_id)}), 200
+            return _error(400, "limit, case and before must be integers")
+        if before is not None and before < 0:
+            return _error(400, "before must be >= 0")
+        records, earlier = rt.audit.page(limit, case_id, before)
+        # `before`: pass it back for the page before this one (null: start of the file).
+        return jsonify({"records": records, "before": earlier}), 200
 
     @app.post("/api/v1/breaker/reset")
     def breaker_reset() -> tuple[Response, int]:

@@ -1,15 +1,28 @@
-"""The audit log: append-only JSON lines, fsync'd before any side effect it describes."""
+"""The audit log: append-only JSON lines, fsync'd before any side effect it describes.
+
+Every write takes an exclusive lock (a side file, so rotation can rename the log), appends
+and fsyncs. A write is all-or-nothing: if the disk fills mid-write the file is cut back to
+where it was, and a torn last line left by a crash is cut off before the next append, so a
+partial record never glues onto the next one. The log is rotated by size (`log.1`, …) and
+read from the end, a page at a time.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
-from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+_BLOCK = 64 * 1024
+_PROBE_BYTES = 4096
 
 
 class AuditError(Exception):
@@ -17,68 +30,175 @@ class AuditError(Exception):
 
 
 class AuditLog:
-    """One JSON object per line. Each write opens, locks, appends, fsyncs and closes, so
-    several workers can share the file and log rotation (rename + new file) just works."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = 100 * 2**20,
+        keep: int = 5,
+    ) -> None:
         self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.max_bytes = max_bytes
+        self.keep = keep
         self._lock = threading.Lock()
         self.last_error: str | None = None
+
+    # -- writing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
 
     def write(self, record: dict[str, Any]) -> dict[str, Any]:
         """Append `record` (a `ts` is added) durably; raise AuditError if that fails."""
         return self.write_many([record])[0]
 
     def write_many(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Append several records with one fsync; all or none are acknowledged."""
+        """Append several records with one fsync; all or none are written."""
         now = time.time()
         records = [{"ts": now, **r} for r in records]
-        line = b"".join(
+        data = b"".join(
             (json.dumps(r, default=str, separators=(",", ":")) + "\n").encode() for r in records
         )
-        with self._lock:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(
-                    self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640
-                )
+        try:
+            with self._locked():
+                self._rotate_if_needed(len(data))
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    view = memoryview(line)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
-                    os.fsync(fd)
+                    start = _repair_tail(fd)
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                        os.fsync(fd)
+                    except OSError:
+                        os.ftruncate(fd, start)  # all or nothing: no partial record stays
+                        raise
                 finally:
                     os.close(fd)
-            except OSError as exc:
-                self.last_error = f"audit log {self.path} not writable: {exc.strerror or exc}"
-                raise AuditError(self.last_error) from exc
+        except OSError as exc:
+            self.last_error = f"audit log {self.path} not writable: {exc.strerror or exc}"
+            raise AuditError(self.last_error) from exc
         self.last_error = None
         return records
 
+    def _rotate_if_needed(self, incoming: int) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size == 0 or size + incoming <= self.max_bytes:
+            return
+        for index in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{index}")
+            if older.exists():
+                older.replace(self.path.with_name(f"{self.path.name}.{index + 1}"))
+        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        self.path.with_name(f"{self.path.name}.{self.keep + 1}").unlink(missing_ok=True)
+        log.info("audit log rotated (%d bytes)", size)
+
     def check_writable(self) -> str | None:
-        """None when the log can be appended to, else why not (for /-/ready)."""
+        """None when a record can be written now, else why not (for /-/ready).
+
+        A real write of a few KiB next to the log, fsync'd: every worker gets the same
+        answer, it turns bad when the disk is full and good again when space returns."""
+        probe = self.path.with_name(f".{self.path.name}.probe-{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             os.close(fd)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, b"\0" * _PROBE_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         except OSError as exc:
             return f"audit log {self.path} not writable: {exc.strerror or exc}"
-        return self.last_error
+        finally:
+            probe.unlink(missing_ok=True)
+        return None
+
+    # -- reading ------------------------------------------------------------------------
 
     def tail(self, limit: int = 100, case_id: int | None = None) -> list[dict[str, Any]]:
         """The last `limit` records (optionally of one case), oldest first."""
-        out: deque[dict[str, Any]] = deque(maxlen=limit)
+        return self.page(limit, case_id)[0]
+
+    def page(
+        self, limit: int = 100, case_id: int | None = None, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Up to `limit` records that end before byte offset `before` (default: the end),
+        read backwards; returns them oldest first and the offset to pass for the page
+        before (None at the start of the file)."""
+        found: list[dict[str, Any]] = []
         try:
             with self.path.open("rb") as fh:
-                for raw in fh:
+                end = fh.seek(0, os.SEEK_END) if before is None else before
+                for offset, raw in _lines_backwards(fh, end):
                     try:
-                        rec = json.loads(raw)
+                        record = json.loads(raw)
                     except ValueError:
                         continue
-                    if case_id is None or rec.get("case") == case_id:
-                        out.append(rec)
+                    if case_id is None or record.get("case") == case_id:
+                        found.append(record)
+                        if len(found) == limit:
+                            found.reverse()
+                            return found, offset if offset > 0 else None
         except FileNotFoundError:
-            return []
-        return list(out)
+            return [], None
+        found.reverse()
+        return found, None
+
+
+def _repair_tail(fd: int) -> int:
+    """Cut a torn last line (no newline: a crash or a full disk mid-write) off the file;
+    returns the size the next record starts at."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    start = max(0, size - _BLOCK)
+    while True:
+        chunk = os.pread(fd, size - start, start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            keep = start + cut + 1
+            break
+        if start == 0:
+            keep = 0
+            break
+        start = max(0, start - _BLOCK)
+    os.ftruncate(fd, keep)
+    log.warning("audit log: cut a torn last record (%d bytes)", size - keep)
+    return keep
+
+
+def _lines_backwards(fh: Any, end: int) -> Iterator[tuple[int, bytes]]:
+    """(start offset, line) of each complete line ending at or before `end`, last first."""
+    position = end
+    pending = b""
+    while position > 0:
+        start = max(0, position - _BLOCK)
+        fh.seek(start)
+        chunk = fh.read(position - start) + pending
+        position = start
+        lines = chunk.split(b"\n")
+        pending = lines[0]  # may continue in the previous block
+        offset = position + len(pending) + 1
+        complete = []
+        for line in lines[1:]:
+            complete.append((offset, line))
+            offset += len(line) + 1
+        for line_offset, line in reversed(complete):
+            if line:
+                yield line_offset, line
+    if pending:
+        yield 0, pending

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from actuator.audit import AuditLog
 from actuator.policy import Duration, Mode, Policy, Size, Strict
 from exporter.identity import ProjectMapping, ProjectMappingError
 from exporter.thresholds import SHIPPED, Thresholds, ThresholdsError
@@ -32,6 +33,13 @@ class Server(Strict):
 class Storage(Strict):
     database: str = "/var/lib/gpu-reclaimer/actuator.db"
     audit_log: str = "/var/log/gpu-reclaimer/audit.jsonl"
+    audit_max_bytes: Size = Field(
+        100 * 2**20, ge=2**16, description="rotate the audit log past this"
+    )
+    audit_keep: int = Field(5, ge=1, le=100, description="rotated audit files kept")
+    retention: Duration = Field(
+        30 * 86400.0, ge=3600, description="ended cases and their episodes are pruned after this"
+    )
 
 
 class NodeConfig(Strict):
@@ -189,6 +197,11 @@ def idle_thresholds(config: ActuatorConfig) -> Thresholds:
         return load_thresholds(config.idle.rules_file)
     except ThresholdsError as exc:
         raise ConfigError(f"idle.rules_file: {exc}") from None
+
+
+def open_audit(config: ActuatorConfig) -> AuditLog:
+    storage = config.storage
+    return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
 
 
 def load_projects(config: ActuatorConfig) -> ProjectMapping | None:

@@ -52,6 +52,7 @@ from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
 log = logging.getLogger(__name__)
+PRUNE_EVERY = 600.0  # seconds between retention passes
 # Fields a re-armed case starts afresh with (its target and alert stay).
 _RESET_ON_REARM = (
     "user", "rule", "effective", "notified_at", "term_at", "kill_at", "exited_at",
@@ -82,6 +83,7 @@ class Reconciler:
         self.clock = clock
         self.mono = mono
         self.boot_id = procfs.boot_id()
+        self._pruned_at = float("-inf")
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
         self.thresholds = idle_thresholds(config)
@@ -130,8 +132,20 @@ class Reconciler:
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
+        self._prune()
         self.store.mark_progress(self.holder, self.mono())
         return True
+
+    def _prune(self) -> None:
+        """Retention: now and then, forget ended cases older than storage.retention."""
+        if self.mono() - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = self.mono()
+        removed = self.store.prune(self.clock() - self.config.storage.retention)
+        if removed:
+            log.info(
+                "pruned %d ended case(s) older than %gs", removed, self.config.storage.retention
+            )
 
     def _step_failed(self, case: Case, exc: Exception) -> None:
         log.exception("case %d: step failed; will retry", case.id)

@@ -11,8 +11,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from actuator.app import Runtime, create_app
-from actuator.audit import AuditLog
-from actuator.config import ActuatorConfig, load_projects
+from actuator.config import ActuatorConfig, load_projects, open_audit
 from actuator.live import Evidence
 from actuator.node import LocalNode, Node
 from actuator.notify import Notifier, NullNotifier, WebhookNotifier
@@ -55,7 +54,7 @@ class _Worker:
     def __init__(self, config: ActuatorConfig, token: str) -> None:
         self.config = config
         store = Store(config.storage.database)
-        audit = AuditLog(config.storage.audit_log)
+        audit = open_audit(config)
         self.runtime = Runtime(config=config, store=store, audit=audit, token=token)
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
@@ -132,7 +131,7 @@ def serve(config: ActuatorConfig, token: str, listen: str) -> int:
     except StoreUnavailable as exc:
         log.error("%s", exc)
         return 1
-    problem = AuditLog(config.storage.audit_log).check_writable()
+    problem = open_audit(config).check_writable()
     if problem:
         log.error("%s: starting anyway, /-/ready reports 503 and nothing is signalled", problem)
     log.info(

@@ -648,6 +648,28 @@ class Store:
             return None
         return rows[0]["holder"], rows[0]["expires"], rows[0]["progressed"]
 
+    def prune(self, before: float, batch: int = 5000) -> int:
+        """Delete ended cases last changed before `before` (wall time) with their timeline
+        and signals, and processed episodes not seen since then; returns cases deleted."""
+        with self._tx() as conn:
+            ids = [
+                r["id"]
+                for r in conn.execute(
+                    "SELECT id FROM cases WHERE live = 0 AND updated < ? LIMIT ?", (before, batch)
+                )
+            ]
+            marks = ",".join("?" for _ in ids)
+            if ids:
+                for table, column in (("timeline", "case_id"), ("signals", "case_id"),
+                                      ("cases", "id")):  # fmt: skip
+                    conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
+            conn.execute(
+                "DELETE FROM episodes WHERE processed = 1 AND last_seen < ? AND (case_id IS NULL "
+                "OR case_id NOT IN (SELECT id FROM cases))",
+                (before,),
+            )
+        return len(ids)
+
     def release_lease(self, holder: str, name: str = "reconciler") -> None:
         with self._tx() as conn:
             conn.execute("DELETE FROM lease WHERE name = ? AND holder = ?", (name, holder))

@@ -1,0 +1,151 @@
+"""The audit log: all-or-nothing appends, torn tails, reading from the end, rotation."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actuator.audit import AuditError, AuditLog
+from actuator.store import Store, StoreUnavailable
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+@pytest.mark.reliability(40)
+def test_a_torn_tail_is_cut_before_the_next_record(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.write({"event": "one"})
+    with (tmp_path / "audit.jsonl").open("ab") as fh:
+        fh.write(b'{"ts":1,"event":"torn-by-a-cra')  # no newline: the process died mid-write
+    log.write({"event": "two"})
+    assert [r["event"] for r in records(tmp_path / "audit.jsonl")] == ["one", "two"]
+    assert [r["event"] for r in log.tail(10)] == ["one", "two"]
+
+
+def test_records_are_read_from_the_end_a_page_at_a_time(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    for i in range(2000):
+        log.write_many([{"event": "e", "i": i, "case": i % 3, "pad": "x" * 100}])
+    page, before = log.page(limit=50)
+    assert [r["i"] for r in page] == list(range(1950, 2000)) and before is not None
+    older, _ = log.page(limit=50, before=before)
+    assert [r["i"] for r in older] == list(range(1900, 1950))
+    mine, _ = log.page(limit=5, case_id=1)
+    assert [r["i"] for r in mine] == [1987, 1990, 1993, 1996, 1999]
+    everything: list[int] = []
+    cursor = None
+    while True:
+        chunk, cursor = log.page(limit=333, before=cursor)
+        everything = [r["i"] for r in chunk] + everything
+        if cursor is None:
+            break
+    assert everything == list(range(2000))
+
+
+def test_rotation_by_size_and_private_files(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl", max_bytes=2**16, keep=2)
+    for i in range(3000):
+        log.write({"event": "e", "i": i, "pad": "y" * 60})
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("audit.jsonl"))
+    assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2", "audit.jsonl.lock"]
+    assert (tmp_path / "audit.jsonl").stat().st_size <= 2**16
+    assert records(tmp_path / "audit.jsonl")[-1]["i"] == 2999
+    store = Store(tmp_path / "db.sqlite")
+    store.init()
+    for path in (tmp_path / "audit.jsonl", tmp_path / "db.sqlite"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs the test mounts (root only; elsewhere this test is skipped)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(volume: Path) -> Path:
+    """Fill the volume to the last byte."""
+    filler = volume / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.reliability(40)
+def test_a_full_disk_writes_nothing_partial_and_recovers(small_volume: Path) -> None:
+    log = AuditLog(small_volume / "audit.jsonl")
+    store = Store(small_volume / "db.sqlite")
+    store.init()
+    log.write({"event": "before"})
+    assert log.check_writable() is None
+    filler = fill(small_volume)
+    with pytest.raises(AuditError):
+        log.write_many([{"event": "big", "pad": "z" * 200_000}])
+    assert log.check_writable() is not None
+    assert AuditLog(small_volume / "audit.jsonl").check_writable() is not None  # any worker
+    with pytest.raises(StoreUnavailable):
+        for i in range(200):
+            store.count("fill", str(i) * 500)
+    assert [r["event"] for r in records(small_volume / "audit.jsonl")] == ["before"]
+    os.unlink(filler)
+    assert log.check_writable() is None
+    log.write({"event": "after"})
+    store.count("after")  # the store reconnects by itself
+    assert [r["event"] for r in records(small_volume / "audit.jsonl")] == ["before", "after"]
+
+
+@pytest.mark.reliability(40)
+def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
+    small_volume: Path, workloads, actuator_factory
+) -> None:
+    from tests.actuator.conftest import alert_for, payload
+    from tests.support import wait_until
+
+    actuator = actuator_factory(
+        workloads.node_dir,
+        storage={"database": str(small_volume / "actuator.db"),
+                 "audit_log": str(small_volume / "audit.jsonl")},
+    )  # fmt: skip
+    w = workloads.spawn()
+    filler = fill(small_volume)
+
+    def ready_codes() -> set[int]:
+        return {actuator.session.get(actuator.url + "/-/ready", timeout=5).status_code
+                for _ in range(6)}  # fmt: skip
+
+    assert ready_codes() == {503}  # every worker says so
+    answer = actuator.post(payload(alert_for(w)))
+    assert answer.status_code in (200, 503)
+    import time
+
+    time.sleep(2)
+    assert w.alive()
+    os.unlink(filler)
+    wait_until(lambda: ready_codes() == {200}, 15)
+    assert actuator.post(payload(alert_for(w))).status_code == 200
+    case = actuator.wait_state(w, "reclaimed", "refused", "failed", timeout=30)
+    assert case["state"] == "reclaimed", case
