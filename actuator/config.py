@@ -6,7 +6,7 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -23,6 +23,14 @@ DEFAULT_PORT = 9836
 class Server(Strict):
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     workers: int = Field(2, ge=1, le=64)
+    worker_class: Literal["asgi", "sync"] = Field(
+        "asgi",
+        description="asgi: an event loop reads requests, so slow clients cannot stall the "
+        "webhook (docs/actuator.md); sync: one request per worker at a time",
+    )
+    max_connections: int = Field(
+        1000, ge=10, le=100_000, description="open connections per worker (asgi)"
+    )
     timeout: Duration = Field(30.0, gt=0, description="gunicorn worker timeout")
     graceful_timeout: Duration = Field(10.0, gt=0)
     keepalive: Duration = Field(5.0, ge=0)

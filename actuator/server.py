@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from pathlib import Path
 from typing import Any
 
-from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from actuator.app import Runtime, create_app
+from actuator.asgi import asgi_app
 from actuator.config import ActuatorConfig, load_projects, open_audit
 from actuator.live import Evidence
 from actuator.node import LocalNode, Node
@@ -91,7 +92,8 @@ class ActuatorApplication(BaseApplication):  # type: ignore[misc]
         settings: dict[str, Any] = {
             "bind": [self.listen],
             "workers": server.workers,
-            "worker_class": "sync",
+            "worker_class": server.worker_class,
+            "worker_connections": server.max_connections,
             "timeout": int(max(server.timeout, 1)),
             "graceful_timeout": int(max(server.graceful_timeout, 1)),
             "keepalive": int(server.keepalive),
@@ -111,9 +113,18 @@ class ActuatorApplication(BaseApplication):  # type: ignore[misc]
         for key, value in settings.items():
             self.cfg.set(key, value)
 
-    def load(self) -> Flask:
+    def load(self) -> Any:
         # Called in each worker after fork: every worker has its own connections.
         self.worker = _Worker(self.config, self.token)
+        if self.config.server.worker_class == "asgi":
+            store = self.worker.runtime.store
+
+            def refused(path: str) -> None:
+                if path == "/api/v1/alerts":
+                    with contextlib.suppress(StoreUnavailable):
+                        store.count_request(413)
+
+            return asgi_app(self.worker.app, self.config.server.max_body, refused)
         return self.worker.app
 
     def _post_worker_init(self, _worker: Any) -> None:

@@ -102,14 +102,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_actuator(work: Path, sim: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_actuator(
+    work: Path, sim: Path, server: dict[str, Any] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     (work / "token").write_text(TOKEN)
     (work / "token").chmod(0o600)
     config = {
         "mode": "observe",
         "node": {"name": "bench-node", "sim_dir": str(sim)},
-        "server": {"listen": f"127.0.0.1:{port}", "workers": 2, "token_file": str(work / "token")},
+        "server": {
+            "listen": f"127.0.0.1:{port}",
+            "workers": 2,
+            "token_file": str(work / "token"),
+            **(server or {}),
+        },
         "storage": {"database": str(work / "a.db"), "audit_log": str(work / "audit.jsonl")},
     }
     (work / "actuator.yml").write_text(yaml.safe_dump(config))

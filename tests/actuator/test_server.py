@@ -1,0 +1,71 @@
+"""The actuator's HTTP server (gunicorn, asyncio worker): slow clients and big bodies."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import requests
+
+from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def hold(port: int, count: int, send: bytes = b"") -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if send:
+            s.sendall(send)
+        held.append(s)
+    return held
+
+
+def test_webhooks_are_acknowledged_beside_idle_and_trickling_connections(
+    workloads: Workloads, actuator_factory
+) -> None:
+    actuator: Actuator = actuator_factory(workloads.node_dir, mode="observe")
+    w = workloads.spawn()
+    held = hold(actuator.port, 100) + hold(
+        actuator.port, 100, b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nContent-Le"
+    )
+    try:
+        for _ in range(10):
+            # A fresh connection each time, like a new Alertmanager delivery.
+            answer = requests.post(
+                actuator.url + "/api/v1/alerts",
+                json=payload(alert_for(w)),
+                headers={"Authorization": f"Bearer {TOKEN}"},
+                timeout=5,
+            )
+            assert answer.status_code == 200
+        assert actuator.session.get(actuator.url + "/-/ready", timeout=5).status_code == 200
+    finally:
+        for s in held:
+            s.close()
+
+
+@pytest.mark.reliability(7)
+def test_an_oversized_body_is_refused_before_it_is_read(
+    workloads: Workloads, actuator_factory
+) -> None:
+    actuator: Actuator = actuator_factory(workloads.node_dir, mode="observe")
+    big = b'{"version": "4", "alerts": [' + b" " * (2 * 2**20) + b"]}"
+    answer = actuator.session.post(
+        actuator.url + "/api/v1/alerts", data=big,
+        headers={"Content-Type": "application/json"}, timeout=10,
+    )  # fmt: skip
+    assert answer.status_code == 413
+    assert actuator.metric("gpu_reclaimer_webhook_requests_total", code="413") == 1
+    with socket.create_connection(("127.0.0.1", actuator.port), timeout=5) as s:
+        # No Content-Length, chunked: the limit counts what arrives.
+        s.sendall(b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Content-Type: application/json\r\n\r\n")  # fmt: skip
+        chunk = b" " * 65536
+        try:
+            for _ in range(40):
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except OSError:
+            pass  # the server may close the connection while we send
+        assert s.recv(64).startswith(b"HTTP/1.1 413")
