@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool
 
-.PHONY: setup system-deps secrets test lint unit rules demo bench clean
+.PHONY: setup system-deps secrets test lint unit rules demo bench soak clean
 
 setup: $(VENV)/.installed system-deps
 
@@ -55,6 +55,11 @@ bench: setup
 	$(BIN)/python benchmarks/exporter_scrape.py
 	$(BIN)/python benchmarks/actuator_webhook.py
 	$(BIN)/python benchmarks/e2e_latency.py
+	$(BIN)/python benchmarks/slow_clients.py
+
+# Ten minutes at 50 webhooks/s (reliability case 44); not part of bench.
+soak: setup
+	$(BIN)/python benchmarks/webhook_soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

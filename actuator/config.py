@@ -139,16 +139,18 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
 
 
 def check_storage(config: ActuatorConfig) -> None:
-    """Raise ConfigError unless the database and the audit log can be created and written."""
+    """Raise ConfigError unless the database and the audit log could be created or written
+    (checked without creating anything)."""
     for key, name in (("storage.database", config.storage.database),
                       ("storage.audit_log", config.storage.audit_log)):  # fmt: skip
-        path = Path(name)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.close(fd)
-        except OSError as exc:
-            raise ConfigError(f"{key}: {path} is not writable: {exc.strerror or exc}") from None
+        path = Path(name).absolute()
+        if path.exists():
+            ok, where = path.is_file() and os.access(path, os.W_OK), path
+        else:
+            where = next(p for p in path.parents if p.exists())
+            ok = where.is_dir() and os.access(where, os.W_OK | os.X_OK)
+        if not ok:
+            raise ConfigError(f"{key}: {path} is not writable ({where} does not allow it)")
 
 
 class ConfigError(Exception):

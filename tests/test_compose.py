@@ -352,6 +352,7 @@ def test_actuator_config_storage_and_capabilities(compose: dict[str, Any], tmp_p
     # The mounted config is valid (the actuator refuses to start otherwise).
     token = tmp_path / "token"
     token.write_text("x" * 32 + "\n")
+    token.chmod(0o600)
     command = [
         *gpu_reclaimer_command(), "actuator", "--config", str(REPO / "deploy/actuator.yml"),
         "--token-file", str(token), "--check-config",

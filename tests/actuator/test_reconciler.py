@@ -289,3 +289,48 @@ def test_a_wall_clock_step_changes_no_wait(tmp_path: Path) -> None:
     assert h.node.signalled == [], "a +1 h step cut the 60 s grace short"
     h.run(r, ticks=60)
     assert h.node.signalled == [(101, "SIGTERM")]
+
+
+@pytest.mark.reliability(9)
+def test_an_alert_for_another_node_is_refused(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    other = {**labels(101), "node": "gpu-node-99"}
+    r = h.client.post("/api/v1/alerts", json=body(alert(labels=other)), headers=AUTH)
+    assert r.status_code == 200
+    h.run(h.reconciler())
+    (case,) = h.cases(101)
+    assert case.state == State.REFUSED and case.reason_code == "unknown_node"
+
+
+@pytest.mark.reliability(10, 11)
+def test_unknown_fields_are_accepted_and_truncation_resolves_nothing(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {101: idle_live(h.clock, 101)}
+    extra = alert(labels=labels(101), fingerprint="fp101", routeLabels={"a": "b"})
+    payload = body(extra, truncatedAlerts=7, notification_reason="new", futureField=[1])
+    assert h.client.post("/api/v1/alerts", json=payload, headers=AUTH).status_code == 200
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    # A later delivery without it (truncated away) is not a resolution.
+    assert h.client.post("/api/v1/alerts", json=body(truncatedAlerts=1),
+                         headers=AUTH).status_code == 200  # fmt: skip
+    h.run(r, ticks=2)
+    assert h.cases(101)[0].state == State.NOTIFIED
+
+
+@pytest.mark.reliability(43)
+def test_every_decision_record_carries_trace_target_evidence_and_timing(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    h.run(h.reconciler(), ticks=3)
+    decisions = [e for e in h.events() if e["event"] == "decision" and e.get("case")]
+    assert decisions
+    for record in decisions:
+        assert record["alert"] == {
+            "fingerprint": "fp101",
+            "starts_at": record["alert"]["starts_at"],
+        }
+        assert {"node", "pid", "start_ticks", "boot_id", "uid", "uuid", "user"} <= record.keys()
+        assert record["decision_id"] and record["decided_at"] and "timings" in record
+        assert record["live"]["gpu_memory_bytes"] == 2 << 30 and "thresholds" in record
