@@ -126,16 +126,22 @@ def start_actuator(
          "--config", str(work / "actuator.yml")],
         stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
     )  # fmt: skip
-    deadline = time.time() + 30
+    wait_http(port, "/-/ready", "actuator")
+    return proc, port
+
+
+def wait_http(port: int, path: str, what: str, timeout: float = 30) -> None:
+    """Until GET `path` on 127.0.0.1:`port` answers 200."""
+    deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/-/ready")
+            c.request("GET", path)
             if c.getresponse().status == 200:
-                return proc, port
+                return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError("actuator did not start")
+    raise RuntimeError(f"{what} did not start")
 
 
 def latency(port: int, n_alerts: int, requests: int) -> dict[str, float]:

@@ -30,7 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from actuator_webhook import alerts_body, free_port, percentile, start_actuator  # noqa: E402
+from actuator_webhook import (  # noqa: E402
+    alerts_body,
+    free_port,
+    percentile,
+    start_actuator,
+    wait_http,
+)
 
 from exporter.sim.state import init_node  # noqa: E402
 
@@ -82,15 +88,22 @@ class SlowClients:
             s.close()
 
 
-def webhooks(port: int, token: str, requests: int) -> dict[str, float]:
-    body = alerts_body(1)
+def timed(
+    port: int,
+    requests: int,
+    pause: float,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """`requests` requests, each on a new connection, `pause` s apart; 200 = success."""
     took, failed = [], 0
     for _ in range(requests):
         started = time.perf_counter()
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", "/api/v1/alerts", body=body,
-                         headers={**TOKEN_HEADER, "Authorization": f"Bearer {token}"})  # fmt: skip
+            conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
             response.read()
             conn.close()
@@ -101,29 +114,17 @@ def webhooks(port: int, token: str, requests: int) -> dict[str, float]:
             failed += 1
             continue
         took.append(time.perf_counter() - started)
-        time.sleep(0.02)
+        time.sleep(pause)
     return summary(took, failed)
+
+
+def webhooks(port: int, token: str, requests: int) -> dict[str, float]:
+    headers = {**TOKEN_HEADER, "Authorization": f"Bearer {token}"}
+    return timed(port, requests, 0.02, "POST", "/api/v1/alerts", alerts_body(1), headers)
 
 
 def scrapes(port: int, requests: int) -> dict[str, float]:
-    took, failed = [], 0
-    for _ in range(requests):
-        started = time.perf_counter()
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
-            response = conn.getresponse()
-            response.read()
-            conn.close()
-            if response.status != 200:
-                failed += 1
-                continue
-        except OSError:
-            failed += 1
-            continue
-        took.append(time.perf_counter() - started)
-        time.sleep(0.05)
-    return summary(took, failed)
+    return timed(port, requests, 0.05, "GET", "/metrics", headers={"Accept-Encoding": "gzip"})
 
 
 def summary(took: list[float], failed: int) -> dict[str, float]:
@@ -144,16 +145,8 @@ def start_exporter(sim: Path, work: Path) -> tuple[subprocess.Popen[bytes], int]
          "--sim-dir", str(sim), "--listen", f"127.0.0.1:{port}"],
         stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
     )  # fmt: skip
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/metrics")
-            if c.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("exporter did not start")
+    wait_http(port, "/metrics", "exporter")
+    return proc, port
 
 
 def row(label: str, r: dict[str, float]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -24,3 +25,14 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+def hold(port: int, count: int, send: bytes = b"") -> list[socket.socket]:
+    """`count` connections to 127.0.0.1:`port` that send `send` (maybe nothing) and wait."""
+    held = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if send:
+            s.sendall(send)
+        held.append(s)
+    return held

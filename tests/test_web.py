@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import socket
 import time
 from collections.abc import Iterator
 
@@ -11,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from exporter import web
+from tests.support import hold
 
 
 @pytest.fixture
@@ -29,16 +29,6 @@ def scrape(port: int, **headers: str) -> http.client.HTTPResponse:
     response.body = response.read()  # type: ignore[attr-defined]
     conn.close()
     return response
-
-
-def hold(port: int, count: int, send: bytes = b"") -> list[socket.socket]:
-    held = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        if send:
-            s.sendall(send)
-        held.append(s)
-    return held
 
 
 def test_scrapes_are_answered_beside_idle_and_trickling_connections(server) -> None:

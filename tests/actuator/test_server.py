@@ -8,18 +8,9 @@ import pytest
 import requests
 
 from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
+from tests.support import hold
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def hold(port: int, count: int, send: bytes = b"") -> list[socket.socket]:
-    held = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        if send:
-            s.sendall(send)
-        held.append(s)
-    return held
 
 
 def test_webhooks_are_acknowledged_beside_idle_and_trickling_connections(
