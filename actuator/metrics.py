@@ -22,6 +22,7 @@ REFUSAL_REASONS = (
     "limit_minute",
     "limit_node_hour",
     "circuit_breaker_open",
+    "notice_undelivered",
 )
 
 

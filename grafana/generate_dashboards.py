@@ -969,8 +969,9 @@ def actuator() -> dict[str, Any]:
             timeseries(
                 "Cases by state",
                 "Cases in each state (gpu_reclaimer_cases). Live: pending, notified, "
-                "terminating, killing, snoozed. Final: reclaimed, failed, cancelled, refused, "
-                "observed (what observe mode would have done).",
+                "terminating, killing, snoozed, deferred (held by a limit or the breaker). "
+                "Final: reclaimed, failed, cancelled, refused, observed (what observe mode "
+                "would have done).",
                 [
                     target(
                         f"sum by (state) (gpu_reclaimer_cases{{{ACT_SEL}}})",
@@ -1024,8 +1025,8 @@ def actuator() -> dict[str, Any]:
         (
             timeseries(
                 "Refusals by reason",
-                "Cases refused (protected, identity mismatch, unknown evidence, limits, "
-                "breaker, …), per hour.",
+                "Cases refused (protected, identity mismatch, unknown evidence, bad target, "
+                "undelivered notice, …), per hour. Limits and the breaker defer instead.",
                 [per_hour("gpu_reclaimer_refusals_total", "{{reason}}", by="reason")],
                 "short",
                 minimum=0,
