@@ -42,7 +42,6 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self._lock = threading.Lock()
-        self.last_error: str | None = None
 
     # -- writing ------------------------------------------------------------------------
 
@@ -85,9 +84,7 @@ class AuditLog:
                 finally:
                     os.close(fd)
         except OSError as exc:
-            self.last_error = f"audit log {self.path} not writable: {exc.strerror or exc}"
-            raise AuditError(self.last_error) from exc
-        self.last_error = None
+            raise AuditError(f"audit log {self.path} not writable: {exc.strerror or exc}") from exc
         return records
 
     def _rotate_if_needed(self, incoming: int) -> None:

@@ -8,18 +8,17 @@ the protection are the actuator's own.
 
 from __future__ import annotations
 
-import grp
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from actuator.models import Excluded, LiveState, Member, Target
-from actuator.protect import Protection, command_names, user_name
+from actuator.protect import Protection, command_names
 from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
 from exporter.heartbeats import ProcessRef, read_heartbeats
-from exporter.identity import ProjectMapping
+from exporter.identity import ProjectMapping, group_name, user_name
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
@@ -49,10 +48,11 @@ def process_tree(
     table: dict[int, ProcStat],
     protection: Protection,
     proc_root: Path,
+    children: dict[int, list[int]] | None = None,
 ) -> Tree:
     """The target and its descendants of the same uid that are not protected. A process of
     another uid, or a protected one, is excluded (with the reason) and not descended into."""
-    children = procfs.children_map(table)
+    children = procfs.children_map(table) if children is None else children
     members = [Member(root.pid, root.start_ticks, uid)]
     excluded: list[Excluded] = []
     queue = list(children.get(root.pid, ()))
@@ -144,14 +144,15 @@ class Inspector:
         )
         if stat.start_ticks != target.start_ticks or self._boot_id != target.boot_id:
             return LiveState(**identity)  # another process has this PID: look no further
-        groups = tuple(_group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
+        groups = tuple(group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
         namespace = read_cgroup_identity(target.pid, root_dir).namespace
         mapping = self.evidence.projects
         project = mapping.project_for(identity["user"], groups, namespace) if mapping else ""
         table = procfs.read_process_table(root_dir)
         table.setdefault(stat.pid, stat)
-        tree = process_tree(stat, status.uid, table, self.protection, root_dir)
-        cpu = procfs.tree_cpu_seconds(target.pid, table, procfs.children_map(table))
+        children = procfs.children_map(table)
+        tree = process_tree(stat, status.uid, table, self.protection, root_dir, children)
+        cpu = procfs.tree_cpu_seconds(target.pid, table, children)
         errors: list[str] = []
         gpu, why = self.gpu(target.uuid)
         gpu_found: bool | None = None if gpu is None and why != "not found" else gpu is not None
@@ -194,13 +195,6 @@ class Inspector:
             excluded=tree.excluded,
             errors=tuple(errors),
         )
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def target_of(node: str, pid: int, uuid: str, proc_root: Path = procfs.PROC) -> Target:

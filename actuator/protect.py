@@ -11,7 +11,6 @@ Python runs).
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from actuator.policy import Protect
 from exporter import ownprocs, procfs
-from exporter.identity import command_name
+from exporter.identity import command_name, user_name
 from exporter.procfs import ProcStat, ProcStatus
 
 OWN_REFRESH_SECONDS = 1.0
@@ -35,13 +34,6 @@ def command_names(pid: int, proc_root: Path = procfs.PROC) -> tuple[str, ...]:
         names.append(os.path.basename(argv[0]))
         names.append(command_name(argv))
     return tuple(dict.fromkeys(n for n in names if n))
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 class Protection:

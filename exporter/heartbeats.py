@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.procfs import start_ticks
+from exporter.procfs import read_status, start_ticks
 
 PROC = Path("/proc")
 
@@ -72,37 +72,19 @@ def _candidate_names(key: _Key) -> list[str]:
 
 
 def _process_key(pid: int, proc_root: Path) -> _Key | None:
+    # The innermost PID (last value of NSpid:) is the PID the process sees; kernels before
+    # 4.1 have no such line, and there the host PID is the only PID.
     ticks = start_ticks(pid, proc_root)
-    status = _status(pid, proc_root)
+    status = read_status(pid, proc_root)
     if ticks is None or status is None:
         return None
-    ns_pid, uids = status
     return _Key(
         host_pid=pid,
         namespace=_pid_namespace(pid, proc_root),
-        ns_pid=ns_pid,
+        ns_pid=status.ns_pid,
         start_ticks=ticks,
-        writers=frozenset({0, *uids}),
+        writers=frozenset({0, *status.uids}),
     )
-
-
-def _status(pid: int, proc_root: Path) -> tuple[int, set[int]] | None:
-    """(innermost PID, real and effective uids) from /proc/<pid>/status.
-
-    The innermost PID is the last value of ``NSpid:``, the PID the process sees; kernels
-    before 4.1 have no such line, and there the host PID is the only PID.
-    """
-    ns_pid, uids = pid, set()
-    try:
-        with open(proc_root / str(pid) / "status", "rb") as f:
-            for line in f:
-                if line.startswith(b"NSpid:"):
-                    ns_pid = int(line.split()[-1])
-                elif line.startswith(b"Uid:"):
-                    uids = {int(u) for u in line.split()[1:3]}
-    except (OSError, ValueError, IndexError):
-        return None
-    return ns_pid, uids
 
 
 def _pid_namespace(pid: int, proc_root: Path) -> int | None:

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from exporter.cgroup import read_cgroup_identity
+from exporter.procfs import read_status
 
 PROC = Path("/proc")
 _log = logging.getLogger(__name__)
@@ -225,10 +226,12 @@ class IdentityCache:
             gid = process.gids().real
             argv = process.cmdline()
             command = command_name(argv) if argv else process.name()[:MAX_COMMAND]
-        user = _user_name(uid)
+        user = user_name(uid)
         container = read_cgroup_identity(pid, self._proc_root)
         namespace = container.namespace or self._namespace_of(container.pod)
-        groups = [_group_name(g) for g in {gid, *_supplementary_gids(pid, self._proc_root)}]
+        status = read_status(pid, self._proc_root)
+        supplementary = status.groups if status is not None else ()
+        groups = [group_name(g) for g in {gid, *supplementary}]
         return ProcessIdentity(
             user=user,
             uid=uid,
@@ -241,27 +244,15 @@ class IdentityCache:
         )
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)  # e.g. a container user unknown to the host
 
 
-def _group_name(gid: int) -> str:
+def group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
-
-
-def _supplementary_gids(pid: int, proc_root: Path) -> list[int]:
-    """The ``Groups:`` line of /proc/<pid>/status (psutil does not expose it)."""
-    try:
-        with open(proc_root / str(pid) / "status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Groups:"):
-                    return [int(g) for g in line.split()[1:]]
-    except (OSError, ValueError):
-        pass
-    return []

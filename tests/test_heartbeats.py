@@ -144,7 +144,8 @@ def fake_process(
     base = proc / str(host_pid)
     (base / "ns").mkdir(parents=True)
     (base / "status").write_text(
-        f"Name:\tpython3\nPid:\t{host_pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{ns_pids}\n"
+        f"Name:\tpython3\nPid:\t{host_pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+        f"Gid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{ns_pids}\n"
     )
     (base / "ns" / "pid").symlink_to(f"pid:[{namespace}]")
     fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30  # field 22 = index 19 after comm

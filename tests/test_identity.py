@@ -199,7 +199,9 @@ def test_pod_namespace_resolver_and_project(tmp_path: Path, spawn: Spawn) -> Non
         "0::/kubepods.slice/kubepods-burstable.slice/"
         f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n"
     )
-    (proc / "status").write_text("Name:\tpython3\nGroups:\t4242 4343\n")
+    (proc / "status").write_text(
+        "Name:\tpython3\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t4242 4343\n"
+    )
     mapping = ProjectMapping(
         projects=(
             ProjectRule(name="by-group", groups=("4343",)),  # unknown gid: matched as a number
