@@ -22,6 +22,7 @@ from actuator.config import ActuatorConfig
 from actuator.metrics import ActuatorCollector
 from actuator.models import (
     AlertmanagerPayload,
+    Case,
     State,
     reject_duplicate_keys,
     split_alerts,
@@ -32,6 +33,7 @@ from actuator.store import Store, StoreUnavailable
 log = logging.getLogger(__name__)
 MAX_SNOOZE = 7 * 86400.0
 SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
+SNOOZE_ATTEMPTS = 20
 
 
 @dataclass
@@ -56,6 +58,11 @@ class BreakerReset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500)
     by: str = Field("", max_length=100)
+
+
+def _not_snoozable(case: Case) -> tuple[Response, int]:
+    return _error(409, f"case {case.id} is {case.state}; only live cases before any signal "
+                  "can be snoozed")  # fmt: skip
 
 
 def _error(code: int, message: str, **extra: Any) -> tuple[Response, int]:
@@ -226,27 +233,35 @@ def create_app(rt: Runtime) -> Flask:
         if found is None:
             return _error(404, f"no case {case_id}")
         if found.state not in SNOOZABLE:
-            return _error(409, f"case {case_id} is {found.state}; only live cases before "
-                          "any signal can be snoozed")  # fmt: skip
-        now = rt.clock()
-        found.snoozed_until = now + body.duration
-        found.snoozed_until_mono = rt.mono() + body.duration
-        found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+            return _not_snoozable(found)
         try:
             rt.audit.write(
-                {"event": "snooze", "case": case_id, "until": found.snoozed_until,
+                {"event": "snooze", "case": case_id, "until": rt.clock() + body.duration,
+                 "duration": body.duration,
                  "by": body.by, "reason": body.reason}
             )  # fmt: skip
         except AuditError as exc:
             return _error(503, str(exc))
         reason = f"snoozed for {body.duration:g}s by {body.by or 'API'}: {body.reason}".rstrip(": ")
-        updated = rt.store.transition(
-            found, State.SNOOZED, reason=reason, evidence=body.model_dump(), now=now,
-            reason_code="snoozed",
-        )  # fmt: skip
-        if updated is None:
-            return _error(409, f"case {case_id} changed meanwhile; retry")
-        return jsonify(updated.to_json()), 200
+        # The reconciler saves samples on every tick, which moves the row's version: re-read
+        # and try again rather than hand the operator a conflict that is only bookkeeping.
+        for _ in range(SNOOZE_ATTEMPTS):
+            now = rt.clock()
+            found.snoozed_until = now + body.duration
+            found.snoozed_until_mono = rt.mono() + body.duration
+            found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+            updated = rt.store.transition(
+                found, State.SNOOZED, reason=reason, evidence=body.model_dump(), now=now,
+                reason_code="snoozed",
+            )  # fmt: skip
+            if updated is not None:
+                return jsonify(updated.to_json()), 200
+            found = rt.store.get_case(case_id)
+            if found is None or found.state not in SNOOZABLE:
+                break
+        if found is not None and found.state not in SNOOZABLE:
+            return _not_snoozable(found)
+        return _error(409, f"case {case_id} kept changing; retry")
 
     @app.get("/api/v1/audit")
     def audit() -> tuple[Response, int]:

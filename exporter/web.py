@@ -83,12 +83,18 @@ class MetricsServer:
     def shutdown(self) -> None:
         async def stop() -> None:
             self._server.close()
-            for writer in list(self._waiting):
-                writer.close()
+            # Finish every connection's coroutine here, so none is left for the garbage
+            # collector to run after the loop is closed.
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _make_room(self) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from actuator.app import Runtime, create_app
 from actuator.audit import AuditLog
 from actuator.config import ActuatorConfig
-from actuator.models import Target
+from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
@@ -243,3 +243,38 @@ def test_webhook_never_5xx_and_never_signals(tmp_path_factory, data):
     assert reconciler.tick()
     assert reconciler.tick()
     assert rt.store.metric_snapshot()["signals"] == {}
+
+
+def test_snooze_survives_a_reconciler_tick_between_read_and_write(client, rt):
+    """The reconciler saves samples on every tick, which moves the row's version; a snooze
+    landing between its read and its write must still succeed, not answer 409."""
+    now = time.time()
+    case = Case(
+        id=0, state=State.NOTIFIED, version=0, node="n1", pid=4242, start_time=now - 60,
+        uuid="GPU-0", start_ticks=100, boot_id="b" * 32, alertname="GPUIdle",
+        fingerprint="f", starts_ts=now, labels={}, annotations={}, created=now, updated=now,
+    )  # fmt: skip
+    with rt.store._tx() as conn:
+        rt.store._insert_case(conn, case, {})
+    real_get = rt.store.get_case
+    ticks = {"left": 3}
+
+    def get_then_tick(case_id: int) -> Case | None:
+        found = real_get(case_id)
+        if ticks["left"] > 0 and found is not None:
+            ticks["left"] -= 1
+            other = real_get(case_id)
+            assert other is not None
+            other.cpu_seconds = 1.0
+            assert rt.store.save_samples(other)  # a tick lands after our read
+        return found
+
+    rt.store.get_case = get_then_tick  # type: ignore[method-assign]
+    r = client.post(f"/api/v1/cases/{case.id}/snooze", json={"duration": "1h", "by": "alice"},
+                    headers=AUTH)  # fmt: skip
+    assert r.status_code == 200, r.json
+    assert r.json["state"] == "snoozed"
+    assert ticks["left"] == 0  # the conflicts really happened
+    assert real_get(case.id).state == State.SNOOZED
+    snoozes = [rec for rec in rt.audit.tail(10) if rec["event"] == "snooze"]
+    assert len(snoozes) == 1  # retries do not repeat the audit record
