@@ -38,10 +38,6 @@ def add_commands(commands: Any) -> None:
     parser.add_argument("--check-config", action="store_true", help="validate the config and exit")
     parser.set_defaults(func=run_actuator)
 
-    from actuator.demo.cli import add_demo_command
-
-    add_demo_command(commands)
-
 
 def run_actuator(args: argparse.Namespace) -> int:
     try:

@@ -1,4 +1,9 @@
-"""The `gpu-reclaimer` command: one thin parser, sub-commands registered by each package."""
+"""The `gpu-reclaimer` command: one thin parser; each package registers its own commands.
+
+Commands are entry points of the group ``gpu_reclaimer.commands`` (see pyproject.toml): the
+name is the command, the value a function that adds its parser. Only the command being run
+is loaded, so `gpu-reclaimer exporter` never imports the actuator or the demo.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,32 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 
 from exporter import __version__
 
+COMMANDS_GROUP = "gpu_reclaimer.commands"
+_VALUED_OPTIONS = frozenset({"--log-level"})
 
-def build_parser() -> argparse.ArgumentParser:
+
+def command_entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+
+
+def chosen_command(argv: Sequence[str], names: set[str] | dict[str, EntryPoint]) -> str | None:
+    """The command named on the line (skipping the global options), else None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg if arg in names else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-reclaimer",
         description=(
@@ -27,23 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging verbosity (default: %(default)s)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    from exporter import server_cli
-    from exporter.sim import cli as sim_cli
-
-    server_cli.add_commands(commands)
-    sim_cli.add_commands(commands)
-    try:
-        from actuator import cli as actuator_cli
-    except ImportError:  # the actuator is optional on exporter-only installs
-        pass
-    else:
-        actuator_cli.add_commands(commands)
+    found = command_entry_points()
+    chosen = chosen_command(sys.argv[1:] if argv is None else argv, found)
+    for name in sorted(found):
+        if chosen is None or name == chosen:
+            found[name].load()(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level,

@@ -2,7 +2,7 @@
 
 The behaviour itself is specified by the promtool unit tests in alert-rules/tests/; this file
 makes `pytest` run them too, checks the label/annotation contract the actuator and chat rely
-on, and proves that rules rendered by actuator/ruleset.py still pass the same tests.
+on, and proves that rules rendered by actuator/demo/ruleset.py still pass the same tests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actuator.ruleset import format_duration, parse_duration, render_rules
+from actuator.demo.ruleset import format_promql_duration, parse_promql_duration, render_rules
 from tests.helpers.prom import require_binary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +119,7 @@ def test_alert_contract() -> None:
         exported = {label.strip() for label in joined.group(1).split(",")}
         # node comes from gpu_process_info; gpu, uuid, pid are on every per-process series.
         assert PROCESS_LABELS - {"gpu", "uuid", "pid"} <= exported, name
-        assert parse_duration(rules[name]["for"]) == 300, name
+        assert parse_promql_duration(rules[name]["for"]) == 300, name
 
 
 def test_every_alert_is_tested_silent_and_firing() -> None:
@@ -141,10 +141,14 @@ def test_rendered_rules_pass_promtool_check(tmp_path: Path) -> None:
 
 
 def _scale_times(case: dict[str, Any], scale: float) -> None:
-    case["interval"] = format_duration(parse_duration(case.get("interval", "1m")) * scale)
+    case["interval"] = format_promql_duration(
+        parse_promql_duration(case.get("interval", "1m")) * scale
+    )
     for section in ("alert_rule_test", "promql_expr_test"):
         for check in case.get(section, []):
-            check["eval_time"] = format_duration(parse_duration(check["eval_time"]) * scale)
+            check["eval_time"] = format_promql_duration(
+                parse_promql_duration(check["eval_time"]) * scale
+            )
             for alert in check.get("exp_alerts") or []:
                 # Annotations quote times and durations as text; the unscaled tests own them.
                 alert.pop("exp_annotations", None)
@@ -164,8 +168,8 @@ def test_rendered_rules_pass_the_same_unit_tests_scaled(tmp_path: Path) -> None:
     (out / "tests").mkdir()
     for path in TEST_FILES:
         data = yaml.safe_load(path.read_text())
-        data["evaluation_interval"] = format_duration(
-            parse_duration(data.get("evaluation_interval", "1m")) * scale
+        data["evaluation_interval"] = format_promql_duration(
+            parse_promql_duration(data.get("evaluation_interval", "1m")) * scale
         )
         for case in data["tests"]:
             _scale_times(case, scale)

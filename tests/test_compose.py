@@ -291,7 +291,7 @@ def test_dockerfile_builds_the_package_and_runs_gpu_reclaimer() -> None:
     (entrypoint,) = re.findall(r"^ENTRYPOINT (.+)$", text, flags=re.MULTILINE)
     assert yaml.safe_load(entrypoint) == ["gpu-reclaimer"]
     (cmd,) = re.findall(r"^CMD (.+)$", text, flags=re.MULTILINE)
-    build_parser().parse_args(yaml.safe_load(cmd))  # a valid default command
+    build_parser([]).parse_args(yaml.safe_load(cmd))  # a valid default command
     assert re.search(r"pip install \.", text)
     # Everything the build needs is copied, and not excluded by .dockerignore.
     copied = {
@@ -318,7 +318,7 @@ def test_exporter_and_actuator_run_the_one_image(compose: dict[str, Any]) -> Non
     exporter, actuator = service(compose, "exporter"), service(compose, "actuator")
     assert exporter["build"] == actuator["build"] == "."
     assert exporter["image"] == actuator["image"]
-    parser = build_parser()
+    parser = build_parser([])
     for name, svc in (("exporter", exporter), ("actuator", actuator)):
         assert svc["command"][0] == name
         args = parser.parse_args(svc["command"])  # the real CLI accepts the command line
@@ -402,7 +402,7 @@ def _unit(name: str) -> configparser.ConfigParser:
 
 
 def test_systemd_units_run_gpu_reclaimer_on_the_reference_ports_and_paths() -> None:
-    parser = build_parser()
+    parser = build_parser([])
     exporter = _unit("gpu-reclaimer-exporter.service")["Service"]
     argv = exporter["ExecStart"].split()
     assert argv[0].endswith("/gpu-reclaimer")

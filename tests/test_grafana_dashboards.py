@@ -38,8 +38,8 @@ import requests
 import yaml
 
 from actuator.config import merge_config
+from actuator.demo.ruleset import render_deploy
 from actuator.live import target_of
-from actuator.ruleset import render_deploy
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.actuator.settings import FAST_POLICY
 from tests.helpers.prom import (

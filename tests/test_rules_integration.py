@@ -1,6 +1,6 @@
 """The shipped rules in a real Prometheus, scraping the real exporter on a simulated node.
 
-Windows are compressed with actuator/ruleset.py (scale 1/15: 15 s scrapes -> 1 s, the 1m
+Windows are compressed with actuator/demo/ruleset.py (scale 1/15: 15 s scrapes -> 1 s, the 1m
 window -> 4 s, `for: 5m` -> 20 s), so an idle process is flagged about 30 s after it goes quiet.
 Workloads are real `gpu-reclaimer sim run` processes, started together:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.ruleset import render_deploy
+from actuator.demo.ruleset import render_deploy
 from tests.helpers.prom import (
     background,
     firing_alerts,

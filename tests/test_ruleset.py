@@ -1,4 +1,4 @@
-"""actuator/ruleset.py: durations in rules are rescaled, nothing else is."""
+"""actuator/demo/ruleset.py: durations in rules are rescaled, nothing else is."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actuator.ruleset import (
-    format_duration,
-    parse_duration,
+from actuator.demo.ruleset import (
+    format_promql_duration,
+    parse_promql_duration,
     render_deploy,
     render_rules,
     scale_expr,
@@ -23,13 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
     [("5m", 300), ("45s", 45), ("1h30m", 5400), ("250ms", 0.25), ("1d", 86400), ("2w", 1209600)],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
-    assert parse_duration(text) == pytest.approx(seconds)
+    assert parse_promql_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "5", "m5", "5 m", "1.5m", "-5m"])
 def test_parse_duration_rejects_garbage(text: str) -> None:
     with pytest.raises(ValueError):
-        parse_duration(text)
+        parse_promql_duration(text)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_parse_duration_rejects_garbage(text: str) -> None:
     ],
 )
 def test_format_duration(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
+    assert format_promql_duration(seconds) == text
 
 
 def test_scale_expr_rewrites_ranges_subqueries_and_offsets() -> None:
@@ -134,8 +134,8 @@ def test_render_rules_on_the_shipped_rules_changes_only_durations(tmp_path: Path
             assert new_rule.get("labels") == rule.get("labels")
             assert new_rule.get("annotations") == rule.get("annotations")
             if "for" in rule:
-                assert parse_duration(new_rule["for"]) == pytest.approx(
-                    parse_duration(rule["for"]) / 15
+                assert parse_promql_duration(new_rule["for"]) == pytest.approx(
+                    parse_promql_duration(rule["for"]) / 15
                 )
 
 

@@ -11,12 +11,13 @@ import time
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from actuator.demo.cast import DEMO_CAST, Role, Verdict, judge
-from actuator.demo.observe import Observer, Snapshot
-from actuator.demo.stack import Ports, Stack, StackError, StackOptions, Workload
-from actuator.demo.view import CLEAR, HIDE_CURSOR, SHOW_CURSOR, Style, render
+if TYPE_CHECKING:  # the stack and its parts load only when the demo runs
+    from actuator.demo.cast import Role, Verdict
+    from actuator.demo.observe import Snapshot
+    from actuator.demo.stack import Stack, Workload
+    from actuator.demo.view import Style
 
 REFRESH_SECONDS = 1.0
 
@@ -74,6 +75,9 @@ def _raise_stop(signum: int, frame: object) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from actuator.demo.cast import DEMO_CAST
+    from actuator.demo.stack import Ports, Stack, StackError, StackOptions
+
     options = StackOptions(
         workdir=args.workdir,
         scale=args.scale,
@@ -108,6 +112,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _verdicts(cast: Sequence[tuple[Role, Workload]], snap: Snapshot) -> list[Verdict]:
+    from actuator.demo.cast import judge
+
     return [judge(role, workload, snap) for role, workload in cast]
 
 
@@ -125,6 +131,9 @@ def _differences(cast: Sequence[tuple[Role, Workload]], verdicts: Sequence[Verdi
 
 
 def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
+    from actuator.demo.observe import Observer
+    from actuator.demo.view import Style, render
+
     observer = Observer(stack)
     started = time.time()
     deadline = time.monotonic() + timeout
@@ -152,6 +161,9 @@ def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, 
 
 def _live(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
     """Redraw until Ctrl-C; once the outcomes are in (or the time is up), say where to look."""
+    from actuator.demo.observe import Observer
+    from actuator.demo.view import CLEAR, HIDE_CURSOR, SHOW_CURSOR, Style, render
+
     observer = Observer(stack)
     style = Style(color=out.isatty())
     started = time.time()

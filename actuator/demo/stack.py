@@ -6,7 +6,7 @@ actuator. The one place that starts and stops these parts (demo, end-to-end test
         ...
 
 Prometheus and Alertmanager run the SAME deploy/ and alert-rules/ files as docker-compose,
-laid out by `actuator.ruleset.render_deploy` with every window x `scale` (1/15: 15 s scrapes
+laid out by `actuator.demo.ruleset.render_deploy` with every window x `scale` (1/15: 15 s scrapes
 -> 1 s, `for: 5m` -> 20 s, group_wait 10 s -> 1 s). Every part runs in its own session and
 is stopped (SIGTERM, then SIGKILL of the whole group) on exit, Ctrl-C or a failed start.
 A run directory keeps each service's log, the configs, the database and the audit log.
@@ -34,8 +34,8 @@ import yaml
 
 from actuator.config import merge_config
 from actuator.demo.procs import Managed
+from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_duration, render_deploy
 from actuator.demo.sink import Sink
-from actuator.ruleset import REFERENCE_EVAL_INTERVAL_S, format_duration, render_deploy
 from exporter.ownprocs import RUNTIME_DIR_ENV
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.units import parse_size
@@ -355,7 +355,9 @@ class Stack:
             },
             # The rules guarantee >= window + for of quiet logs at firing (24 s at 1/15); the
             # live re-check's log threshold is scaled the same way (5m x scale).
-            "idle": {"log_quiet_for": format_duration(max(300 * options.scale, 2 * self.interval))},
+            "idle": {
+                "log_quiet_for": format_promql_duration(max(300 * options.scale, 2 * self.interval))
+            },
             # Lowered only as far as the user running the demo needs: tests and CI run as
             # root. Only processes listed on the *simulated* GPUs can ever be targeted.
             "protect": {

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from actuator.demo.ruleset import render_deploy
 from actuator.demo.stack import Ports, Stack, StackError, StackOptions, reserve_ports
-from actuator.ruleset import render_deploy
 from tests.support import gpu_reclaimer_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

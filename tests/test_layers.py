@@ -1,0 +1,96 @@
+"""The import graph has no upward arrow: the exporter never imports the actuator, and a
+command loads only what it runs."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_PROBE = """
+import json, sys
+from exporter.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _modules_loaded_by(*argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+    )  # fmt: skip
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_exporter_module_imports_the_actuator() -> None:
+    upward = {
+        f"{path.relative_to(REPO)}: {name}"
+        for path in (REPO / "exporter").rglob("*.py")
+        for name in _imports(path)
+        if name == "actuator" or name.startswith("actuator.")
+    }
+    assert not upward
+
+
+def test_no_runtime_module_imports_the_demo() -> None:
+    demo_users = {
+        f"{path.relative_to(REPO)}: {name}"
+        for path in (REPO / "actuator").rglob("*.py")
+        if "demo" not in path.parts
+        for name in _imports(path)
+        if name.startswith("actuator.demo")
+    }
+    assert not demo_users
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("exporter", "--help"), ("sim", "--help"), ("--log-level", "ERROR", "exporter", "--help")],
+)
+def test_exporter_commands_load_neither_the_actuator_nor_the_demo(argv: tuple[str, ...]) -> None:
+    loaded = _modules_loaded_by(*argv)
+    assert "exporter.cli" in loaded  # the probe really ran the command
+    assert not {m for m in loaded if m == "actuator" or m.startswith("actuator.")}
+    assert "requests" not in loaded and "flask" not in loaded
+
+
+def test_the_actuator_command_does_not_load_the_demo() -> None:
+    loaded = _modules_loaded_by("actuator", "--help")
+    assert "actuator.cli" in loaded
+    assert not {m for m in loaded if m.startswith("actuator.demo")}
+
+
+def test_demo_help_does_not_start_loading_the_stack() -> None:
+    loaded = _modules_loaded_by("demo", "--help")
+    assert "actuator.demo.cli" in loaded
+    assert "actuator.demo.stack" not in loaded and "requests" not in loaded
+
+
+def test_top_level_help_lists_every_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "--help"], capture_output=True, text=True,
+        timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0
+    for command in ("exporter", "sim", "actuator", "demo"):
+        assert command in done.stdout
