@@ -19,7 +19,7 @@ RUN pip install . \
     && gpu-reclaimer --version
 
 WORKDIR /
-# 9835 exporter, 9836 actuator, 9837 node agent.
-EXPOSE 9835 9836 9837
+# 9838 exporter, 9836 actuator, 9837 node agent.
+EXPOSE 9838 9836 9837
 ENTRYPOINT ["gpu-reclaimer"]
-CMD ["exporter", "--listen", "0.0.0.0:9835"]
+CMD ["exporter", "--listen", "0.0.0.0:9838"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-DEFAULT_PORT = 9835
+DEFAULT_PORT = 9838
 DEFAULT_HEARTBEAT_DIR = Path("/run/gpu-reclaimer/heartbeats")
 
 
@@ -52,7 +52,7 @@ def validate(raw: dict[str, object], source: str) -> ExporterConfig:
 
 
 def parse_listen(listen: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """':9835' -> ('0.0.0.0', 9835); '127.0.0.1:0' -> ('127.0.0.1', 0); '[::1]:9835'."""
+    """':9838' -> ('0.0.0.0', 9838); '127.0.0.1:0' -> ('127.0.0.1', 0); '[::1]:9838'."""
     host, sep, port = listen.rpartition(":")
     if not sep:
         host, port = listen, str(default_port)

@@ -31,7 +31,7 @@ DOCKERFILE = REPO / "Dockerfile"
 DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"
 SERVICES = {"prometheus", "alertmanager", "grafana", "exporter", "actuator"}
 # The port table: DESIGN.md section 5, README, docs/deployment.md.
-PORTS = {"exporter": 9835, "actuator": 9836, "agent": 9837}
+PORTS = {"exporter": 9838, "actuator": 9836, "agent": 9837}
 # Host paths outside the repository that the user (or Docker) provides; each must be
 # explained in docs/deployment.md.
 HOST_PATHS = {
@@ -249,7 +249,7 @@ def test_alertmanager_reaches_the_actuator_with_its_token(compose: dict[str, Any
 
 
 def _doc_ports() -> dict[str, int]:
-    """`| exporter (...) | 9835 |` rows of docs/deployment.md's table."""
+    """`| exporter (...) | 9838 |` rows of docs/deployment.md's table."""
     rows = re.findall(r"^\| (\w+)[^|]*\| (\d+) \|", doc_text(), flags=re.MULTILINE)
     return {name.lower(): int(port) for name, port in rows}
 

@@ -109,7 +109,7 @@ def test_clear_errors(tmp_path: Path) -> None:
     )  # fmt: skip
     assert missing.returncode != 0 and "sim init" in missing.stderr
     config = tmp_path / "exporter.yml"
-    config.write_text("listen: ':9835'\nbogus_key: 1\n")
+    config.write_text("listen: ':9838'\nbogus_key: 1\n")
     bad = subprocess.run(
         [*gpu_reclaimer_command(), "exporter", "--config", str(config)],
         capture_output=True, text=True, timeout=30,
@@ -155,4 +155,4 @@ def test_reference_config_loads() -> None:
     from exporter.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "exporter.yml")
-    assert config.listen == ":9835" and config.nvml_timeout_seconds == 1.5
+    assert config.listen == ":9838" and config.nvml_timeout_seconds == 1.5

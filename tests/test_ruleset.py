@@ -145,7 +145,7 @@ def test_render_deploy_substitutes_only_targets_intervals_and_urls(tmp_path: Pat
         REPO,
         tmp_path,
         scale=1 / 15,
-        exporters=["127.0.0.1:19835"],
+        exporters=["127.0.0.1:19838"],
         actuator="127.0.0.1:19836",
         alertmanagers=["127.0.0.1:19093"],
         token_file=token,
@@ -155,7 +155,7 @@ def test_render_deploy_substitutes_only_targets_intervals_and_urls(tmp_path: Pat
     assert prom["rule_files"] == ["../alert-rules/*.rules.yml"]
     assert (tmp_path / "alert-rules" / "gpu-reclaimer.rules.yml").is_file()
     targets = yaml.safe_load((tmp_path / "deploy" / "targets" / "gpu-exporter.yml").read_text())
-    assert targets == [{"targets": ["127.0.0.1:19835"]}]
+    assert targets == [{"targets": ["127.0.0.1:19838"]}]
     am = (tmp_path / "deploy" / "alertmanager.yml").read_text()
     assert "http://127.0.0.1:19836/api/v1/alerts" in am
     assert f"credentials_file: {token}" in am

@@ -204,7 +204,7 @@ def render_deploy(
     dest_dir: Path,
     *,
     scale: float = 1.0,
-    exporters: Iterable[str] = ("127.0.0.1:9835",),
+    exporters: Iterable[str] = ("127.0.0.1:9838",),
     actuator: str = "127.0.0.1:9836",
     alertmanagers: Iterable[str] = ("127.0.0.1:9093",),
     chat_url: str | None = None,
