@@ -8,6 +8,7 @@ import pytest
 
 from actuator.models import AlertmanagerAlert, State
 from actuator.store import Store
+from actuator.store.cases import insert_case
 from tests.actuator.test_webhook import alert, body
 
 
@@ -64,7 +65,7 @@ def test_a_write_fenced_by_a_lost_lease_changes_nothing(tmp_path):
     store.init()
     case = make_case(id=0)
     with store._tx() as conn:
-        store._insert_case(conn, case, {})
+        insert_case(conn, case, {})
     assert store.acquire_lease("a", mono=100, ttl=10)
     assert store.acquire_lease("b", mono=111, ttl=10)  # a was slow: b took over
     with pytest.raises(LeaseLost):

@@ -19,6 +19,7 @@ from actuator.node import LiveState
 from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
 from actuator.store import Store
+from actuator.store.cases import insert_case
 
 TOKEN = "s3cret-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -255,7 +256,7 @@ def test_snooze_survives_a_reconciler_tick_between_read_and_write(client, rt):
         fingerprint="f", starts_ts=now, labels={}, annotations={}, created=now, updated=now,
     )  # fmt: skip
     with rt.store._tx() as conn:
-        rt.store._insert_case(conn, case, {})
+        insert_case(conn, case, {})
     real_get = rt.store.get_case
     ticks = {"left": 3}
 

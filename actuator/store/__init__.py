@@ -1,0 +1,34 @@
+"""Durable state, shared by every gunicorn worker.
+
+Every write is one short transaction that is on disk before it returns, so a 2xx answer to
+Alertmanager means the alerts are kept. Cases change state only through `transition()`, a
+compare-and-set on the row's version, so a snooze from the API and the reconciler can never
+both win. `database` holds the SQLite mechanics; each other module one domain's queries.
+"""
+
+from __future__ import annotations
+
+from actuator.store.breaker import BreakerQueries
+from actuator.store.cases import CaseQueries
+from actuator.store.counters import CounterQueries
+from actuator.store.database import SCHEMA_VERSION, Database, StoreUnavailable
+from actuator.store.episodes import Episode, EpisodeQueries, Ingest
+from actuator.store.lease import Fence, LeaseLost, LeaseQueries
+from actuator.store.signals import SignalQueries
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Database",
+    "Episode",
+    "Fence",
+    "Ingest",
+    "LeaseLost",
+    "Store",
+    "StoreUnavailable",
+]
+
+
+class Store(
+    EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries
+):
+    """The actuator's store on SQLite: every domain's queries over one Database."""

@@ -1,0 +1,233 @@
+"""Cases: one row per reclaim case, changed only by compare-and-set on its version, with
+its timeline; rearming and pruning."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from typing import Any
+
+from actuator.models import LIVE_STATES, Case, Member, State, Target
+from actuator.store.database import Database
+from actuator.store.lease import Fence, check_fence
+
+# Case fields kept in their own columns (queried or indexed); every other field of the
+# dataclass lives in the `data` JSON, so a new field needs no schema change.
+CASE_COLUMNS = (
+    "id", "state", "version", "node", "pid", "start_time", "start_ticks", "boot_id", "uuid",
+    "created", "updated", "term_at", "reason_code", "user", "freed_bytes", "created_mono",
+    "term_mono", "followup",
+)  # fmt: skip
+CASE_DATA_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Case) if f.name not in CASE_COLUMNS and f.name != "members"
+)
+
+
+class _Conflict(Exception):
+    """The row's version moved: someone else changed the case first."""
+
+
+def row_to_case(row: sqlite3.Row) -> Case:
+    data = json.loads(row["data"])
+    members = [Member(**m) for m in data.pop("members", [])]
+    fields = {k: row[k] for k in CASE_COLUMNS}
+    fields["state"] = State(fields["state"])
+    fields.update({k: data[k] for k in CASE_DATA_FIELDS if k in data})
+    return Case(members=members, **fields)
+
+
+def case_data(case: Case) -> str:
+    data: dict[str, Any] = {k: getattr(case, k) for k in CASE_DATA_FIELDS}
+    data["members"] = [m.__dict__ for m in case.members]
+    return json.dumps(data, separators=(",", ":"))
+
+
+def insert_case(conn: sqlite3.Connection, case: Case, evidence: dict[str, Any]) -> None:
+    row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
+    row["state"] = str(case.state)
+    row["live"] = 1 if case.state in LIVE_STATES else 0
+    row["data"] = case_data(case)
+    names = ", ".join(row)
+    cur = conn.execute(
+        f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)})",
+        tuple(row.values()),
+    )
+    case.id = int(cur.lastrowid or 0)
+    conn.execute(
+        "INSERT INTO timeline (case_id, ts, state, reason, evidence) VALUES (?,?,?,?,?)",
+        (case.id, case.created, str(case.state), case.reason, json.dumps(evidence)),
+    )
+
+
+class CaseQueries(Database):
+    def live_case_for(self, target: Target) -> Case | None:
+        rows = self._read(
+            "SELECT * FROM cases WHERE live = 1 AND node = ? AND boot_id = ? AND pid = ? "
+            "AND start_ticks = ? AND uuid = ?",
+            target.key,
+        )
+        return row_to_case(rows[0]) if rows else None
+
+    def get_case(self, case_id: int) -> Case | None:
+        rows = self._read("SELECT * FROM cases WHERE id = ?", (case_id,))
+        return row_to_case(rows[0]) if rows else None
+
+    def live_cases(self) -> list[Case]:
+        return [row_to_case(r) for r in self._read("SELECT * FROM cases WHERE live = 1")]
+
+    def list_cases(
+        self,
+        *,
+        state: str | None = None,
+        node: str | None = None,
+        user: str | None = None,
+        limit: int = 100,
+    ) -> list[Case]:
+        sql = "SELECT * FROM cases WHERE 1 = 1"
+        params: list[Any] = []
+        for column, value in (("state", state), ("node", node), ("user", user)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        return [row_to_case(r) for r in self._read(sql, tuple(params))]
+
+    def timeline(self, case_id: int) -> list[dict[str, Any]]:
+        rows = self._read("SELECT * FROM timeline WHERE case_id = ? ORDER BY id", (case_id,))
+        return [
+            {
+                "ts": r["ts"],
+                "state": r["state"],
+                "reason": r["reason"],
+                "evidence": json.loads(r["evidence"]),
+            }
+            for r in rows
+        ]
+
+    def _update_case(self, conn: sqlite3.Connection, case: Case, old_version: int) -> bool:
+        row = {k: getattr(case, k) for k in CASE_COLUMNS if k not in ("id", "version")}
+        row["state"] = str(case.state)
+        row["live"] = 1 if case.state in LIVE_STATES else 0
+        row["data"] = case_data(case)
+        assignments = ", ".join(f"{k} = ?" for k in row)
+        cur = conn.execute(
+            f"UPDATE cases SET {assignments}, version = version + 1 WHERE id = ? AND version = ?",
+            (*row.values(), case.id, old_version),
+        )
+        return cur.rowcount == 1
+
+    def transition(
+        self,
+        case: Case,
+        new_state: State,
+        *,
+        reason: str,
+        evidence: dict[str, Any],
+        now: float,
+        reason_code: str = "",
+        mono: float | None = None,
+        fence: Fence | None = None,
+    ) -> Case | None:
+        """Compare-and-set the case to `new_state`; None when someone else changed it first.
+        With a `fence`, raise LeaseLost (changing nothing) unless we still hold the lease.
+
+        The caller has already updated the case's other fields (timestamps, samples).
+        """
+        old_version = case.version
+        saved = (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+                 case.ended_mono)  # fmt: skip
+        case.state = new_state
+        case.reason = reason
+        case.reason_code = reason_code
+        case.updated = now
+        if new_state not in LIVE_STATES and case.ended_at is None:
+            case.ended_at = now
+            case.ended_mono = mono
+        try:
+            with self._tx() as conn:
+                check_fence(conn, fence)
+                if not self._update_case(conn, case, old_version):
+                    raise _Conflict
+                conn.execute(
+                    "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
+                    "VALUES (?,?,?,?,?)",
+                    (case.id, now, str(new_state), reason, json.dumps(evidence, default=str)),
+                )
+        except _Conflict:
+            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+             case.ended_mono) = saved  # fmt: skip
+            return None
+        except BaseException:
+            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
+             case.ended_mono) = saved  # fmt: skip
+            raise
+        case.version = old_version + 1
+        return case
+
+    def save_samples(self, case: Case, fence: Fence | None = None) -> bool:
+        """Persist live samples and timestamps without a state change (CAS on version)."""
+        with self._tx() as conn:
+            check_fence(conn, fence)
+            if not self._update_case(conn, case, case.version):
+                return False
+        case.version += 1
+        return True
+
+    def rearm(self, old: Case, new: Case, fence: Fence) -> bool:
+        """Start `new` for the target of the activity-cancelled `old`, moving old's firing
+        episodes to it; False when old was re-armed already or a live case exists."""
+        with self._tx() as conn:
+            check_fence(conn, fence)
+            claimed = conn.execute(
+                "UPDATE cases SET followup = -1 WHERE id = ? AND followup IS NULL", (old.id,)
+            )
+            if claimed.rowcount != 1:
+                return False
+            try:
+                insert_case(conn, new, {"rearmed_from": old.id})
+            except sqlite3.IntegrityError:  # one live case per target already
+                conn.execute("UPDATE cases SET followup = NULL WHERE id = ?", (old.id,))
+                return False
+            conn.execute("UPDATE cases SET followup = ? WHERE id = ?", (new.id, old.id))
+            conn.execute(
+                "UPDATE episodes SET case_id = ? WHERE case_id = ? AND status = 'firing'",
+                (new.id, old.id),
+            )
+        old.followup = new.id
+        return True
+
+    def rearm_candidates(self, ended_before_mono: float, limit: int = 200) -> list[Case]:
+        """Cases cancelled for activity, not re-armed yet, whose episodes still fire."""
+        rows = self._read(
+            "SELECT * FROM cases WHERE state = 'cancelled' AND reason_code = 'activity' "
+            "AND followup IS NULL AND EXISTS (SELECT 1 FROM episodes "
+            "WHERE episodes.case_id = cases.id AND episodes.status = 'firing') "
+            "ORDER BY id LIMIT ?",
+            (limit,),
+        )
+        cases = [row_to_case(r) for r in rows]
+        return [c for c in cases if c.ended_mono is not None and c.ended_mono <= ended_before_mono]
+
+    def prune(self, before: float, batch: int = 5000) -> int:
+        """Delete ended cases last changed before `before` (wall time) with their timeline
+        and signals, and processed episodes not seen since then; returns cases deleted."""
+        with self._tx() as conn:
+            ids = [
+                r["id"]
+                for r in conn.execute(
+                    "SELECT id FROM cases WHERE live = 0 AND updated < ? LIMIT ?", (before, batch)
+                )
+            ]
+            marks = ",".join("?" for _ in ids)
+            if ids:
+                for table, column in (("timeline", "case_id"), ("signals", "case_id"),
+                                      ("cases", "id")):  # fmt: skip
+                    conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
+            conn.execute(
+                "DELETE FROM episodes WHERE processed = 1 AND last_seen < ? AND (case_id IS NULL "
+                "OR case_id NOT IN (SELECT id FROM cases))",
+                (before,),
+            )
+        return len(ids)

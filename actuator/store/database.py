@@ -1,0 +1,116 @@
+"""The database mechanics: one SQLite (WAL) connection per thread and process, short
+`BEGIN IMMEDIATE` transactions with `synchronous=FULL`, the schema, and recovery after a
+failed write. The domain queries (the other modules of this package) build on it."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 2  # 2: process identity is (boot_id, start_ticks)
+
+
+def schema() -> str:
+    return files("actuator.store").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be opened or written (answer 503, retry later)."""
+
+
+class Database:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+        self.path = str(path)
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._pid = os.getpid()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._pid == os.getpid():
+            return conn
+        self._pid = os.getpid()  # never reuse a connection across fork()
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Created 0600 before SQLite opens it (its -wal and -shm files copy the mode).
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+        self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._reset()
+            raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
+        try:
+            yield conn
+        except BaseException as exc:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+                self._reset()
+                raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._reset()
+            raise StoreUnavailable(f"cannot commit to {self.path}: {exc}") from exc
+
+    def _reset(self) -> None:
+        """Drop this thread's connection after a failure (a full disk, an I/O error): the
+        next call opens a fresh one, so the service recovers by itself when space returns."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with suppress(sqlite3.Error):
+                conn.close()
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            self._reset()
+            raise StoreUnavailable(f"cannot read {self.path}: {exc}") from exc
+
+    def init(self) -> None:
+        try:
+            with self._tx() as conn:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                has_cases = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cases'"
+                ).fetchone()
+                if has_cases and version < SCHEMA_VERSION:
+                    raise StoreUnavailable(
+                        f"{self.path} was written by an older gpu-reclaimer (schema "
+                        f"{version}, this one needs {SCHEMA_VERSION}): move it aside; a new "
+                        "database is created at start"
+                    )
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                for statement in schema().split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT OR IGNORE INTO breaker (id, open) VALUES (1, 0)")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot initialise {self.path}: {exc}") from exc
+
+    def ping(self) -> None:
+        self._read("SELECT 1")

@@ -1,0 +1,129 @@
+"""Alert episodes: each (fingerprint, startsAt) as Alertmanager delivered it, idempotent
+and order-independent, and the hand-off of episodes to cases."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from actuator.models import AlertmanagerAlert, Case, epoch, is_reclaimable, is_zero_time
+from actuator.store.cases import insert_case
+from actuator.store.counters import bump
+from actuator.store.database import Database
+
+
+@dataclass(frozen=True)
+class Ingest:
+    received: int
+    recorded: int
+    ignored: int
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class Episode:
+    fingerprint: str
+    starts_at: str
+    starts_ts: float
+    alertname: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    status: str
+    ends_ts: float | None
+    case_id: int | None
+
+
+class EpisodeQueries(Database):
+    def record_alerts(self, alerts: list[AlertmanagerAlert], rejected: int, now: float) -> Ingest:
+        """Upsert every reclaimable alert as an episode; idempotent and order-independent.
+
+        `resolved` is sticky: once any delivery said an episode resolved, it stays resolved,
+        so a late or duplicated `firing` copy can never revive it.
+        """
+        recorded = ignored = 0
+        with self._tx() as conn:
+            for alert in alerts:
+                if not is_reclaimable(alert):
+                    ignored += 1
+                    continue
+                ends = None if is_zero_time(alert.endsAt) else epoch(alert.endsAt)  # type: ignore[arg-type]
+                starts_ts = epoch(alert.startsAt)
+                conn.execute(
+                    """
+                    INSERT INTO episodes (fingerprint, starts_at, starts_ts, alertname, labels,
+                        annotations, status, ends_ts, first_seen, last_seen)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (fingerprint, starts_at) DO UPDATE SET
+                        status = CASE WHEN episodes.status = 'resolved' OR
+                                 excluded.status = 'resolved' THEN 'resolved' ELSE 'firing' END,
+                        ends_ts = COALESCE(excluded.ends_ts, episodes.ends_ts),
+                        last_seen = excluded.last_seen,
+                        deliveries = episodes.deliveries + 1,
+                        processed = CASE WHEN episodes.status = 'firing' AND
+                                    excluded.status = 'resolved' THEN 0 ELSE episodes.processed END
+                    """,
+                    (
+                        alert.fingerprint,
+                        repr(starts_ts),
+                        starts_ts,
+                        alert.labels.get("alertname", ""),
+                        json.dumps(alert.labels, sort_keys=True),
+                        json.dumps(alert.annotations, sort_keys=True),
+                        alert.status,
+                        ends,
+                        now,
+                        now,
+                    ),
+                )
+                recorded += 1
+            bump(conn, "webhook_requests", "200")
+            if rejected:
+                bump(conn, "alerts_rejected", "", rejected)
+        return Ingest(
+            received=len(alerts) + rejected, recorded=recorded, ignored=ignored, rejected=rejected
+        )
+
+    def pending_episodes(self, limit: int = 500) -> list[Episode]:
+        rows = self._read(
+            "SELECT * FROM episodes WHERE processed = 0 ORDER BY first_seen LIMIT ?", (limit,)
+        )
+        return [
+            Episode(
+                fingerprint=r["fingerprint"],
+                starts_at=r["starts_at"],
+                starts_ts=r["starts_ts"],
+                alertname=r["alertname"],
+                labels=json.loads(r["labels"]),
+                annotations=json.loads(r["annotations"]),
+                status=r["status"],
+                ends_ts=r["ends_ts"],
+                case_id=r["case_id"],
+            )
+            for r in rows
+        ]
+
+    def ingest_batch(
+        self, marks: list[tuple[Episode, int | None]], new: list[tuple[Case, Episode]]
+    ) -> None:
+        """Mark episodes processed and create cases for others, in one transaction."""
+        with self._tx() as conn:
+            for ep, case_id in marks:
+                conn.execute(
+                    "UPDATE episodes SET processed = 1, case_id = COALESCE(?, case_id) "
+                    "WHERE fingerprint = ? AND starts_at = ?",
+                    (case_id, ep.fingerprint, ep.starts_at),
+                )
+            for case, ep in new:
+                insert_case(conn, case, {"labels": ep.labels})
+                conn.execute(
+                    "UPDATE episodes SET processed = 1, case_id = ? "
+                    "WHERE fingerprint = ? AND starts_at = ?",
+                    (case.id, ep.fingerprint, ep.starts_at),
+                )
+
+    def unresolved_episodes(self, case_id: int) -> int:
+        rows = self._read(
+            "SELECT COUNT(*) AS n FROM episodes WHERE case_id = ? AND status = 'firing'",
+            (case_id,),
+        )
+        return int(rows[0]["n"])
