@@ -23,6 +23,7 @@ from actuator.metrics import ActuatorCollector
 from actuator.models import (
     AlertmanagerPayload,
     Case,
+    Reason,
     State,
     reject_duplicate_keys,
     split_alerts,
@@ -252,7 +253,7 @@ def create_app(rt: Runtime) -> Flask:
             found.cpu_seconds = found.cpu_rate = found.cpu_at = None
             updated = rt.store.transition(
                 found, State.SNOOZED, reason=reason, evidence=body.model_dump(), now=now,
-                reason_code="snoozed",
+                reason_code=Reason.SNOOZED,
             )  # fmt: skip
             if updated is not None:
                 return jsonify(updated.to_json()), 200

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from actuator.models import Case, LiveState, Member, State
+from actuator.models import Case, CaseUpdate, LiveState, Member, Reason, State
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice
 from exporter.thresholds import SHIPPED, Thresholds
 
@@ -29,9 +29,9 @@ class Action(StrEnum):
 class Decision:
     action: Action
     state: State | None = None
-    code: str = ""
+    code: Reason | None = None
     reason: str = ""
-    updates: dict[str, Any] = field(default_factory=dict)
+    updates: CaseUpdate = field(default_factory=CaseUpdate)
 
     @property
     def changes_state(self) -> bool:
@@ -49,11 +49,11 @@ class Guard:
 
 
 def wait(**updates: Any) -> Decision:
-    return Decision(Action.WAIT, updates=updates)
+    return Decision(Action.WAIT, updates=CaseUpdate(**updates))
 
 
-def move(state: State, code: str, reason: str, **updates: Any) -> Decision:
-    return Decision(Action.MOVE, state, code, reason, updates)
+def move(state: State, code: Reason, reason: str, **updates: Any) -> Decision:
+    return Decision(Action.MOVE, state, code, reason, CaseUpdate(**updates))
 
 
 def is_stalled_class(alertname: str) -> bool:
@@ -66,29 +66,29 @@ def check_identity(case: Case, live: LiveState) -> Decision | None:
     Same process = same boot id and start ticks (exactly: the rule dedup uses too)."""
     if not live.exists:
         detail = f" ({'; '.join(live.errors)})" if live.errors else ""
-        return move(State.CANCELLED, "process_exited", f"the process exited by itself{detail}")
+        return move(State.CANCELLED, Reason.PROCESS_EXITED, f"the process exited by itself{detail}")
     if live.start_ticks is None or live.uid is None or live.boot_id is None:
         detail = "; ".join(live.errors) or "unreadable"
-        return move(State.REFUSED, "unknown_evidence", f"cannot read the process: {detail}")
+        return move(State.REFUSED, Reason.UNKNOWN_EVIDENCE, f"cannot read the process: {detail}")
     if live.boot_id != case.boot_id:
         return move(
             State.REFUSED,
-            "identity_mismatch",
+            Reason.IDENTITY_MISMATCH,
             f"the node booted again (boot id {live.boot_id}, the alert's {case.boot_id})",
         )
     if live.start_ticks != case.start_ticks:
         return move(
             State.REFUSED,
-            "identity_mismatch",
+            Reason.IDENTITY_MISMATCH,
             f"pid {case.pid} now belongs to a process started at tick {live.start_ticks}, "
             f"not {case.start_ticks} (PID reused)",
         )
     if case.uid is not None and live.uid != case.uid:
         return move(
-            State.REFUSED, "identity_mismatch", f"uid is {live.uid}, the alert said {case.uid}"
+            State.REFUSED, Reason.IDENTITY_MISMATCH, f"uid is {live.uid}, the alert said {case.uid}"
         )
     if live.protected is not None:
-        return move(State.REFUSED, "protected", f"protected: {live.protected}")
+        return move(State.REFUSED, Reason.PROTECTED, f"protected: {live.protected}")
     return None
 
 
@@ -98,19 +98,21 @@ def check_idle(
     """Cancel on live activity, refuse on unknown evidence; None when idle is confirmed
     so far. The thresholds are the rules' own (exporter/thresholds.py)."""
     if live.gpu_found is False:
-        return move(State.REFUSED, "unknown_evidence", f"GPU {case.uuid} not found on the node")
+        return move(
+            State.REFUSED, Reason.UNKNOWN_EVIDENCE, f"GPU {case.uuid} not found on the node"
+        )
     if live.on_gpu is None or live.gpu_memory_bytes is None:
         detail = "; ".join(live.errors) or "unknown"
-        return move(State.REFUSED, "unknown_evidence", f"GPU evidence unknown: {detail}")
+        return move(State.REFUSED, Reason.UNKNOWN_EVIDENCE, f"GPU evidence unknown: {detail}")
     if not live.on_gpu:
         return move(
-            State.CANCELLED, "released", "the process itself no longer holds memory on the GPU"
+            State.CANCELLED, Reason.RELEASED, "the process itself no longer holds memory on the GPU"
         )
     baseline = case.gpu_memory_bytes
     if baseline is not None and live.gpu_memory_bytes > baseline + limits.max_memory_growth_bytes:
         return move(
             State.CANCELLED,
-            "activity",
+            Reason.ACTIVITY,
             f"GPU memory grew from {baseline} to {live.gpu_memory_bytes} bytes",
         )
     last = live.last_activity
@@ -118,30 +120,30 @@ def check_idle(
         source = "heartbeat" if last == live.heartbeat else "log"
         return move(
             State.CANCELLED,
-            "activity",
+            Reason.ACTIVITY,
             f"{source} written {now - last:.1f}s ago (quiet for {idle.log_quiet_for:g}s required)",
         )
     if is_stalled_class(case.alertname):
         if last is None:
             return move(
                 State.REFUSED,
-                "unknown_evidence",
+                Reason.UNKNOWN_EVIDENCE,
                 "a Stalled alert, but the process has no heartbeat or log to be stale",
             )
         return None  # a hang can read 100 % util and spin CPU: staleness + memory suffice
     if live.sm_util is None:
         why = live.util_unknown or "unsupported or NVML error"
         return move(
-            State.REFUSED, "unknown_evidence", f"per-process SM utilisation is unknown ({why})"
+            State.REFUSED, Reason.UNKNOWN_EVIDENCE, f"per-process SM utilisation is unknown ({why})"
         )
     if live.sm_util > limits.max_sm_util:
         return move(
             State.CANCELLED,
-            "activity",
+            Reason.ACTIVITY,
             f"SM utilisation {live.sm_util:.0%} > {limits.max_sm_util:.0%}",
         )
     if live.cpu_seconds is None:
-        return move(State.REFUSED, "unknown_evidence", "process-tree CPU time unknown")
+        return move(State.REFUSED, Reason.UNKNOWN_EVIDENCE, "process-tree CPU time unknown")
     return None
 
 
@@ -160,33 +162,33 @@ def roll_cpu(
     if rate > limits.max_cpu_cores:
         return move(
             State.CANCELLED,
-            "activity",
+            Reason.ACTIVITY,
             f"process tree used {rate:.2f} CPU cores over {dt:.1f}s (> {limits.max_cpu_cores})",
             **updates,
         ), updates
     return None, updates
 
 
-def held_back(case: Case, guard: Guard, limits: Limits) -> tuple[str, str] | None:
+def held_back(case: Case, guard: Guard, limits: Limits) -> tuple[Reason, str] | None:
     """(code, why) when the breaker or a blast-radius limit holds enforcement back."""
     if guard.breaker_open:
-        return "circuit_breaker_open", "circuit breaker open: not enforcing"
+        return Reason.CIRCUIT_BREAKER_OPEN, "circuit breaker open: not enforcing"
     if guard.terminations_node_hour >= limits.terminations_per_node_per_hour:
         return (
-            "limit_node_hour",
+            Reason.LIMIT_NODE_HOUR,
             f"{guard.terminations_node_hour} terminations on {case.node} in the last hour "
             f"(limit {limits.terminations_per_node_per_hour})",
         )
     if guard.terminations_minute >= limits.terminations_per_minute:
         return (
-            "limit_minute",
+            Reason.LIMIT_MINUTE,
             f"{guard.terminations_minute} terminations in the last minute "
             f"(limit {limits.terminations_per_minute})",
         )
     return None
 
 
-def defer(case: Case, why: tuple[str, str], samples: dict[str, Any]) -> Decision:
+def defer(case: Case, why: tuple[Reason, str], samples: dict[str, Any]) -> Decision:
     """Not final: the case waits in `deferred` and resumes where it was once there is room."""
     code, reason = why
     return move(
@@ -203,15 +205,14 @@ def would_do(eff: Effective) -> str:
 
 def after_notice(
     case: Case, delivered: bool, notice: Notice, now: float, mono: float
-) -> dict[str, Any]:
+) -> CaseUpdate:
     """Case updates once a notice was (or was not) delivered: only a delivered notice starts
     the grace, unless the policy says notices are not required."""
     if delivered or not notice.required:
-        return {"notified_at": now, "notified_mono": mono, "next_notice_mono": None}
-    return {
-        "notice_attempts": case.notice_attempts + 1,
-        "next_notice_mono": mono + notice.retry_interval,
-    }
+        return CaseUpdate(notified_at=now, notified_mono=mono, next_notice_mono=None)
+    return CaseUpdate(
+        notice_attempts=case.notice_attempts + 1, next_notice_mono=mono + notice.retry_interval
+    )
 
 
 def _notice_pending(case: Case, notice: Notice, now: float, mono: float) -> Decision:
@@ -223,14 +224,14 @@ def _notice_pending(case: Case, notice: Notice, now: float, mono: float) -> Deci
         return Decision(
             Action.NOTIFY,
             State.NOTIFIED,
-            "notice_retry",
+            Reason.NOTICE_RETRY,
             f"the notice was not delivered; sending it again ({case.notice_attempts + 1} of "
             f"{sends})",
         )
     if notice.undelivered == "extra_grace":
         return move(
             State.NOTIFIED,
-            "notice_undelivered",
+            Reason.NOTICE_UNDELIVERED,
             f"the owner could not be notified ({sends} attempts): grace extended by "
             f"{notice.extra_grace:g}s",
             notified_at=now,
@@ -239,7 +240,7 @@ def _notice_pending(case: Case, notice: Notice, now: float, mono: float) -> Deci
         )
     return move(
         State.REFUSED,
-        "notice_undelivered",
+        Reason.NOTICE_UNDELIVERED,
         f"the owner could not be notified ({sends} attempts): nothing is signalled without a "
         "delivered notice",
     )
@@ -262,18 +263,22 @@ def decide_live(
     deferred). `now` is wall time (compared with the alert's startsAt and with heartbeat and
     log timestamps); every wait is measured on `mono`, the boot-time clock."""
     if guard.unresolved == 0:
-        return move(State.CANCELLED, "resolved", "the alert resolved")
+        return move(State.CANCELLED, Reason.RESOLVED, "the alert resolved")
     if case.state == State.SNOOZED:
         if case.snoozed_until_mono is not None and mono < case.snoozed_until_mono:
             return wait()
         return move(
-            State.PENDING, "snooze_expired", "the snooze expired", cpu_seconds=None, cpu_rate=None
+            State.PENDING,
+            Reason.SNOOZE_EXPIRED,
+            "the snooze expired",
+            cpu_seconds=None,
+            cpu_rate=None,
         )
     problem = check_identity(case, live)
     if problem is not None:
         return problem
     if eff.protected:
-        return move(State.REFUSED, "protected", f"protected by policy rule {eff.rule}")
+        return move(State.REFUSED, Reason.PROTECTED, f"protected by policy rule {eff.rule}")
     problem = check_idle(case, live, idle, now, thresholds)
     if problem is not None:
         return problem
@@ -294,36 +299,44 @@ def decide_live(
         if held is not None:
             return wait(**samples)
         back = State(case.deferred_from or State.PENDING)
-        return move(back, "resumed", f"no longer held back: back to {back}",
+        return move(back, Reason.RESUMED, f"no longer held back: back to {back}",
                     deferred_from=None, **samples)  # fmt: skip
-    if held is not None and held[0] == "circuit_breaker_open":
+    if held is not None and held[0] == Reason.CIRCUIT_BREAKER_OPEN:
         return defer(case, held, samples)
     if case.state == State.PENDING:
         if now - case.starts_ts < eff.idle_for:
             return wait(**samples)
         if eff.mode == Mode.OBSERVE:
-            return move(State.OBSERVED, "observe_mode", f"observe mode: {would_do(eff)}", **samples)
+            return move(
+                State.OBSERVED, Reason.OBSERVE_MODE, f"observe mode: {would_do(eff)}", **samples
+            )
         if held is not None:
             return defer(case, held, samples)
         samples.update(notice_attempts=0, next_notice_mono=None, notified_mono=None)
-        return Decision(Action.NOTIFY, State.NOTIFIED, "idle", "idle confirmed live", samples)
+        return Decision(
+            Action.NOTIFY, State.NOTIFIED, Reason.IDLE, "idle confirmed live", CaseUpdate(**samples)
+        )
     if case.state == State.NOTIFIED:
         if case.notified_mono is None:
             pending = _notice_pending(case, notice, now, mono)
-            return replace(pending, updates={**samples, **pending.updates})
+            return replace(pending, updates=CaseUpdate(**samples).then(pending.updates))
         if mono < case.notified_mono + eff.grace + case.notice_extra_grace:
             return wait(**samples)
         if eff.mode != Mode.ENFORCE:
             return move(
                 State.OBSERVED,
-                f"{eff.mode}_mode",
+                Reason.OBSERVE_MODE if eff.mode == Mode.OBSERVE else Reason.NOTIFY_MODE,
                 f"{eff.mode} mode: would send SIGTERM, then SIGKILL after {eff.term_timeout:g}s",
                 **samples,
             )
         if held is not None:
             return defer(case, held, samples)
         return Decision(
-            Action.TERM, State.TERMINATING, "idle", "still idle after the grace period", samples
+            Action.TERM,
+            State.TERMINATING,
+            Reason.IDLE,
+            "still idle after the grace period",
+            CaseUpdate(**samples),
         )
     return wait(**samples)
 
@@ -344,7 +357,7 @@ def decide_signalled(
                 return Decision(
                     Action.KILL,
                     State.KILLING,
-                    "term_timeout",
+                    Reason.TERM_TIMEOUT,
                     f"{len(alive)} process(es) still alive {eff.term_timeout:g}s after SIGTERM",
                 )
             return wait()
@@ -355,7 +368,7 @@ def decide_signalled(
         ):
             return move(
                 State.FAILED,
-                "unkillable",
+                Reason.UNKILLABLE,
                 f"pids {[m.pid for m in alive]} survived SIGKILL for {eff.kill_timeout:g}s",
             )
         return wait()
@@ -367,7 +380,7 @@ def decide_signalled(
     if gpu_listed is not None and not pids & gpu_listed.keys():
         return move(
             State.RECLAIMED,
-            "reclaimed",
+            Reason.RECLAIMED,
             f"process tree exited; {case.gpu_memory_bytes or 0} bytes freed on {case.uuid}",
             freed_bytes=case.gpu_memory_bytes or 0,
             **updates,
@@ -375,12 +388,15 @@ def decide_signalled(
     if mono >= exited + eff.release_timeout:
         if gpu_listed is None:
             return move(
-                State.FAILED, "unverified", "process tree exited but NVML cannot confirm", **updates
+                State.FAILED,
+                Reason.UNVERIFIED,
+                "process tree exited but NVML cannot confirm",
+                **updates,
             )
         held = sum(b for p, b in gpu_listed.items() if p in pids)
         return move(
             State.FAILED,
-            "memory_held",
+            Reason.MEMORY_HELD,
             f"process tree exited but {held} bytes are still listed on {case.uuid}",
             **updates,
         )

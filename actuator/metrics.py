@@ -7,23 +7,14 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from actuator.models import State
+from actuator.models import HOLDS, REFUSALS, Reason, State
 from actuator.store import Store, StoreUnavailable
 
 # Exported at 0 from the start: increase() cannot see the first event of a series that
 # appears with it, so a new reason or status code would otherwise read one low.
 WEBHOOK_CODES = ("200", "400", "401", "403", "413", "415", "422", "503")
-REFUSAL_REASONS = (
-    "protected",
-    "identity_mismatch",
-    "unknown_evidence",
-    "unknown_node",
-    "bad_target",
-    "limit_minute",
-    "limit_node_hour",
-    "circuit_breaker_open",
-    "notice_undelivered",
-)
+# Refusals, and the holds that refused before they deferred (kept for dashboards' sake).
+REFUSAL_REASONS = tuple(str(r) for r in Reason if r in REFUSALS | HOLDS)
 
 
 class ActuatorCollector(Collector):

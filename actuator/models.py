@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -138,6 +138,49 @@ LIVE_STATES = frozenset(
     }
 )
 SIGNALLED_STATES = frozenset({State.TERMINATING, State.KILLING})
+ENDED_STATES = frozenset(set(State) - LIVE_STATES)
+
+
+class Reason(StrEnum):
+    """Why a case is in its state: the `reason_code` of cases, audit records and metrics."""
+
+    # cancelled: the job is working or gone
+    PROCESS_EXITED = "process_exited"
+    RELEASED = "released"
+    ACTIVITY = "activity"
+    RESOLVED = "resolved"
+    # refused: not provably safe
+    PROTECTED = "protected"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    UNKNOWN_EVIDENCE = "unknown_evidence"
+    UNKNOWN_NODE = "unknown_node"
+    BAD_TARGET = "bad_target"
+    NOTICE_UNDELIVERED = "notice_undelivered"
+    # deferred: held back by the breaker or a blast-radius limit
+    CIRCUIT_BREAKER_OPEN = "circuit_breaker_open"
+    LIMIT_NODE_HOUR = "limit_node_hour"
+    LIMIT_MINUTE = "limit_minute"
+    # the way through
+    IDLE = "idle"
+    NOTICE_RETRY = "notice_retry"
+    OBSERVE_MODE = "observe_mode"
+    NOTIFY_MODE = "notify_mode"
+    RESUMED = "resumed"
+    SNOOZED = "snoozed"
+    SNOOZE_EXPIRED = "snooze_expired"
+    REARMED = "rearmed"
+    TERM_TIMEOUT = "term_timeout"
+    MEMORY_HELD = "memory_held"
+    RECLAIMED = "reclaimed"
+    UNKILLABLE = "unkillable"
+    UNVERIFIED = "unverified"
+
+
+REFUSALS = frozenset(
+    {Reason.PROTECTED, Reason.IDENTITY_MISMATCH, Reason.UNKNOWN_EVIDENCE, Reason.UNKNOWN_NODE,
+     Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED}
+)  # fmt: skip
+HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE})
 
 
 # Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and
@@ -411,3 +454,46 @@ class Case:
             "members": [m.__dict__ for m in self.members],
             "labels": self.labels,
         }
+
+
+class _Unset(Enum):
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET
+
+
+@dataclass(frozen=True)
+class CaseUpdate:
+    """The fields a decision may change on its case, typed; UNSET ones stay as they are."""
+
+    cpu_seconds: float | _Unset | None = UNSET
+    cpu_at: float | _Unset | None = UNSET
+    cpu_rate: float | _Unset | None = UNSET
+    gpu_memory_bytes: int | _Unset | None = UNSET
+    uid: int | _Unset | None = UNSET
+    notified_at: float | _Unset | None = UNSET
+    notified_mono: float | _Unset | None = UNSET
+    notice_attempts: int | _Unset = UNSET
+    next_notice_mono: float | _Unset | None = UNSET
+    notice_extra_grace: float | _Unset = UNSET
+    deferred_from: str | _Unset | None = UNSET
+    exited_at: float | _Unset | None = UNSET
+    exited_mono: float | _Unset | None = UNSET
+    freed_bytes: int | _Unset = UNSET
+
+    def changed(self) -> dict[str, Any]:
+        return {
+            f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not UNSET
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self.changed())
+
+    def then(self, later: CaseUpdate) -> CaseUpdate:
+        """This update followed by `later` (later's fields win)."""
+        return replace(self, **later.changed())
+
+    def apply_to(self, case: Case) -> None:
+        for name, value in self.changed().items():
+            setattr(case, name, value)

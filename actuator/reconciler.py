@@ -41,6 +41,7 @@ from actuator.models import (
     Case,
     LiveState,
     Member,
+    Reason,
     State,
     parse_target,
     parse_uid_label,
@@ -191,14 +192,18 @@ class Reconciler:
             new.append((case, ep))
         if not marks and not new:
             return
-        records = [self._record(c, None, "created", c.reason, now, {}) for c, _ in new]
-        if records:
-            try:
-                self.audit.write_many(records)
-            except AuditError as exc:
-                log.error("not creating cases: %s", exc)
-                return
-        self.store.ingest_batch(marks, new)
+
+        def audit_created(cases: list[Case]) -> None:
+            # Inside the store's transaction, once the ids exist: no case without its
+            # record, and the record names the case.
+            self.audit.write_many([self._record(c, None, "created", c.reason, now, {})
+                                   for c in cases])  # fmt: skip
+
+        try:
+            self.store.ingest_batch(marks, new, before_commit=audit_created)
+        except AuditError as exc:
+            log.error("not creating cases: %s", exc)
+            return
         checked: set[str] = set()
         for case, _ in new:
             if case.state == State.PENDING and case.node not in checked:
@@ -207,7 +212,7 @@ class Reconciler:
 
     def _unprocessable(self, ep: Episode, now: float, exc: Exception) -> Case:
         case = self._blank_case(ep, now)
-        case.state, case.reason_code = State.REFUSED, "bad_target"
+        case.state, case.reason_code = State.REFUSED, Reason.BAD_TARGET
         case.reason = f"the alert could not be processed: {type(exc).__name__}: {exc}"[:500]
         case.ended_at, case.ended_mono = now, self.mono()
         return case
@@ -245,7 +250,8 @@ class Reconciler:
         case = self._blank_case(ep, now)
         problem = target if isinstance(target, str) else uid if isinstance(uid, str) else None
         if problem is not None or isinstance(target, str):
-            case.state, case.reason_code, case.reason = State.REFUSED, "bad_target", str(problem)
+            case.state, case.reason = State.REFUSED, str(problem)
+            case.reason_code = Reason.BAD_TARGET
             case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
         case.node, case.pid, case.start_time, case.uuid = (
@@ -256,7 +262,7 @@ class Reconciler:
         )
         case.start_ticks, case.boot_id = target.start_ticks, target.boot_id
         if target.node not in self.nodes:
-            case.state, case.reason_code = State.REFUSED, "unknown_node"
+            case.state, case.reason_code = State.REFUSED, Reason.UNKNOWN_NODE
             case.reason = f"no agent for node {target.node!r}"
             case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
@@ -308,7 +314,7 @@ class Reconciler:
             created_mono=self.mono(),
             reason=f"re-armed: the alert still fires {window:g}s after the activity that "
             f"cancelled case {old.id}",
-            reason_code="rearmed",
+            reason_code=Reason.REARMED,
             **dict.fromkeys(_RESET_ON_REARM),
             notice_attempts=0,
             notice_extra_grace=0.0,
@@ -316,13 +322,18 @@ class Reconciler:
             members=[],
             rearmed_from=old.id,
         )
-        record = self._record(new, None, "rearmed", new.reason, now, {"rearmed_from": old.id})
+
+        def audit_rearmed(case: Case) -> None:
+            self.audit.write(
+                self._record(case, None, "rearmed", case.reason, now, {"rearmed_from": old.id})
+            )
+
         try:
-            self.audit.write(record)
+            rearmed = self.store.rearm(old, new, self.fence(), before_commit=audit_rearmed)
         except AuditError as exc:
             log.error("not re-arming case %d: %s", old.id, exc)
             return
-        if self.store.rearm(old, new, self.fence()):
+        if rearmed:
             log.info("case %d re-armed as case %d", old.id, new.id)
 
     def advance(self, case: Case) -> None:
@@ -387,8 +398,7 @@ class Reconciler:
         now: float,
         mono: float,
     ) -> None:
-        for key, value in d.updates.items():
-            setattr(case, key, value)
+        d.updates.apply_to(case)
         if not d.changes_state:
             if d.updates:
                 self.store.save_samples(case, self.fence())
@@ -405,9 +415,8 @@ class Reconciler:
         elif d.action == Action.KILL:
             case.kill_at, case.kill_mono = now, mono
         previous = case.state
-        decision_id = uuid.uuid4().hex[:16]
         record = self._record(case, previous, d.action, d.reason, now, {"code": d.code})
-        record["decision_id"] = decision_id
+        decision_id = record["decision_id"]
         record["to"] = str(d.state)
         if live is not None:
             record["live"] = live.evidence()
@@ -473,11 +482,9 @@ class Reconciler:
         result = self.notifier.send(notice, dry_run=dry_run)
         if dry_run:
             return
-        updates = after_notice(
+        after_notice(
             case, result.delivered, self.config.notice, self.clock(), self.mono()
-        )
-        for key, value in updates.items():
-            setattr(case, key, value)
+        ).apply_to(case)
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {"event": "notice", "case": case.id, "delivered": result.delivered,
@@ -513,6 +520,7 @@ class Reconciler:
     ) -> dict[str, Any]:
         return {
             "event": "decision",
+            "decision_id": uuid.uuid4().hex[:16],
             "case": case.id or None,
             "from": str(previous) if previous else None,
             "to": str(case.state) if previous is None else None,

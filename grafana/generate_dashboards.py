@@ -9,7 +9,8 @@ selectors. tests/test_grafana_dashboards.py checks the files are up to date and 
 panel's query against a real Prometheus that scraped the exporter on a simulated node.
 
 Queries use the recording rules of alert-rules/gpu-reclaimer.rules.yml where one exists, so
-the dashboard shows what the alert rules see. Standard library only.
+the dashboard shows what the alert rules see. State names come from the actuator's models,
+so run it with the project's environment (`.venv/bin/python`, after `make setup`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+from actuator.models import LIVE_STATES as MODEL_LIVE_STATES
+from actuator.models import State
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent / "dashboards"
 SCHEMA_VERSION = 39
@@ -33,7 +38,7 @@ GPU_SEL = 'node=~"$node", gpu=~"$gpu"'
 PROC_SEL = 'node=~"$node", gpu=~"$gpu", user=~"$user"'
 PROC_LABELS = "instance, job, gpu, uuid, pid, node, user, command, project"
 ACT_SEL = 'job="gpu-reclaimer-actuator", instance=~"$instance"'
-LIVE_STATES = "pending|notified|terminating|killing|snoozed"
+LIVE_STATES = "|".join(str(s) for s in State if s in MODEL_LIVE_STATES)
 
 Panel = dict[str, Any]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from actuator.demo.observe import SIGNALLED_STATES, Snapshot
+from actuator.demo.observe import EVER_SIGNALLED_STATES, Snapshot
 from actuator.demo.stack import Stack, Workload
 
 
@@ -105,7 +105,7 @@ def judge(role: Role, workload: Workload, snap: Snapshot) -> Verdict:
         return Verdict(False, None, status)
 
     # The others must never be signalled and must stay alive.
-    if signals or any(c["state"] in SIGNALLED_STATES for c in cases):
+    if signals or any(c["state"] in EVER_SIGNALLED_STATES for c in cases):
         return Verdict(False, f"was signalled ({', '.join(signals) or state})", status)
     if not alive:
         return Verdict(False, "exited", status)

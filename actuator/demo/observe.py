@@ -19,9 +19,13 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from actuator.demo.stack import Stack
+from actuator.models import ENDED_STATES, SIGNALLED_STATES, State
 
-TERMINAL_STATES = frozenset({"reclaimed", "failed", "cancelled", "refused", "observed"})
-SIGNALLED_STATES = frozenset({"terminating", "killing", "reclaimed", "failed"})
+TERMINAL_STATES = frozenset(str(s) for s in ENDED_STATES)
+# States a case can only be in after a signal was sent.
+EVER_SIGNALLED_STATES = frozenset(
+    str(s) for s in SIGNALLED_STATES | {State.RECLAIMED, State.FAILED}
+)
 
 
 @dataclass(frozen=True)

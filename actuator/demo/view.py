@@ -142,7 +142,6 @@ def render(
 
 def _event_line(event: dict, labels: dict[int, str], started: float) -> str:
     at = f"+{event.get('ts', started) - started:5.1f}s"
-    # A "created" record is written before the case has an id.
     case_id = f"#{event['case']} " if event.get("case") else ""
     who = f"{case_id}{labels.get(event.get('pid', -1), '')}".rstrip()
     if event.get("event") == "signals":

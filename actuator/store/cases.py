@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from actuator.models import LIVE_STATES, Case, Member, State, Target
@@ -175,7 +176,13 @@ class CaseQueries(Database):
         case.version += 1
         return True
 
-    def rearm(self, old: Case, new: Case, fence: Fence) -> bool:
+    def rearm(
+        self,
+        old: Case,
+        new: Case,
+        fence: Fence,
+        before_commit: Callable[[Case], None] | None = None,
+    ) -> bool:
         """Start `new` for the target of the activity-cancelled `old`, moving old's firing
         episodes to it; False when old was re-armed already or a live case exists."""
         with self._tx() as conn:
@@ -195,6 +202,8 @@ class CaseQueries(Database):
                 "UPDATE episodes SET case_id = ? WHERE case_id = ? AND status = 'firing'",
                 (new.id, old.id),
             )
+            if before_commit is not None:
+                before_commit(new)  # raises: nothing is written
         old.followup = new.id
         return True
 

@@ -4,6 +4,7 @@ and order-independent, and the hand-off of episodes to cases."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from actuator.models import AlertmanagerAlert, Case, epoch, is_reclaimable, is_zero_time
@@ -103,9 +104,15 @@ class EpisodeQueries(Database):
         ]
 
     def ingest_batch(
-        self, marks: list[tuple[Episode, int | None]], new: list[tuple[Case, Episode]]
+        self,
+        marks: list[tuple[Episode, int | None]],
+        new: list[tuple[Case, Episode]],
+        before_commit: Callable[[list[Case]], None] | None = None,
     ) -> None:
-        """Mark episodes processed and create cases for others, in one transaction."""
+        """Mark episodes processed and create cases for others, in one transaction.
+
+        `before_commit` gets the new cases with their ids (to audit them); if it raises,
+        nothing is written."""
         with self._tx() as conn:
             for ep, case_id in marks:
                 conn.execute(
@@ -120,6 +127,8 @@ class EpisodeQueries(Database):
                     "WHERE fingerprint = ? AND starts_at = ?",
                     (case.id, ep.fingerprint, ep.starts_at),
                 )
+            if before_commit is not None and new:
+                before_commit([case for case, _ in new])
 
     def unresolved_episodes(self, case_id: int) -> int:
         rows = self._read(

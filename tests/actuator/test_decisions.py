@@ -61,7 +61,7 @@ def decide_signalled(case, alive, listed, e, now, mono=None):
 def test_first_check_only_samples_cpu():
     d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, GUARD, T0)
     assert d.action == Action.WAIT
-    assert d.updates["cpu_seconds"] == 10.0 and d.updates["cpu_at"] == T0
+    assert d.updates.cpu_seconds == 10.0 and d.updates.cpu_at == T0
 
 
 def test_idle_after_a_cpu_window_sends_the_notice():
@@ -171,7 +171,7 @@ def test_limits_and_breaker_refuse():
     full = Guard(unresolved=1, terminations_minute=1)
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, full, now)
     assert d.state == State.DEFERRED and d.code == "limit_minute"
-    assert d.updates["deferred_from"] == "notified"
+    assert d.updates.deferred_from == "notified"
     hour = Guard(unresolved=1, terminations_node_hour=2)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, hour, now).code == (
         "limit_node_hour"
@@ -191,7 +191,7 @@ def test_a_deferred_case_waits_then_resumes_where_it_was():
     still = Guard(unresolved=1, breaker_open=True)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, still, now).action == Action.WAIT
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, GUARD, now)
-    assert d.state == State.NOTIFIED and d.code == "resumed" and d.updates["deferred_from"] is None
+    assert d.state == State.NOTIFIED and d.code == "resumed" and d.updates.deferred_from is None
     resumed = replace(case, state=State.NOTIFIED, deferred_from=None)
     assert decide_live(resumed, make_live(now), eff(), IDLE, LIMITS, GUARD, now).action == (
         Action.TERM
@@ -224,8 +224,8 @@ def test_only_a_delivered_notice_starts_the_grace():
     case = make_case(state=State.NOTIFIED, notified_mono=None, cpu_seconds=10.0, cpu_at=T0,
                      cpu_rate=0)  # fmt: skip
     failed = after_notice(case, False, gate, T0, 100.0)
-    assert failed == {"notice_attempts": 1, "next_notice_mono": 130.0}
-    case = replace(case, **failed)
+    assert failed.changed() == {"notice_attempts": 1, "next_notice_mono": 130.0}
+    case = replace(case, **failed.changed())
     step = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=120.0, notice=gate)
     assert step.action == Action.WAIT  # retry interval not over
     step = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=131.0, notice=gate)
@@ -237,8 +237,8 @@ def test_only_a_delivered_notice_starts_the_grace():
     longer = gate.model_copy(update={"undelivered": "extra_grace", "extra_grace": 3600.0})
     extended = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0,
                            notice=longer)  # fmt: skip
-    assert extended.state == State.NOTIFIED and extended.updates["notice_extra_grace"] == 3600.0
-    assert after_notice(case, True, gate, T0, 200.0)["notified_mono"] == 200.0
+    assert extended.state == State.NOTIFIED and extended.updates.notice_extra_grace == 3600.0
+    assert after_notice(case, True, gate, T0, 200.0).notified_mono == 200.0
 
 
 def test_snooze_expiry_returns_to_pending():
@@ -257,7 +257,7 @@ def test_signalled_kill_after_term_timeout_and_verify_memory():
     assert decide_signalled(case, [m], None, e, T0 + 9.9).action == Action.WAIT
     assert decide_signalled(case, [m], None, e, T0 + 10).action == Action.KILL
     done = decide_signalled(case, [], {999: 1}, e, T0 + 3)
-    assert done.state == State.RECLAIMED and done.updates["freed_bytes"] == 5
+    assert done.state == State.RECLAIMED and done.updates.freed_bytes == 5
     held = replace(case, exited_at=T0, exited_mono=T0)
     assert decide_signalled(held, [], {4242: 5}, e, T0 + 1).action == Action.WAIT
     failed = decide_signalled(held, [], {4242: 5}, e, T0 + 60)

@@ -235,7 +235,8 @@ def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(tmp_path: Path
     first, second = h.cases(101)
     assert first.followup == second.id and second.rearmed_from == first.id
     assert second.state in (State.PENDING, State.NOTIFIED)
-    assert any(e["event"] == "decision" and e["action"] == "rearmed" for e in h.events())
+    rearmed = [e for e in h.events() if e["event"] == "decision" and e["action"] == "rearmed"]
+    assert [e["case"] for e in rearmed] == [second.id]  # the record names the new case
     h.fire(101, status="resolved")  # the alert resolves: nothing re-arms again
     h.run(r, ticks=2)
     assert h.cases(101)[-1].state == State.CANCELLED
@@ -324,7 +325,10 @@ def test_every_decision_record_carries_trace_target_evidence_and_timing(tmp_path
     h.node.live = {101: idle_live(h.clock, 101)}
     h.fire(101)
     h.run(h.reconciler(), ticks=3)
-    decisions = [e for e in h.events() if e["event"] == "decision" and e.get("case")]
+    records = [e for e in h.events() if e["event"] == "decision"]
+    assert all(r["case"] and r["decision_id"] and r["decided_at"] for r in records)
+    # Those made on a live re-check (not the case's creation) carry its evidence:
+    decisions = [r for r in records if r["action"] not in ("created", "rearmed")]
     assert decisions
     for record in decisions:
         assert record["alert"] == {
@@ -334,3 +338,25 @@ def test_every_decision_record_carries_trace_target_evidence_and_timing(tmp_path
         assert {"node", "pid", "start_ticks", "boot_id", "uid", "uuid", "user"} <= record.keys()
         assert record["decision_id"] and record["decided_at"] and "timings" in record
         assert record["live"]["gpu_memory_bytes"] == 2 << 30 and "thresholds" in record
+
+
+def test_the_created_record_names_its_case_and_no_case_exists_without_one(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.node.live = {p: idle_live(h.clock, p) for p in (101, 102)}
+    h.fire(101, 102)
+    h.run(h.reconciler())
+    created = [e for e in h.events() if e["event"] == "decision" and e["action"] == "created"]
+    ids = sorted(c.id for p in (101, 102) for c in h.cases(p))
+    assert sorted(e["case"] for e in created) == ids and all(ids)
+    assert {e["pid"]: e["case"] for e in created} == {p: h.cases(p)[0].id for p in (101, 102)}
+
+    def refuse(records: list[dict[str, Any]]) -> None:
+        from actuator.audit import AuditError
+
+        raise AuditError("disk full")
+
+    h.fire(103)
+    h.node.live[103] = idle_live(h.clock, 103)
+    h.audit.write_many = refuse  # type: ignore[method-assign]
+    h.run(h.reconciler())
+    assert h.cases(103) == []  # the audit write failed: the case was not created either
