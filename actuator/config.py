@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from actuator.audit import AuditLog
 from actuator.policy import Duration, Mode, Policy, Size, Strict
+from exporter import config_errors
 from exporter.identity import ProjectMapping, ProjectMappingError
 from exporter.thresholds import SHIPPED, Thresholds, ThresholdsError
 from exporter.thresholds import load as load_thresholds
@@ -157,24 +158,6 @@ class ConfigError(Exception):
     """The config file is missing, unreadable or invalid; the message names file and rule."""
 
 
-def _where(loc: tuple[Any, ...], data: Any) -> str:
-    parts: list[str] = []
-    node = data
-    for i, key in enumerate(loc):
-        if isinstance(key, int) and i > 0 and loc[i - 1] == "projects":
-            name = ""
-            if isinstance(node, list) and key < len(node) and isinstance(node[key], dict):
-                name = f" ({node[key].get('name')!s})" if node[key].get("name") else ""
-            parts.append(f"rule #{key}{name}")
-        else:
-            parts.append(str(key))
-        try:
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            node = None
-    return ".".join(parts) if parts else "(top level)"
-
-
 def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
     """Parse and validate the YAML file; raise ConfigError naming the file and the rule."""
     path = Path(path)
@@ -193,10 +176,7 @@ def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
     try:
         return ActuatorConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{path}: invalid config ({exc.error_count()} error(s)):"]
-        for err in exc.errors(include_url=False, include_input=False):
-            lines.append(f"  {_where(tuple(err['loc']), data)}: {err['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(config_errors.describe(exc, data, str(path))) from None
 
 
 def idle_thresholds(config: ActuatorConfig) -> Thresholds:

@@ -249,7 +249,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         )
     rule = policy.projects[index]
     return Effective(
-        rule=f"projects[{index}] {rule.name}",
+        rule=f"projects #{index + 1} ({rule.name})",
         mode=rule.mode or policy.mode,
         protected=rule.protected,
         idle_for=d.idle_for if rule.idle_for is None else rule.idle_for,

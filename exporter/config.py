@@ -7,6 +7,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from exporter import config_errors
+
 DEFAULT_PORT = 9838
 DEFAULT_HEARTBEAT_DIR = Path("/run/gpu-reclaimer/heartbeats")
 
@@ -45,10 +47,7 @@ def validate(raw: dict[str, object], source: str) -> ExporterConfig:
     try:
         return ExporterConfig.model_validate(raw)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
-        raise ConfigError(f"{source}: {problems}") from None
+        raise ConfigError(config_errors.describe(error, raw, source)) from None
 
 
 def parse_listen(listen: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:

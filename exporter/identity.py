@@ -19,6 +19,7 @@ import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from exporter import config_errors
 from exporter.cgroup import read_cgroup_identity
 from exporter.procfs import read_status
 
@@ -100,10 +101,13 @@ class ProjectMapping(BaseModel):
                 data = yaml.safe_load(f)
         except (OSError, yaml.YAMLError) as error:
             raise ProjectMappingError(f"{os.fspath(path)}: {error}") from error
+        data = {} if data is None else data
         try:
-            return cls.model_validate({} if data is None else data)
+            return cls.model_validate(data)
         except ValidationError as error:
-            raise ProjectMappingError(f"{os.fspath(path)}: {_describe(error)}") from error
+            raise ProjectMappingError(
+                config_errors.describe(error, data, os.fspath(path), "project mapping")
+            ) from None
 
     def project_for(self, user: str, groups: Iterable[str], namespace: str) -> str:
         groups = list(groups)
@@ -111,21 +115,6 @@ class ProjectMapping(BaseModel):
             if rule.matches(user, groups, namespace):
                 return rule.name
         return self.default_project
-
-
-def _describe(error: ValidationError) -> str:
-    """'rule #2 (fieldname): message; ...' rather than pydantic's multi-line report."""
-    problems = []
-    for item in error.errors():
-        loc = list(item["loc"])
-        where = ""
-        if len(loc) >= 2 and loc[0] == "projects" and isinstance(loc[1], int):
-            where = f"rule #{loc[1] + 1}"
-            loc = loc[2:]
-        if loc:
-            where = f"{where} {'.'.join(str(part) for part in loc)}".strip()
-        problems.append(f"{where}: {item['msg']}" if where else item["msg"])
-    return "; ".join(problems)
 
 
 def command_name(argv: Sequence[str]) -> str:

@@ -258,10 +258,13 @@ def test_empty_file_is_an_empty_mapping(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("default_projet: x\n", "default_projet"),
-        ("projects:\n  - name: a\n    users: [x]\n  - name: b\n    userz: [y]\n", "rule #2 userz"),
-        ("projects:\n  - name: a\n", "rule #1: Value error, a project needs at least one"),
-        ("projects:\n  - users: [x]\n", "rule #1 name"),
-        ("projects:\n  - name: a\n    users: alice\n", "rule #1 users"),
+        (
+            "projects:\n  - name: a\n    users: [x]\n  - name: b\n    userz: [y]\n",
+            "projects #2 (b).userz",
+        ),
+        ("projects:\n  - name: a\n", "projects #1 (a): Value error, a project needs at least one"),
+        ("projects:\n  - users: [x]\n", "projects #1.name"),
+        ("projects:\n  - name: a\n    users: alice\n", "projects #1 (a).users"),
         ("projects: [\n", "projects.yaml"),
         ("- just\n- a list\n", "projects.yaml"),
     ],

@@ -43,7 +43,7 @@ def test_unknown_key_is_an_error_naming_file_and_rule(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     message = str(err.value)
-    assert str(path) in message and "rule #1 (b)" in message and "grase" in message
+    assert str(path) in message and "projects #2 (b).grase" in message and "grase" in message
 
 
 def test_bad_values_are_errors(tmp_path):
@@ -76,9 +76,9 @@ def test_project_resolution_first_match_wins():
         }
     )
     e = resolve(policy, Facts(user="bob", groups=("users",)))
-    assert e.rule == "projects[1] lab" and e.grace == 3600 and e.term_timeout == 10
+    assert e.rule == "projects #2 (lab)" and e.grace == 3600 and e.term_timeout == 10
     e = resolve(policy, Facts(user="bob", groups=("vip",)), Claims(project="lab"))
-    assert e.protected and e.rule.startswith("projects[0] vip")
+    assert e.protected and e.rule.startswith("projects #1 (vip)")
     e = resolve(policy, Facts(user="carol"))
     assert e.rule == "defaults" and e.mode == Mode.ENFORCE
 

@@ -224,7 +224,7 @@ def test_class4_policy_a_label_can_only_make_the_decision_safer() -> None:
     forged = resolve(policy, Facts(user="mallory"), Claims(project="vision"))
     assert forged.mode == Mode.OBSERVE, "a forged project label selected enforcement"
     shielded = resolve(policy, Facts(user="alice"), Claims(namespace="serving"))
-    assert shielded.protected and "made safer by projects[1] serving" in shielded.rule
+    assert shielded.protected and "made safer by projects #2 (serving)" in shielded.rule
     assert resolve(policy, Facts(user="alice")).mode == Mode.ENFORCE
     # The node's own facts do select the rule: the pod's namespace from the cgroup.
     assert resolve(policy, Facts(user="x", namespace="serving")).protected
