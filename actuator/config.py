@@ -63,17 +63,17 @@ class NodeConfig(Strict):
     nvml_timeout: Duration = Field(2.0, gt=0, le=2.0, description="a re-check waits no longer")
 
 
-class WebhookNotifier(Strict):
+class WebhookSettings(Strict):
     url: str = Field(min_length=1)
     timeout: Duration = Field(5.0, gt=0, le=60)
     headers: dict[str, str] = {}
 
 
-class Notifier(Strict):
-    webhook: WebhookNotifier | None = None
+class NotifierSettings(Strict):
+    webhook: WebhookSettings | None = None
 
 
-class Reconciler(Strict):
+class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     lease_ttl: Duration = Field(10.0, gt=0)
     stall_after: Duration = Field(
@@ -85,8 +85,8 @@ class ActuatorConfig(Policy):
     server: Server = Server()
     storage: Storage = Storage()
     node: NodeConfig = Field(default_factory=NodeConfig)
-    notifier: Notifier = Notifier()
-    reconciler: Reconciler = Reconciler()
+    notifier: NotifierSettings = NotifierSettings()
+    reconciler: ReconcilerSettings = ReconcilerSettings()
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:

@@ -39,7 +39,7 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class Guard:
+class FleetState:
     """Fleet-wide facts a decision needs, read from the store by the reconciler."""
 
     unresolved: int
@@ -169,7 +169,7 @@ def roll_cpu(
     return None, updates
 
 
-def held_back(case: Case, guard: Guard, limits: Limits) -> tuple[Reason, str] | None:
+def held_back(case: Case, guard: FleetState, limits: Limits) -> tuple[Reason, str] | None:
     """(code, why) when the breaker or a blast-radius limit holds enforcement back."""
     if guard.breaker_open:
         return Reason.CIRCUIT_BREAKER_OPEN, "circuit breaker open: not enforcing"
@@ -252,7 +252,7 @@ def decide_live(
     eff: Effective,
     idle: Idle,
     limits: Limits,
-    guard: Guard,
+    guard: FleetState,
     now: float,
     thresholds: Thresholds = SHIPPED,
     *,

@@ -17,7 +17,7 @@ from actuator.models import Excluded, LiveState, Member, Target
 from actuator.protect import Protection, command_names
 from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
-from exporter.heartbeats import ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import ProjectMapping, group_name, user_name
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReading

@@ -30,7 +30,7 @@ from actuator.config import ActuatorConfig, idle_thresholds
 from actuator.decisions import (
     Action,
     Decision,
-    Guard,
+    FleetState,
     after_notice,
     breaker_should_open,
     decide_live,
@@ -378,8 +378,8 @@ class Reconciler:
         )
         return resolve(self.config, facts, claims)
 
-    def _guard(self, case: Case, mono: float) -> Guard:
-        return Guard(
+    def _guard(self, case: Case, mono: float) -> FleetState:
+        return FleetState(
             unresolved=self.store.unresolved_episodes(case.id),
             breaker_open=self.store.breaker()[0],
             terminations_node_hour=self.store.terminations_since(

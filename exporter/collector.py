@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from exporter import procfs
 from exporter.guard import BoundedCall
-from exporter.heartbeats import ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import IdentityCache
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading

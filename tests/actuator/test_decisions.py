@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from actuator.decisions import Action, Guard, breaker_should_open
+from actuator.decisions import Action, FleetState, breaker_should_open
 from actuator.decisions import decide_live as _decide_live
 from actuator.decisions import decide_signalled as _decide_signalled
 from actuator.models import Case, LiveState, Member, State
@@ -45,7 +45,7 @@ def eff(mode: Mode = Mode.ENFORCE, **over):
     return resolve(policy, Facts(user="alice")).model_copy(update=over)
 
 
-GUARD = Guard(unresolved=1)
+GUARD = FleetState(unresolved=1)
 
 
 def decide_live(case, live, e, idle, limits, guard, now, *args, mono=None, **kw):
@@ -118,7 +118,7 @@ def test_protected_and_exited():
 
 
 def test_resolved_alert_cancels():
-    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, Guard(unresolved=0), T0)
+    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, FleetState(unresolved=0), T0)
     assert d.state == State.CANCELLED and d.code == "resolved"
 
 
@@ -168,15 +168,15 @@ def test_limits_and_breaker_refuse():
         cpu_rate=0,
     )
     now = T0 + 700
-    full = Guard(unresolved=1, terminations_minute=1)
+    full = FleetState(unresolved=1, terminations_minute=1)
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, full, now)
     assert d.state == State.DEFERRED and d.code == "limit_minute"
     assert d.updates.deferred_from == "notified"
-    hour = Guard(unresolved=1, terminations_node_hour=2)
+    hour = FleetState(unresolved=1, terminations_node_hour=2)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, hour, now).code == (
         "limit_node_hour"
     )
-    tripped = Guard(unresolved=1, breaker_open=True)
+    tripped = FleetState(unresolved=1, breaker_open=True)
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, tripped, now)
     assert d.code == "circuit_breaker_open" and d.state == State.DEFERRED
 
@@ -188,7 +188,7 @@ def test_a_deferred_case_waits_then_resumes_where_it_was():
         cpu_seconds=10.0, cpu_at=T0, cpu_rate=0,
     )  # fmt: skip
     now = T0 + 700
-    still = Guard(unresolved=1, breaker_open=True)
+    still = FleetState(unresolved=1, breaker_open=True)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, still, now).action == Action.WAIT
     d = decide_live(case, make_live(now), eff(), IDLE, LIMITS, GUARD, now)
     assert d.state == State.NOTIFIED and d.code == "resumed" and d.updates.deferred_from is None

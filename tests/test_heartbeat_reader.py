@@ -1,4 +1,4 @@
-"""Matching heartbeat files to host processes (exporter/heartbeats.py)."""
+"""Matching heartbeat files to host processes (exporter/heartbeat_reader.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.heartbeats import ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 
 # A child that beats once through the real client, says so, and waits for stdin to close.
 CHILD = """
