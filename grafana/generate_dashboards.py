@@ -5,7 +5,7 @@
 
 The JSON files are what Grafana loads (grafana/provisioning/dashboards/gpu-reclaimer.yml);
 this script is their source, so every query is written once, with the same joins and label
-selectors. tests/test_grafana_dashboards.py checks the files are up to date and runs every
+selectors. tests/grafana/test_grafana_dashboards.py checks the files are up to date and runs every
 panel's query against a real Prometheus that scraped the exporter on a simulated node.
 
 Queries use the recording rules of alert-rules/gpu-reclaimer.rules.yml where one exists, so

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter.sim.state import init_node, read_procs
-from tests.support import GiB, gpu_reclaimer_command, wait_until
+from tests.support import Children, GiB, gpu_reclaimer_command, wait_until
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -72,3 +72,11 @@ def spawn_workload(sim_node: Path, tmp_path: Path) -> Iterator[SpawnWorkload]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    """Start real child processes; all are killed and reaped when the test ends."""
+    started = Children()
+    yield started
+    started.stop_all()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 GiB = 1024**3
+REPO = Path(__file__).resolve().parents[1]  # the checkout
 
 
 def gpu_reclaimer_command() -> list[str]:
@@ -15,16 +22,74 @@ def gpu_reclaimer_command() -> list[str]:
     return [sys.executable, "-m", "exporter.cli"]
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.05):
-    """Poll until predicate() is truthy; return its value or fail with a clear message."""
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Poll until predicate() is truthy and return its value. OSError and ValueError count
+    as "not yet" (a server still starting: connection refused, half-written JSON); on
+    timeout, fail naming the predicate and the last such error."""
     deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except (OSError, ValueError) as error:
+            value, last_error = None, error  # type: ignore[assignment]
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+            raise AssertionError(
+                f"condition not met within {timeout}s: {predicate} (last error: {last_error})"
+            )
         time.sleep(interval)
+
+
+def http_get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return bytes(response.read())
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    """Wait until `url` answers 2xx."""
+    wait_until(lambda: http_get(url) is not None, timeout=timeout, interval=0.1)
+
+
+class Children:
+    """Real child processes a test starts; every one is killed and reaped at the end."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(
+        self, argv: Sequence[str], *, ready: bool = True, **popen: Any
+    ) -> subprocess.Popen[str]:
+        """Start `argv` with pipes for stdin and stdout; with `ready`, wait until its first
+        line of output is "ready"."""
+        popen.setdefault("stdout", subprocess.PIPE)
+        child = subprocess.Popen(list(argv), stdin=subprocess.PIPE, text=True, **popen)
+        self.started.append(child)
+        if ready:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+        return child
+
+    def python(self, code: str, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
+        return self.start([sys.executable, "-c", code, *args], **kwargs)
+
+    def stop_all(self) -> None:
+        for child in self.started:
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=10)
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
 
 
 def hold(port: int, count: int, send: bytes = b"") -> list[socket.socket]:

@@ -23,9 +23,8 @@ import pytest
 import yaml
 
 from exporter.cli import build_parser
-from tests.support import gpu_reclaimer_command
+from tests.support import REPO, gpu_reclaimer_command
 
-REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"

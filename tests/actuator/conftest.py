@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -25,7 +24,7 @@ from actuator.live import target_of
 from exporter import procfs
 from exporter.sim.state import load_node, read_procs
 from tests.actuator.settings import FAST_POLICY
-from tests.support import gpu_reclaimer_command, wait_until
+from tests.support import free_port, gpu_reclaimer_command, wait_until
 
 NODE = "sim-node"
 TOKEN = "test-token-0123456789"
@@ -161,12 +160,6 @@ def payload(*alerts: dict[str, Any], truncated: int = 0) -> dict[str, Any]:
         "externalURL": "http://alertmanager:9093",
         "alerts": list(alerts),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Actuator:

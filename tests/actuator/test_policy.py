@@ -9,8 +9,9 @@ import pytest
 from actuator.config import ConfigError, load_config, read_token
 from actuator.policy import Claims, Facts, Mode, Policy, resolve
 from exporter.units import parse_duration, parse_size
+from tests.support import REPO
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "actuator.yml"
+DEPLOY = REPO / "deploy" / "actuator.yml"
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -25,10 +25,10 @@ from exporter.sim.state import load_faults, save_faults
 from exporter.thresholds import SHIPPED, load
 from tests.actuator.conftest import NODE, Actuator, Workloads, alert_for, payload
 from tests.actuator.test_decisions import GUARD, LIMITS, T0, decide_live, eff, make_case, make_live
-from tests.support import gpu_reclaimer_command, wait_until
+from tests.support import REPO, gpu_reclaimer_command, wait_until
 
 pytestmark = pytest.mark.timeout(90)
-RULES = Path(__file__).resolve().parents[2] / "alert-rules" / "gpu-reclaimer.rules.yml"
+RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 BOOT = procfs.boot_id()
 OPEN = Protect(protect_root=False, protected_uid_below=0)
 

@@ -15,10 +15,9 @@ import yaml
 
 from actuator.demo.ruleset import render_deploy
 from actuator.demo.stack import Ports, Stack, StackError, StackOptions, reserve_ports
-from tests.support import gpu_reclaimer_command
+from tests.support import REPO, gpu_reclaimer_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_missing_prometheus_names_the_install_command(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Used by the rules integration test; reusable by demo/e2e tests:
 
     with start_prometheus(config_path, tmp_path / "prom") as prom:
-        wait_for(lambda: firing_alerts(prom.url, "GpuProcessIdle"), timeout=60)
+        wait_until(lambda: firing_alerts(prom.url, "GpuProcessIdle"), timeout=60)
 """
 
 from __future__ import annotations
@@ -11,25 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support import free_port, http_get, wait_until
 
 
 def require_binary(name: str) -> str:
@@ -40,34 +31,6 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} not installed (run `make system-deps`)")
     return path
-
-
-def http_get(url: str, timeout: float = 2.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return bytes(response.read())
-
-
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.25) -> T:
-    """Poll until predicate() is truthy (exceptions count as "not yet"); return its value."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-        except (OSError, ValueError) as error:  # connection refused, bad JSON while starting
-            value, last_error = None, error  # type: ignore[assignment]
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"condition not met within {timeout}s: {predicate} (last error: {last_error})"
-            )
-        time.sleep(interval)
-
-
-def wait_http(url: str, timeout: float = 30.0) -> None:
-    """Wait until `url` answers 2xx."""
-    wait_for(lambda: http_get(url) is not None, timeout=timeout)
 
 
 @dataclass
@@ -90,7 +53,7 @@ def _serve(command: Sequence[str], url: str, ready_path: str, log: Path) -> Iter
     server = Server(url=url, process=process, log=log)
     try:
         try:
-            wait_for(
+            wait_until(
                 lambda: process.poll() is None and http_get(url + ready_path) is not None,
                 timeout=30,
             )

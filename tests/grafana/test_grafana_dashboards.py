@@ -46,17 +46,13 @@ from tests.helpers.prom import (
     Server,
     api_response,
     background,
-    free_port,
     label_values,
     query,
     require_binary,
     start_prometheus,
-    wait_for,
-    wait_http,
 )
-from tests.support import GiB, gpu_reclaimer_command, wait_until
+from tests.support import REPO, GiB, free_port, gpu_reclaimer_command, wait_http, wait_until
 
-REPO = Path(__file__).resolve().parents[1]
 GRAFANA = REPO / "grafana"
 DASHBOARD_FILES = sorted((GRAFANA / "dashboards").glob("*.json"))
 FLEET = GRAFANA / "dashboards" / "gpu-reclaimer-fleet.json"
@@ -425,7 +421,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         live = Stack(prom, actuator_url, started, pids, uuids, tmp)
         try:
             # A few scrapes of the actuator first, so increase() sees the counters move.
-            wait_for(
+            wait_until(
                 lambda: _instant(
                     prom, 'count_over_time(up{job="gpu-reclaimer-actuator"}[1m]) >= 3'
                 ),
@@ -444,11 +440,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             assert requests.post(hook, json=_webhook(), timeout=5).status_code == 401
 
             # The victim is terminated and its memory released; Prometheus scrapes that.
-            wait_for(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
-            wait_for(lambda: _instant(prom, 'gpu_reclaimer_refusals_total{reason!=""}'), 15)
+            wait_until(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
+            wait_until(lambda: _instant(prom, 'gpu_reclaimer_refusals_total{reason!=""}'), 15)
             # The idle and hung processes' alerts are pending.
             for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang")):
-                wait_for(
+                wait_until(
                     lambda a=alertname, n=name: _instant(
                         prom, f'ALERTS{{alertname="{a}", pid="{pids[n]}"}}'
                     ),

@@ -13,13 +13,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.sim.state import init_node
-from tests.support import GiB, gpu_reclaimer_command, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support import REPO, GiB, free_port, gpu_reclaimer_command, wait_until
 
 
 @pytest.fixture
@@ -154,5 +148,5 @@ def test_help_explains_the_commands() -> None:
 def test_reference_config_loads() -> None:
     from exporter.config import load_config
 
-    config = load_config(Path(__file__).resolve().parents[1] / "deploy" / "exporter.yml")
+    config = load_config(REPO / "deploy" / "exporter.yml")
     assert config.listen == ":9838" and config.nvml_timeout_seconds == 1.5

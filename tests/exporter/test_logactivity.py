@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from exporter.logactivity import log_write_timestamp
+from tests.support import Children, wait_until
 
 # Echoes each line of stdin to stdout; with an argument, first opens that file for append.
 ECHO = """
@@ -28,22 +28,12 @@ Spawn = Callable[..., subprocess.Popen[str]]
 
 
 @pytest.fixture
-def spawn() -> Iterator[Spawn]:
-    children: list[subprocess.Popen[str]] = []
-
+def spawn(children: Children) -> Spawn:
     def start(*args: str, **popen: Any) -> subprocess.Popen[str]:
-        popen.setdefault("stdout", subprocess.PIPE)
         popen.setdefault("stderr", subprocess.DEVNULL)  # not pytest's capture file
-        child = subprocess.Popen(
-            [sys.executable, "-c", ECHO, *args], stdin=subprocess.PIPE, text=True, **popen
-        )
-        children.append(child)
-        return child
+        return children.python(ECHO, *args, ready=False, **popen)
 
-    yield start
-    for child in children:
-        child.kill()
-        child.wait(timeout=10)
+    return start
 
 
 def wait_ready(child: subprocess.Popen[str]) -> None:
@@ -51,25 +41,18 @@ def wait_ready(child: subprocess.Popen[str]) -> None:
     assert child.stdout.readline().strip() == "ready"
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_stdout_redirected_to_a_file(tmp_path: Path, spawn: Spawn) -> None:
     out = tmp_path / "train.out"
     with out.open("w") as f:
         child = spawn(stdout=f)
-    wait_for(lambda: b"ready" in out.read_bytes())
+    wait_until(lambda: b"ready" in out.read_bytes())
     os.utime(out, (1000.0, 1000.0))
     assert log_write_timestamp(child.pid, []) == 1000.0
 
     assert child.stdin is not None
     child.stdin.write("epoch 1\n")
     child.stdin.flush()
-    wait_for(lambda: b"epoch 1" in out.read_bytes())
+    wait_until(lambda: b"epoch 1" in out.read_bytes())
     assert log_write_timestamp(child.pid, []) == out.stat().st_mtime > 1000.0
 
 
@@ -116,7 +99,7 @@ def test_latest_of_stdout_and_log(tmp_path: Path, spawn: Spawn) -> None:
     log, out = tmp_path / "x.log", tmp_path / "out"
     with out.open("w") as f:
         child = spawn(str(log), stdout=f)
-    wait_for(lambda: b"ready" in out.read_bytes())
+    wait_until(lambda: b"ready" in out.read_bytes())
     os.utime(log, (3000.0, 3000.0))
     os.utime(out, (4000.0, 4000.0))
     assert log_write_timestamp(child.pid, ["*.log"]) == 4000.0

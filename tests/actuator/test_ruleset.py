@@ -14,8 +14,7 @@ from actuator.demo.ruleset import (
     render_rules,
     scale_expr,
 )
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,8 @@ import os
 import pwd
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -23,28 +22,15 @@ from exporter.identity import (
     ProjectRule,
     command_name,
 )
+from tests.support import Children
 
 WAIT = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"
 Spawn = Callable[..., subprocess.Popen[str]]
 
 
 @pytest.fixture
-def spawn() -> Iterator[Spawn]:
-    children: list[subprocess.Popen[str]] = []
-
-    def start(argv: list[str], **popen: Any) -> subprocess.Popen[str]:
-        child = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **popen
-        )
-        children.append(child)
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        return child
-
-    yield start
-    for child in children:
-        child.kill()
-        child.wait(timeout=10)
+def spawn(children: Children) -> Spawn:
+    return children.start
 
 
 def key(pid: int) -> tuple[int, float]:

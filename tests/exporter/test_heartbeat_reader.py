@@ -7,13 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from exporter.heartbeat_reader import ProcessRef, read_heartbeats
+from tests.support import Children
 
 # A child that beats once through the real client, says so, and waits for stdin to close.
 CHILD = """
@@ -28,24 +29,8 @@ Spawn = Callable[..., subprocess.Popen[str]]
 
 
 @pytest.fixture
-def spawn() -> Iterator[Spawn]:
-    children: list[subprocess.Popen[str]] = []
-
-    def start(*argv: str) -> subprocess.Popen[str]:
-        child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        children.append(child)
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        return child
-
-    yield start
-    for child in children:
-        child.stdin.close()  # the children exit on end of input
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=10)
+def spawn(children: Children) -> Spawn:
+    return lambda *argv: children.start(argv)
 
 
 def namespace_of(pid: int) -> int:

@@ -24,16 +24,12 @@ from actuator.demo.ruleset import render_deploy
 from tests.helpers.prom import (
     background,
     firing_alerts,
-    free_port,
     query,
     require_binary,
     start_prometheus,
-    wait_for,
-    wait_http,
 )
-from tests.support import gpu_reclaimer_command
+from tests.support import REPO, free_port, gpu_reclaimer_command, wait_http, wait_until
 
-REPO = Path(__file__).resolve().parents[1]
 SCALE = 1 / 15
 
 pytestmark = pytest.mark.timeout(180)
@@ -96,8 +92,8 @@ def test_idle_and_hung_workloads_fire_and_the_others_stay_silent(tmp_path: Path)
             return {a["labels"].get("pid", "") for a in firing_alerts(prom.url, alertname)}
 
         try:
-            wait_for(lambda: pids["idle"] in firing_pids("GpuProcessIdle"), timeout=75)
-            wait_for(lambda: pids["hang"] in firing_pids("GpuProcessStalled"), timeout=30)
+            wait_until(lambda: pids["idle"] in firing_pids("GpuProcessIdle"), timeout=75)
+            wait_until(lambda: pids["hang"] in firing_pids("GpuProcessStalled"), timeout=30)
         except AssertionError as error:
             raise AssertionError(
                 f"{error}\nalerts: {query(prom.url, 'ALERTS')}\nprometheus log:\n"

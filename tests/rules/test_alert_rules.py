@@ -17,8 +17,8 @@ import yaml
 
 from actuator.demo.ruleset import format_promql_duration, parse_promql_duration, render_rules
 from tests.helpers.prom import require_binary
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RULES_DIR = REPO / "alert-rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.rules.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yml"))
