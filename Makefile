@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool
+SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose
 
 .PHONY: setup system-deps secrets test lint unit rules demo bench soak clean
 
@@ -17,12 +17,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Prometheus and Alertmanager come from Debian packages; tests start them on loopback.
+# docker-compose (Compose 1) validates docker-compose.yml; it needs no Docker engine.
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing prometheus and prometheus-alertmanager (missing:$$missing)"; \
+		echo "installing prometheus, prometheus-alertmanager and docker-compose (missing:$$missing)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose; \
 	fi
 
 lint: setup

@@ -5,7 +5,8 @@ What can be checked here is checked against the real files: every bind-mounted p
 the mounts exactly as laid out, the targets, the webhook URL and the credentials file agree
 with the services, the ports agree with the README and docs/deployment.md, the services'
 commands parse with the real `gpu-reclaimer` CLI, and the mounted actuator config is valid.
-`docker compose config` runs too where the Compose plugin is installed.
+The real `docker-compose config` (Compose 1, from Debian) validates the file, and
+`docker compose config` too where the Compose 2 plugin is installed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import configparser
 import glob
 import posixpath
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ import pytest
 import yaml
 
 from exporter.cli import build_parser
+from tests.helpers.prom import require_binary
 from tests.support import REPO, gpu_reclaimer_command
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -424,3 +427,25 @@ def test_systemd_units_run_gpu_reclaimer_on_the_reference_ports_and_paths() -> N
         "token_file"
     ]
     assert actuator["LoadCredential"] == f"token:{token_file}"
+
+
+def _compose_config(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "--project-directory", str(REPO), "config", "-q"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_the_file_is_valid_for_compose_1_and_2() -> None:
+    done = _compose_config([require_binary("docker-compose")])
+    assert done.returncode == 0, done.stderr
+    plugin = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True,
+                            check=False) if shutil.which("docker") else None  # fmt: skip
+    if plugin is not None and plugin.returncode == 0:
+        done = _compose_config(["docker", "compose"])
+        assert done.returncode == 0, done.stderr
+    # Top-level keys both versions know (Compose 1 refuses `name:`).
+    top = set(yaml.safe_load(COMPOSE_FILE.read_text()))
+    assert {k for k in top if not k.startswith("x-")} <= {"services", "volumes", "networks",
+                                                          "secrets", "configs"}  # fmt: skip
+    assert "COMPOSE_PROJECT_NAME=gpu-reclaimer" in (REPO / ".env").read_text()
