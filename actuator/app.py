@@ -25,16 +25,20 @@ from actuator.models import (
     Case,
     Reason,
     State,
+    parse_decimal,
     reject_duplicate_keys,
     split_alerts,
 )
 from actuator.policy import Duration
 from actuator.store import Store, StoreUnavailable
+from exporter.procfs import PID_MAX_LIMIT
 
 log = logging.getLogger(__name__)
 MAX_SNOOZE = 7 * 86400.0
 SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
 SNOOZE_ATTEMPTS = 20
+CASES_ARGS = frozenset({"state", "node", "user", "pid", "limit"})
+AUDIT_ARGS = frozenset({"limit", "case", "before"})
 
 
 @dataclass
@@ -59,6 +63,15 @@ class BreakerReset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500)
     by: str = Field("", max_length=100)
+
+
+def _unknown_args(allowed: frozenset[str]) -> tuple[Response, int] | None:
+    """A query parameter the endpoint does not know is an error, never silently ignored
+    (a filter that is dropped would answer with everything)."""
+    unknown = sorted(set(request.args) - allowed)
+    if not unknown:
+        return None
+    return _error(400, f"unknown query parameter(s) {unknown}", allowed=sorted(allowed))
 
 
 def _not_snoozable(case: Case) -> tuple[Response, int]:
@@ -197,6 +210,9 @@ def create_app(rt: Runtime) -> Flask:
 
     @app.get("/api/v1/cases")
     def cases() -> tuple[Response, int]:
+        unknown = _unknown_args(CASES_ARGS)
+        if unknown is not None:
+            return unknown
         state = request.args.get("state")
         if state is not None and state not in State.__members__.values():
             return _error(400, f"unknown state {state!r}", states=[str(s) for s in State])
@@ -206,10 +222,15 @@ def create_app(rt: Runtime) -> Flask:
             return _error(400, "limit must be an integer")
         if not 1 <= limit <= 1000:
             return _error(400, "limit must be between 1 and 1000")
+        pid_arg = request.args.get("pid")
+        pid = parse_decimal(pid_arg, 0, PID_MAX_LIMIT) if pid_arg is not None else None
+        if pid_arg is not None and pid is None:
+            return _error(400, f"pid must be a process id: {pid_arg[:64]!r}")
         found = rt.store.list_cases(
             state=state,
             node=request.args.get("node"),
             user=request.args.get("user"),
+            pid=pid,
             limit=limit,
         )
         return jsonify({"cases": [c.to_json() for c in found]}), 200
@@ -266,6 +287,9 @@ def create_app(rt: Runtime) -> Flask:
 
     @app.get("/api/v1/audit")
     def audit() -> tuple[Response, int]:
+        unknown = _unknown_args(AUDIT_ARGS)
+        if unknown is not None:
+            return unknown
         try:
             limit = min(max(int(request.args.get("limit", "100")), 1), 10000)
             case_arg = request.args.get("case")

@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, parse_promql_duration
+from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S
 from actuator.demo.stack import Stack, StackError, StackOptions, Workload
+from exporter import argtypes
 from exporter.sim.state import read_procs
 
 RULE_WINDOW_S = 60.0  # the rules' [1m]
@@ -147,9 +148,7 @@ def measure(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=6)
-    parser.add_argument(
-        "--grace", type=parse_promql_duration, default=5.0, help="notice -> SIGTERM"
-    )
+    parser.add_argument("--grace", type=argtypes.duration, default=5.0, help="notice -> SIGTERM")
     parser.add_argument("--scale", type=lambda t: float(Fraction(t)), default=1 / 15)
     return measure(parser.parse_args())
 

@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 
 from exporter import __version__
+from exporter.argtypes import CommandError
 
 COMMANDS_GROUP = "gpu_reclaimer.commands"
+
+
 _VALUED_OPTIONS = frozenset({"--log-level"})
 
 
@@ -69,7 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as error:
+        # A command with sub-commands sets `command_prog` to the full name (`... sim status`).
+        prog = getattr(args, "command_prog", f"{parser.prog} {args.command}")
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

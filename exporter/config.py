@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from exporter import config_errors
+from exporter.units import parse_duration
 
 DEFAULT_PORT = 9838
+# Durations read the same from flags and files: 1.5, "1.5s", "500ms" (exporter/units.py).
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
 DEFAULT_HEARTBEAT_DIR = Path("/run/gpu-reclaimer/heartbeats")
 
 
@@ -24,7 +28,7 @@ class ExporterConfig(BaseModel):
     heartbeat_dir: Path | None = DEFAULT_HEARTBEAT_DIR
     log_globs: list[str] = Field(default_factory=list)
     # A trusted exporter answers within 2 s, whatever the driver does.
-    nvml_timeout_seconds: float = Field(default=1.5, gt=0, le=1.5)
+    nvml_timeout_seconds: Seconds = Field(default=1.5, gt=0, le=1.5)
     projects_file: Path | None = None
 
 

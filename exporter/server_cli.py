@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from exporter import ownprocs
+from exporter.argtypes import CommandError
 from exporter.config import (
     DEFAULT_PORT,
     ConfigError,
@@ -56,10 +57,23 @@ def add_commands(commands: Any) -> None:
         help="open files matching GLOB count as the process's log (repeatable)",
     )
     parser.add_argument(
-        "--nvml-timeout", type=float, help="seconds before a hanging NVML call is given up"
+        "--nvml-timeout",
+        metavar="DURATION",
+        help="a hanging NVML call is given up after this (e.g. 1.5, 1.5s, 800ms; at most 1.5s)",
     )
     parser.add_argument("--projects", type=Path, help="YAML mapping users/groups to projects")
     parser.set_defaults(func=run_exporter)
+
+
+_FLAGS = {
+    "listen": "--listen",
+    "sim_dir": "--sim-dir",
+    "node_name": "--node-name",
+    "heartbeat_dir": "--heartbeat-dir",
+    "log_globs": "--log-glob",
+    "nvml_timeout_seconds": "--nvml-timeout",
+    "projects_file": "--projects",
+}
 
 
 def _settings(args: argparse.Namespace) -> ExporterConfig:
@@ -73,9 +87,16 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
         "nvml_timeout_seconds": args.nvml_timeout,
         "projects_file": args.projects,
     }
-    # Flags are validated like the file's keys (model_copy would skip validation).
-    merged = {**config.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
-    return validate(merged, "command line")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    # Flags are validated like the file's keys, by the same model and parsers (model_copy
+    # would skip validation); errors name the flag.
+    try:
+        return validate({**config.model_dump(), **given}, "command line")
+    except ConfigError as error:
+        message = str(error)
+        for key in given:
+            message = message.replace(f"\n  {key}:", f"\n  {_FLAGS[key]} ({key}):")
+        raise ConfigError(message) from None
 
 
 def run_exporter(args: argparse.Namespace) -> int:
@@ -89,12 +110,11 @@ def run_exporter(args: argparse.Namespace) -> int:
         host, port = parse_listen(config.listen)
         mapping = ProjectMapping.load(config.projects_file) if config.projects_file else None
     except (ConfigError, ProjectMappingError, ValueError) as error:
-        raise SystemExit(f"error: {error}") from None
+        raise CommandError(str(error)) from None
     sim_dir = resolve_sim_dir(config.sim_dir)
     if sim_dir is not None and not (sim_dir / "node.json").exists():
-        raise SystemExit(
-            f"error: {sim_dir} is not a simulated node: create it with "
-            f"'gpu-reclaimer sim init {sim_dir}'"
+        raise CommandError(
+            f"{sim_dir} is not a simulated node: create it with 'gpu-reclaimer sim init {sim_dir}'"
         )
     nvml = open_nvml(sim_dir)
     reader = NvmlReader(nvml)
@@ -118,7 +138,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     try:
         server = serve(build_app(registry, node, source), host, port)
     except OSError as error:
-        raise SystemExit(f"error: cannot listen on {config.listen}: {error}") from None
+        raise CommandError(f"cannot listen on {config.listen}: {error}") from None
     log.info(
         "exporter serving http://%s:%d/metrics (%s, %d GPU(s))",
         host,

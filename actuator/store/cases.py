@@ -83,11 +83,12 @@ class CaseQueries(Database):
         state: str | None = None,
         node: str | None = None,
         user: str | None = None,
+        pid: int | None = None,
         limit: int = 100,
     ) -> list[Case]:
         sql = "SELECT * FROM cases WHERE 1 = 1"
         params: list[Any] = []
-        for column, value in (("state", state), ("node", node), ("user", user)):
+        for column, value in (("state", state), ("node", node), ("user", user), ("pid", pid)):
             if value is not None:
                 sql += f" AND {column} = ?"
                 params.append(value)

@@ -7,13 +7,16 @@ import dataclasses
 import os
 import stat
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from exporter import argtypes
+from exporter.argtypes import CommandError
 from exporter.sim.state import (
     PROCS_DIR,
     Faults,
+    SimNode,
     init_node,
     load_faults,
     load_node,
@@ -44,13 +47,15 @@ def add_commands(commands: Any) -> None:
 
     init = sub.add_parser("init", help="create a simulated node", description="Create DIR.")
     init.add_argument("dir", type=Path, help="node directory to create")
-    init.add_argument("--gpus", type=int, default=2, help="number of GPUs (default: 2)")
+    init.add_argument(
+        "--gpus", type=argtypes.positive_int, default=2, help="number of GPUs (default: 2)"
+    )
     init.add_argument("--memory", type=argtypes.size, default=80 * 1024**3, help="memory per GPU")
     init.add_argument("--name", default="NVIDIA H100 80GB HBM3", help="GPU product name")
     init.add_argument(
         "--leak", action="store_true", help="memory of exited processes stays used (orphaned)"
     )
-    init.set_defaults(func=_init)
+    init.set_defaults(func=_init, command_prog=init.prog)
 
     from exporter.sim.workload import add_workload_arguments
 
@@ -59,7 +64,7 @@ def add_commands(commands: Any) -> None:
         help="run a real process that uses a simulated GPU",
         description="Run a real process that holds memory on a simulated GPU and follows a "
         "phase program: load (memory grows, util 0), busy (util high, logs and heartbeats), "
-        "idle (util 0, nothing written), hang (util 100 %%, nothing written). "
+        "idle (util 0, nothing written), hang (util 100 %, nothing written). "
         "It frees its memory when it exits.",
     )
     add_workload_arguments(run)
@@ -68,7 +73,7 @@ def add_commands(commands: Any) -> None:
         "--name", help="run as a command of this name (e.g. tensorboard, yolo, jupyter-lab)"
     )
     looks.add_argument("--module", help="run as 'python -m MODULE' (e.g. ipykernel_launcher)")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=_run, command_prog=run.prog)
 
     fault = sub.add_parser(
         "fault",
@@ -111,11 +116,11 @@ def add_commands(commands: Any) -> None:
         help="utilisation samples of GPU name PID+OFFSET (another PID namespace)",
     )
     fault.add_argument("--leak", choices=["on", "off"], help="leak memory of exited processes")
-    fault.set_defaults(func=_fault)
+    fault.set_defaults(func=_fault, command_prog=fault.prog)
 
     status = sub.add_parser("status", help="show a node's GPUs, processes and faults")
     status.add_argument("dir", type=Path)
-    status.set_defaults(func=_status)
+    status.set_defaults(func=_status, command_prog=status.prog)
 
 
 def _ghost(text: str) -> tuple[int, int, int]:
@@ -136,8 +141,24 @@ def _offset(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r}: use GPU:OFFSET, e.g. 0:100000") from None
 
 
+def _load(directory: Path) -> SimNode:
+    try:
+        return load_node(directory)
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _check_gpus(node: SimNode, what: str, indices: Iterable[int]) -> None:
+    for index in indices:
+        if index not in range(len(node.gpus)):
+            raise CommandError(f"{what} {index}: the node has GPUs 0..{len(node.gpus) - 1}")
+
+
 def _init(args: argparse.Namespace) -> int:
-    node = init_node(args.dir, args.gpus, args.memory, args.name, leak_on_exit=args.leak)
+    try:
+        node = init_node(args.dir, args.gpus, args.memory, args.name, leak_on_exit=args.leak)
+    except (OSError, ValueError) as error:
+        raise CommandError(str(error)) from None
     print(
         f"simulated node {args.dir}: {len(node.gpus)} x {args.name}, "
         f"{format_size(args.memory)} each"
@@ -154,30 +175,57 @@ def _write_launcher(directory: Path, name: str) -> Path:
     return path
 
 
+def _write_module(root: Path, module: str) -> None:
+    """`python -m a.b.c` finds the workload as module a.b.c under `root` (packages made)."""
+    *packages, name = module.split(".")
+    if not all(part.isidentifier() for part in [*packages, name]):
+        raise CommandError(f"--module {module!r}: not a Python module name")
+    directory = root.joinpath(*packages)
+    for depth in range(1, len(packages) + 1):
+        init = root.joinpath(*packages[:depth]) / "__init__.py"
+        init.parent.mkdir(parents=True, exist_ok=True)
+        init.touch()
+    _write_launcher(directory, f"{name}.py")
+
+
 def _run(args: argparse.Namespace) -> int:
     from exporter.sim.workload import run_workload, spec_from_args, workload_argv
 
     try:
         spec = spec_from_args(args)
-        gpus = len(load_node(args.dir).gpus)
-    except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"error: {error}") from None
-    if args.gpu not in range(gpus):
-        raise SystemExit(f"error: --gpu {args.gpu}: the node has GPUs 0..{gpus - 1}")
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    node = _load(args.dir)
+    _check_gpus(node, "--gpu", [args.gpu])
+    total = node.gpus[args.gpu].memory_total
+    wanted = spec.memory + spec.children * spec.child_memory
+    if wanted > total:
+        workers = (f" + {spec.children} x --child-memory {format_size(spec.child_memory)}"
+                   if spec.children else "")  # fmt: skip
+        raise CommandError(
+            f"--memory {format_size(spec.memory)}{workers} does not fit GPU {args.gpu} "
+            f"({format_size(total)})"
+        )
     if args.name:
         # A real executable of that name, so argv, /proc/PID/comm and psutil all agree.
         launcher = _write_launcher(args.dir / "bin", Path(args.name).name)
         os.execv(launcher, [str(launcher), *workload_argv(args)])
     if args.module:
-        launcher = _write_launcher(args.dir / "pymod", f"{args.module}.py")
-        path = [str(launcher.parent), os.environ.get("PYTHONPATH", "")]
+        root = args.dir / "pymod"
+        _write_module(root, args.module)
+        path = [str(root), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
         os.execve(sys.executable, [sys.executable, "-m", args.module, *workload_argv(args)], env)
     return run_workload(spec)
 
 
 def _fault(args: argparse.Namespace) -> int:
-    node = load_node(args.dir)
+    node = _load(args.dir)
+    _check_gpus(node, "--lose-gpu", args.lose_gpu)
+    _check_gpus(node, "--restore-gpu", args.restore_gpu)
+    _check_gpus(node, "--no-process-util", args.no_process_util)
+    _check_gpus(node, "--ghost", [gpu for gpu, _, _ in args.ghost])
+    _check_gpus(node, "--util-pid-offset", [gpu for gpu, _ in args.util_pid_offset])
     faults = Faults() if args.clear else load_faults(args.dir)
     lost = (set(faults.lost_gpus) | set(args.lose_gpu)) - set(args.restore_gpu)
     changes: dict[str, Any] = {"lost_gpus": tuple(sorted(lost))}
@@ -207,7 +255,7 @@ def _fault(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    node = load_node(args.dir)
+    node = _load(args.dir)
     from exporter.procfs import start_ticks
 
     print(f"node {args.dir} (driver {node.driver_version}, leak_on_exit={node.leak_on_exit})")

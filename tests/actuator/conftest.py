@@ -234,9 +234,9 @@ class Actuator:
         return self.get("/api/v1/cases", **params)["cases"]
 
     def case_for(self, w: Workload) -> dict[str, Any] | None:
-        for c in self.cases(limit=1000):
-            if c["target"]["pid"] == w.pid:
-                return self.get(f"/api/v1/cases/{c['id']}")
+        for c in self.cases(pid=w.pid, limit=1000):
+            assert c["target"]["pid"] == w.pid  # the filter really filters
+            return self.get(f"/api/v1/cases/{c['id']}")
         return None
 
     def wait_state(self, w: Workload, *states: str, timeout: float = 20) -> dict[str, Any]:

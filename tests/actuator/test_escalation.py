@@ -98,7 +98,7 @@ def test_activity_between_notice_and_sigterm_cancels(enforce):
     case = actuator.wait_state(w, "cancelled", "terminating", "reclaimed")
     assert case["state"] == "cancelled", case
     assert case["reason_code"] == "activity"
-    assert case["rule"].endswith("slow")
+    assert case["rule"].endswith("(slow)")
     assert case["signals"] == []
     assert w.alive()
 

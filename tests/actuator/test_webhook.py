@@ -180,6 +180,26 @@ def test_cases_api_and_snooze_errors(client):
     assert client.get("/api/v1/audit?limit=x", headers=AUTH).status_code == 400
 
 
+def test_cases_filter_by_pid_and_refuse_unknown_parameters(client, rt):
+    now = time.time()
+    for pid in (4242, 4343):
+        case = Case(
+            id=0, state=State.NOTIFIED, version=0, node="n1", pid=pid, start_time=now,
+            uuid="GPU-0", start_ticks=pid, boot_id="b" * 32, alertname="GpuProcessIdle",
+            fingerprint=f"f{pid}", starts_ts=now, labels={}, annotations={}, created=now,
+            updated=now,
+        )  # fmt: skip
+        with rt.store._tx() as conn:
+            insert_case(conn, case, {})
+    r = client.get("/api/v1/cases?pid=4343", headers=AUTH)
+    assert r.status_code == 200 and [c["target"]["pid"] for c in r.json["cases"]] == [4343]
+    for bad in ("\uff14\uff13\uff14\uff13", "-1", "x", "99999999999"):  # full-width too
+        assert client.get(f"/api/v1/cases?pid={bad}", headers=AUTH).status_code == 400
+    r = client.get("/api/v1/cases?pids=4343", headers=AUTH)  # a typo must not list everything
+    assert r.status_code == 400 and "pids" in r.json["error"] and "pid" in r.json["allowed"]
+    assert client.get("/api/v1/audit?cases=1", headers=AUTH).status_code == 400
+
+
 def test_ready_reports_unwritable_audit(tmp_path):
     (tmp_path / "dir").mkdir()
     rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),

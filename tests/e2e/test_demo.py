@@ -45,3 +45,32 @@ def test_demo_check_reaches_every_expected_outcome(system_tools: None, tmp_path:
         ["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False
     ).stdout.split()
     assert leftovers == [], leftovers
+
+
+def test_ctrl_c_stops_everything_and_exits_0(system_tools: None, tmp_path: Path) -> None:
+    """`make demo` then Ctrl-C: a clean stop is exit 0 (make prints no "Error 130")."""
+    command = [*gpu_reclaimer_command(), "demo", "--workdir", str(tmp_path)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    assert process.stdout is not None
+    seen = []
+    try:
+        for raw in process.stdout:  # wait until the stack is up and the view draws
+            seen.append(raw.decode(errors="replace"))
+            if "stack up" in seen[-1]:
+                break
+        os.killpg(process.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    text = "".join(seen) + rest.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "every process the demo started is gone" in text, text
+    (run_dir,) = tmp_path.iterdir()
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert leftovers == [], leftovers

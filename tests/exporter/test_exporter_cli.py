@@ -113,8 +113,29 @@ def test_clear_errors(tmp_path: Path) -> None:
         [*gpu_reclaimer_command(), "exporter", "--nvml-timeout", "10", "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
-    assert slow.returncode != 0 and "nvml_timeout_seconds" in slow.stderr
+    assert slow.returncode != 0 and "--nvml-timeout (nvml_timeout_seconds)" in slow.stderr
     assert "Traceback" not in slow.stderr
+    negative = subprocess.run(
+        [*gpu_reclaimer_command(), "exporter", "--nvml-timeout", "-1", "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert negative.returncode == 2 and "must not be negative" in negative.stderr
+
+
+def test_durations_read_the_same_from_flags_and_files(tmp_path: Path) -> None:
+    from exporter.cli import build_parser
+    from exporter.config import load_config, validate
+    from exporter.server_cli import _settings
+
+    config = tmp_path / "exporter.yml"
+    config.write_text("nvml_timeout_seconds: 800ms\n")
+    assert load_config(config).nvml_timeout_seconds == 0.8
+    for flag, seconds in (("1.2s", 1.2), ("500ms", 0.5), ("1", 1.0)):
+        args = build_parser(["exporter"]).parse_args(["exporter", "--nvml-timeout", flag])
+        assert _settings(args).nvml_timeout_seconds == seconds
+    assert validate({"nvml_timeout_seconds": "1.5s"}, "x").nvml_timeout_seconds == 1.5
+    demo = build_parser(["demo"]).parse_args(["demo", "--grace", "10m", "--timeout", "4m"])
+    assert (demo.grace, demo.timeout) == (600.0, 240.0)
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from exporter.sim.state import load_faults, load_node
+from exporter.sim.state import load_faults, load_node, read_procs
 from tests.support import GiB, gpu_reclaimer_command
 
 
@@ -52,3 +52,47 @@ def test_clear_errors_for_bad_input(tmp_path: Path) -> None:
     bad_size = sim("run", "--dir", str(node), "--gpu", "0", "--memory", "lots",
                    "--phases", "idle")  # fmt: skip
     assert bad_size.returncode != 0 and "invalid size" in bad_size.stderr
+
+
+def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    absent = str(tmp_path / "absent")
+    assert sim("init", str(node), "--gpus", "2", "--memory", "80GiB").returncode == 0
+    cases = [
+        (("init", str(tmp_path / "zero"), "--gpus", "0"), "must be at least 1"),
+        (("status", absent), "gpu-reclaimer sim status: error: "),
+        (("fault", absent, "--lose-gpu", "0"), "gpu-reclaimer sim fault: error: "),
+        (("fault", str(node), "--lose-gpu", "9"), "--lose-gpu 9: the node has GPUs 0..1"),
+        (("fault", str(node), "--ghost", "5:4000000:1GiB"), "--ghost 5"),
+        (("run", "--dir", str(node), "--gpu", "0", "--memory", "200GiB", "--phases", "idle"),
+         "does not fit GPU 0 (80.0 GiB)"),
+        (("run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--phases", "idle",
+          "--module", "not a module"), "not a Python module name"),
+    ]  # fmt: skip
+    for args, message in cases:
+        done = sim(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    assert load_faults(node).lost_gpus == ()  # a refused fault changed nothing
+    assert "100 %," in sim("run", "--help").stdout  # no doubled percent sign
+
+
+def test_a_dotted_module_runs_as_python_m(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    sim("init", str(node), "--gpus", "1")
+    child = subprocess.Popen(
+        [*gpu_reclaimer_command(), "sim", "run", "--dir", str(node), "--gpu", "0", "--memory",
+         "1GiB", "--phases", "idle", "--module", "tensorboard.main"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        import psutil
+
+        from tests.support import wait_until
+
+        wait_until(lambda: psutil.Process(child.pid).cmdline()[1:3] == ["-m", "tensorboard.main"]
+                   and read_procs(node), timeout=20)  # fmt: skip
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait(timeout=10)
