@@ -1,44 +1,48 @@
-"""Exporter scrape cost on a simulated node of real processes.
+"""Exporter scrape cost on a simulated node of real processes, optionally side by side with
+the exporter of another commit (interleaved: A B, B A, ...).
 
-Builds a node of G GPUs x P processes (real `gpu-reclaimer sim run` processes), starts
-`gpu-reclaimer exporter` on loopback, scrapes it N times and reports scrape latency
-p50/p99 (client side and the exporter's own gpu_exporter_scrape_duration_seconds), CPU
-seconds per scrape and the exporter's RSS.
+Builds a node of G GPUs x P processes (real `gpu-reclaimer sim run` processes), optionally
+N unrelated idle processes on the host, starts `gpu-reclaimer exporter` on loopback (and the
+other commit's, from a git worktree), scrapes each in turn as Prometheus does (its Accept
+header, gzip) and reports per exporter: the exporter's own scrape time
+(gpu_exporter_scrape_duration_seconds) and the client's, p50/p99, CPU seconds per scrape and
+RSS; with --compare, the ratios.
 
-    python benchmarks/exporter_scrape.py                 # 8x4 and 8x32
-    python benchmarks/exporter_scrape.py --layout 8x32 --scrapes 200
+    python benchmarks/exporter_scrape.py                          # 8x4 and 8x32
+    python benchmarks/exporter_scrape.py --layout 8x32 --compare HEAD~3 --scrapes 100
+    python benchmarks/exporter_scrape.py --layout 8x32 --idle-host 50 --idle-host 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import requests
 
-from exporter.sim.state import init_node, read_procs
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from exporter.sim.state import init_node, read_procs  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 GiB = 1024**3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "exporter.cli", *args]
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -46,107 +50,159 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_layout(gpus: int, per_gpu: int, scrapes: int, interval: float) -> dict[str, float]:
+@dataclass
+class Exporter:
+    label: str
+    process: subprocess.Popen[bytes]
+    url: str
+    client: list[float] = field(default_factory=list)
+    server: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+    body_bytes: int = 0
+    series: int = 0
+
+    def scrape(self, session: requests.Session) -> None:
+        proc = psutil.Process(self.process.pid)
+        before = sum(proc.cpu_times()[:2])
+        started = time.perf_counter()
+        headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+        r = session.get(self.url, headers=headers, timeout=10, stream=True)
+        raw = r.raw.read()
+        self.client.append(time.perf_counter() - started)
+        self.cpu += sum(proc.cpu_times()[:2]) - before
+        body = gzip.decompress(raw) if r.headers.get("Content-Encoding") == "gzip" else raw
+        self.body_bytes = len(raw)
+        lines = body.decode().splitlines()
+        self.series = sum(1 for line in lines if line and not line.startswith("#"))
+        for line in lines:
+            if line.startswith("gpu_exporter_scrape_duration_seconds "):
+                self.server.append(float(line.split()[1]))
+
+
+def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> Exporter:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exporter.cli", "exporter", "--listen", f"127.0.0.1:{port}",
+         "--sim-dir", str(node), "--heartbeat-dir", str(workdir / "hb")],
+        stderr=subprocess.DEVNULL, env=env, cwd=pythonpath,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(url, timeout=5).raise_for_status()
+            return Exporter(label, process, url)
+        except requests.RequestException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def run_layout(gpus: int, per_gpu: int, idle_host: int, scrapes: int, interval: float,
+               compare: Path | None) -> list[Exporter]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
     node = workdir / "node"
     init_node(node, gpus=gpus, memory_total=80 * GiB, name="NVIDIA H100 80GB HBM3")
-    workloads: list[subprocess.Popen[bytes]] = []
-    exporter = None
-    try:
-        print(f"  starting {gpus * per_gpu} workload processes ...", flush=True)
+    children: list[subprocess.Popen[bytes]] = []
+    with ExitStack() as cleanup:
+        cleanup.callback(lambda: [(c.send_signal(signal.SIGKILL), c.wait()) for c in children])
+        print(f"  starting {gpus * per_gpu} workload and {idle_host} idle processes ...",
+              flush=True)  # fmt: skip
+        for _ in range(idle_host):
+            children.append(subprocess.Popen(["sleep", "100000"]))
         # A shared log file behind stdout/stderr, as batch jobs have: log series for everyone.
-        log = open(workdir / "workloads.log", "w")  # noqa: SIM115 - lives as long as they do
+        log = cleanup.enter_context(open(workdir / "workloads.log", "w"))
         phases = ("busy", "idle", "load=1h,busy")
         for gpu in range(gpus):
             for i in range(per_gpu):
-                workloads.append(
-                    subprocess.Popen(
-                        command("sim", "run", "--dir", str(node), "--gpu", str(gpu),
-                                "--memory", "1GiB", "--phases", phases[i % 3], "--tick", "1"),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )  # fmt: skip
+                children.append(subprocess.Popen(
+                    [sys.executable, "-m", "exporter.cli", "sim", "run", "--dir", str(node),
+                     "--gpu", str(gpu), "--memory", "1GiB", "--phases", phases[i % 3],
+                     "--tick", "1"],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                ))  # fmt: skip
         deadline = time.monotonic() + 300
         while len(read_procs(node)) < gpus * per_gpu:
             if time.monotonic() > deadline:
                 raise RuntimeError("workloads did not all start")
             time.sleep(0.5)
-        port = free_port()
-        exporter = subprocess.Popen(
-            command("exporter", "--listen", f"127.0.0.1:{port}", "--sim-dir", str(node),
-                    "--heartbeat-dir", str(workdir / "hb")),
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}/metrics"
-        while True:
-            try:
-                requests.get(url, timeout=5).raise_for_status()
-                break
-            except requests.RequestException:
-                time.sleep(0.2)
-        proc = psutil.Process(exporter.pid)
-        for _ in range(5):  # warm the identity cache
-            requests.get(url, timeout=10)
+        exporters = [start_exporter("this", node, workdir, REPO)]
+        if compare is not None:
+            exporters.append(start_exporter("compare", node, workdir, compare))
+        children.extend(e.process for e in exporters)
+        session = requests.Session()
+        for _ in range(5):  # warm the identity caches
+            for e in exporters:
+                e.scrape(session)
+        for e in exporters:
+            e.client.clear(), e.server.clear()
+            e.cpu = 0.0
+        for i in range(scrapes):
+            order = exporters if i % 2 == 0 else exporters[::-1]
+            for e in order:
+                e.scrape(session)
             time.sleep(interval)
-        client, server = [], []
-        cpu_before = sum(proc.cpu_times()[:2])
-        for _ in range(scrapes):
-            started = time.perf_counter()
-            body = requests.get(url, timeout=10).text
-            client.append(time.perf_counter() - started)
-            for line in body.splitlines():
-                if line.startswith("gpu_exporter_scrape_duration_seconds "):
-                    server.append(float(line.split()[1]))
-            time.sleep(interval)
-        cpu = (sum(proc.cpu_times()[:2]) - cpu_before) / scrapes
-        series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
-        return {
-            "processes": gpus * per_gpu,
-            "series": series,
-            "client_p50_ms": 1000 * statistics.median(client),
-            "client_p99_ms": 1000 * percentile(client, 0.99),
-            "scrape_p50_ms": 1000 * statistics.median(server),
-            "scrape_p99_ms": 1000 * percentile(server, 0.99),
-            "cpu_ms_per_scrape": 1000 * cpu,
-            "rss_mb": proc.memory_info().rss / 1e6,
-        }
-    finally:
-        for process in [*workloads, *([exporter] if exporter else [])]:
-            process.send_signal(signal.SIGKILL)
-        for process in [*workloads, *([exporter] if exporter else [])]:
-            process.wait()
+        for e in exporters:
+            e.cpu /= scrapes
+            e.rss = psutil.Process(e.process.pid).memory_info().rss / 1e6  # type: ignore[attr-defined]
+        return exporters
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layout", action="append", help="GPUSxPROCESSES (default 8x4, 8x32)")
+    parser.add_argument(
+        "--idle-host", type=int, action="append",
+        help="unrelated idle processes on the host (repeatable; default 0)",
+    )  # fmt: skip
+    parser.add_argument("--compare", help="a git revision to run side by side (a worktree)")
     parser.add_argument("--scrapes", type=int, default=120)
     parser.add_argument(
-        "--interval", type=float, default=0.3, help="seconds between scrapes (>0.2 so the "
+        "--interval", type=float, default=0.3, help="seconds between rounds (>0.2 so the "
         "simulated driver state is re-read every scrape)",
     )  # fmt: skip
     args = parser.parse_args()
-    layouts = args.layout or ["8x4", "8x32"]
+    compare = None
+    if args.compare:
+        compare = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-compare-")) / "tree"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(compare),
+                        args.compare], check=True, capture_output=True)  # fmt: skip
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{psutil.virtual_memory().total / GiB:.0f} GiB, Python {platform.python_version()}"
     )
-    print(
-        "| layout | processes | series | scrape p50 | scrape p99 | client p50 | client p99 "
-        "| CPU/scrape | RSS |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for layout in layouts:
-        gpus, per_gpu = (int(x) for x in layout.split("x"))
-        r = run_layout(gpus, per_gpu, args.scrapes, args.interval)
-        print(
-            f"| {layout} | {r['processes']:.0f} | {r['series']:.0f} "
-            f"| {r['scrape_p50_ms']:.1f} ms | {r['scrape_p99_ms']:.1f} ms "
-            f"| {r['client_p50_ms']:.1f} ms | {r['client_p99_ms']:.1f} ms "
-            f"| {r['cpu_ms_per_scrape']:.1f} ms | {r['rss_mb']:.0f} MB |",
-            flush=True,
-        )
+    print("| layout | idle host procs | exporter | series | gzip body | scrape p50 | scrape p99 "
+          "| client p50 | client p99 | CPU/scrape | RSS |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    try:
+        for layout in args.layout or ["8x4", "8x32"]:
+            gpus, per_gpu = (int(x) for x in layout.split("x"))
+            for idle in args.idle_host or [0]:
+                found = run_layout(gpus, per_gpu, idle, args.scrapes, args.interval, compare)
+                for e in found:
+                    print(
+                        f"| {layout} | {idle} | {e.label} | {e.series} "
+                        f"| {e.body_bytes / 1e3:.0f} KB "
+                        f"| {1000 * statistics.median(e.server):.1f} ms "
+                        f"| {1000 * percentile(e.server, 0.99):.1f} ms "
+                        f"| {1000 * statistics.median(e.client):.1f} ms "
+                        f"| {1000 * percentile(e.client, 0.99):.1f} ms "
+                        f"| {1000 * e.cpu:.1f} ms | {e.rss:.0f} MB |",  # type: ignore[attr-defined]
+                        flush=True,
+                    )
+                if len(found) == 2:
+                    a, b = found
+                    print(f"|  |  | ratio this/compare |  |  "
+                          f"| {statistics.median(a.server) / statistics.median(b.server):.2f} "
+                          f"| {percentile(a.server, .99) / percentile(b.server, .99):.2f} "
+                          f"| {statistics.median(a.client) / statistics.median(b.client):.2f} "
+                          f"| {percentile(a.client, .99) / percentile(b.client, .99):.2f} "
+                          f"| {a.cpu / b.cpu:.2f} |  |", flush=True)  # fmt: skip
+    finally:
+        if compare is not None:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(compare)], check=False, capture_output=True)  # fmt: skip
     return 0
 
 

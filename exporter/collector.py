@@ -1,4 +1,6 @@
-"""The Prometheus collector: fresh metric families at every scrape, nothing kept per PID.
+"""The Prometheus collector: fresh readings at every scrape. What is kept between scrapes
+is only what cannot change while a process lives (its parent link, its identity, the text
+of its label sets), each dropped when the process goes.
 
 A process that exited is simply not yielded. Identity lives on ``gpu_process_info`` only.
 """
@@ -6,20 +8,23 @@ A process that exited is simply not yielded. Identity lives on ``gpu_process_inf
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import procfs
+from exporter.exposition import Exposition, Family
 from exporter.guard import BoundedCall
 from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import IdentityCache
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
+from exporter.proctree import HostProcesses
 
 log = logging.getLogger(__name__)
 
@@ -55,80 +60,81 @@ class ExporterSettings:
 class _Families:
     """Every family this exporter yields, created empty at the start of a scrape."""
 
-    gpu_info: GaugeMetricFamily = field(init=False)
-    utilization: GaugeMetricFamily = field(init=False)
-    memory_used: GaugeMetricFamily = field(init=False)
-    memory_total: GaugeMetricFamily = field(init=False)
-    device_up: GaugeMetricFamily = field(init=False)
-    util_supported: GaugeMetricFamily = field(init=False)
-    util_unknown: GaugeMetricFamily = field(init=False)
-    p_memory: GaugeMetricFamily = field(init=False)
-    p_util: GaugeMetricFamily = field(init=False)
-    p_start: GaugeMetricFamily = field(init=False)
-    p_cpu: CounterMetricFamily = field(init=False)
-    p_heartbeat: GaugeMetricFamily = field(init=False)
-    p_log: GaugeMetricFamily = field(init=False)
-    p_info: GaugeMetricFamily = field(init=False)
+    gpu_info: Family = field(init=False)
+    utilization: Family = field(init=False)
+    memory_used: Family = field(init=False)
+    memory_total: Family = field(init=False)
+    device_up: Family = field(init=False)
+    util_supported: Family = field(init=False)
+    util_unknown: Family = field(init=False)
+    p_memory: Family = field(init=False)
+    p_util: Family = field(init=False)
+    p_start: Family = field(init=False)
+    p_cpu: Family = field(init=False)
+    p_heartbeat: Family = field(init=False)
+    p_log: Family = field(init=False)
+    p_info: Family = field(init=False)
 
     def __post_init__(self) -> None:
-        g = GaugeMetricFamily
+        gpu, process = tuple(GPU_LABELS), tuple(PROCESS_LABELS)
+
+        def g(name: str, doc: str, labels: tuple[str, ...]) -> Family:
+            return Family(name, "gauge", doc, labels)
+
         self.gpu_info = g(
             "gpu_info",
             "GPU identity (1 per GPU NVML answers for).",
-            labels=[*GPU_LABELS, "name", "driver_version", "node"],
+            (*gpu, "name", "driver_version", "node"),
         )
-        self.utilization = g("gpu_utilization_ratio", "Device utilisation, 0-1.", labels=GPU_LABELS)
-        self.memory_used = g("gpu_memory_used_bytes", "Device memory used.", labels=GPU_LABELS)
-        self.memory_total = g("gpu_memory_total_bytes", "Device memory total.", labels=GPU_LABELS)
+        self.utilization = g("gpu_utilization_ratio", "Device utilisation, 0-1.", gpu)
+        self.memory_used = g("gpu_memory_used_bytes", "Device memory used.", gpu)
+        self.memory_total = g("gpu_memory_total_bytes", "Device memory total.", gpu)
         self.device_up = g(
             "gpu_exporter_device_up",
             "1 when NVML answers for this GPU, 0 on error (e.g. GPU is lost).",
-            labels=["gpu"],
+            ("gpu",),
         )
         self.util_supported = g(
             "gpu_exporter_process_utilization_supported",
             "1 when per-process utilisation is available on this GPU, 0 when unknown.",
-            labels=GPU_LABELS,
+            gpu,
         )
         self.util_unknown = g(
             "gpu_exporter_process_utilization_unknown",
             "1 with the reason per-process utilisation is unknown on this GPU (not_supported, "
             "error, pid_mismatch, device_busy_unattributed, device_util_unknown, invalid_pid).",
-            labels=[*GPU_LABELS, "reason"],
+            (*gpu, "reason"),
         )
         self.p_memory = g(
-            "gpu_process_memory_used_bytes",
-            "GPU memory one process holds on one GPU.",
-            labels=PROCESS_LABELS,
+            "gpu_process_memory_used_bytes", "GPU memory one process holds on one GPU.", process
         )
         self.p_util = g(
             "gpu_process_sm_utilization_ratio",
             "Per-process SM utilisation, 0-1; absent where unknown (unsupported, MIG).",
-            labels=PROCESS_LABELS,
+            process,
         )
-        self.p_start = g(
-            "gpu_process_start_time_seconds", "Process start, unix seconds.", labels=PROCESS_LABELS
-        )
-        self.p_cpu = CounterMetricFamily(
+        self.p_start = g("gpu_process_start_time_seconds", "Process start, unix seconds.", process)
+        self.p_cpu = Family(
             "gpu_process_cpu_seconds",
+            "counter",
             "User+system CPU seconds of the process and its descendants.",
-            labels=PROCESS_LABELS,
+            process,
         )
         self.p_heartbeat = g(
             "gpu_process_heartbeat_timestamp_seconds",
             "Last heartbeat the process wrote, unix seconds.",
-            labels=PROCESS_LABELS,
+            process,
         )
         self.p_log = g(
             "gpu_process_log_write_timestamp_seconds",
             "Last write to the process's stdout/stderr file or matching logs.",
-            labels=PROCESS_LABELS,
+            process,
         )
         self.p_info = g(
-            "gpu_process_info", "Identity of a process holding GPU memory.", labels=INFO_LABELS
+            "gpu_process_info", "Identity of a process holding GPU memory.", tuple(INFO_LABELS)
         )
 
-    def __iter__(self) -> Iterator[Metric]:
+    def __iter__(self) -> Iterator[Family]:
         return iter(vars(self).values())
 
 
@@ -146,27 +152,43 @@ class GpuCollector(Collector):
         self._read_nvml = BoundedCall(reader.read, settings.nvml_timeout)
         self._boot_time = procfs.boot_time(settings.proc_root)
         self._boot_id = procfs.boot_id(settings.proc_root)
+        self._host = HostProcesses(settings.proc_root)
+        self._exposition = Exposition()
+        self._render_lock = threading.Lock()
 
     def describe(self) -> list[Metric]:
         return []  # collected on demand only: registering must not touch NVML
 
-    def collect(self) -> Iterator[Metric]:
+    def families(self) -> list[Family]:
+        """One scrape's families (reads NVML and /proc now)."""
         started = self.clock()
         reading = self._safe_nvml_reading()
         families = _Families()
         if reading.up:
             self._add_readings(families, reading)
-        yield from families
-        yield GaugeMetricFamily(
+        up = Family(
             "gpu_exporter_nvml_up",
+            "gauge",
             "1 when NVML answered during this scrape; 0 when missing, failing or timed out.",
-            value=1 if reading.up else 0,
         )
-        yield GaugeMetricFamily(
-            "gpu_exporter_scrape_duration_seconds",
-            "Time this scrape took.",
-            value=self.clock() - started,
-        )
+        up.add((), 1 if reading.up else 0)
+        took = Family("gpu_exporter_scrape_duration_seconds", "gauge", "Time this scrape took.")
+        took.add((), self.clock() - started)
+        return [*families, up, took]
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.families():
+            yield family.to_metric()
+
+    def exposition(self, *, openmetrics: bool = False, names: list[str] | None = None) -> bytes:
+        """One scrape in the text format (or OpenMetrics): the hot path of /metrics.
+        `names` (the `name[]` query) keeps only those families, by family or sample name."""
+        families = self.families()
+        if names is not None:
+            wanted = set(names)
+            families = [f for f in families if wanted & {f.name, f.name + "_total"}]
+        with self._render_lock:
+            return self._exposition.render(families, openmetrics=openmetrics)
 
     def _safe_nvml_reading(self) -> NvmlReading:
         try:
@@ -181,44 +203,53 @@ class GpuCollector(Collector):
 
     def _add_readings(self, families: _Families, reading: NvmlReading) -> None:
         settings = self.settings
-        table = procfs.read_process_table(settings.proc_root)
-        children = procfs.children_map(table)
-        pids = {p.pid for gpu in reading.gpus for p in gpu.processes if p.pid in table}
+        host = self._host
+        host.refresh()
+        # Fresh stats of the GPU processes only: the rest of the host costs one listing.
+        stats: dict[int, procfs.ProcStat] = {}
+        for gpu in reading.gpus:
+            for p in gpu.processes:
+                if p.pid not in stats and p.pid in host:
+                    stat = procfs.read_stat(p.pid, settings.proc_root)
+                    if stat is not None:
+                        stats[p.pid] = stat
         heartbeats = (
             read_heartbeats(
-                settings.heartbeat_dir, [ProcessRef(pid) for pid in pids], settings.proc_root
+                settings.heartbeat_dir, [ProcessRef(pid) for pid in stats], settings.proc_root
             )
-            if settings.heartbeat_dir is not None and pids
+            if settings.heartbeat_dir is not None and stats
             else {}
         )
+        cpu_seconds: dict[int, float] = {}
         live_keys: set[tuple[int, float]] = set()
         for index in reading.failed_gpus:
-            families.device_up.add_metric([str(index)], 0)
+            families.device_up.add([str(index)], 0)
         for gpu in reading.gpus:
             self._add_gpu(families, gpu, reading.driver_version)
             for process in gpu.processes:
                 labels = [str(gpu.index), gpu.uuid, str(process.pid)]
                 if process.memory_used is not None:
-                    families.p_memory.add_metric(labels, process.memory_used)
+                    families.p_memory.add(labels, process.memory_used)
                 if process.sm_utilization is not None:
-                    families.p_util.add_metric(labels, process.sm_utilization)
-                stat = table.get(process.pid)
+                    families.p_util.add(labels, process.sm_utilization)
+                stat = stats.get(process.pid)
                 if stat is None:  # NVML lists it, /proc does not (another PID namespace?)
                     continue
                 started = self._boot_time + stat.start_ticks / procfs.CLOCK_TICKS
                 live_keys.add((process.pid, started))
-                families.p_start.add_metric(labels, started)
-                cpu = procfs.tree_cpu_seconds(process.pid, table, children)
-                if cpu is not None:
-                    families.p_cpu.add_metric(labels, cpu)
+                families.p_start.add(labels, started)
+                cpu = cpu_seconds.get(process.pid)
+                if cpu is None:  # once per process, though it may hold several GPUs
+                    cpu = cpu_seconds[process.pid] = host.tree_cpu_seconds(stat)
+                families.p_cpu.add(labels, cpu)
                 if process.pid in heartbeats:
-                    families.p_heartbeat.add_metric(labels, heartbeats[process.pid])
+                    families.p_heartbeat.add(labels, heartbeats[process.pid])
                 written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
                 if written is not None:
-                    families.p_log.add_metric(labels, written)
+                    families.p_log.add(labels, written)
                 identity = self.identities.get(process.pid, started)
                 if identity is not None:
-                    families.p_info.add_metric(
+                    families.p_info.add(
                         [
                             *labels,
                             settings.node_name,
@@ -240,14 +271,14 @@ class GpuCollector(Collector):
 
     def _add_gpu(self, families: _Families, gpu: GpuReading, driver: str) -> None:
         labels = [str(gpu.index), gpu.uuid]
-        families.device_up.add_metric([str(gpu.index)], 1)
-        families.gpu_info.add_metric([*labels, gpu.name, driver, self.settings.node_name], 1)
+        families.device_up.add([str(gpu.index)], 1)
+        families.gpu_info.add([*labels, gpu.name, driver, self.settings.node_name], 1)
         if gpu.utilization is not None:
-            families.utilization.add_metric(labels, gpu.utilization)
+            families.utilization.add(labels, gpu.utilization)
         if gpu.memory_used is not None:
-            families.memory_used.add_metric(labels, gpu.memory_used)
+            families.memory_used.add(labels, gpu.memory_used)
         if gpu.memory_total is not None:
-            families.memory_total.add_metric(labels, gpu.memory_total)
-        families.util_supported.add_metric(labels, 1 if gpu.process_util_supported else 0)
+            families.memory_total.add(labels, gpu.memory_total)
+        families.util_supported.add(labels, 1 if gpu.process_util_supported else 0)
         if gpu.util_unknown_reason:
-            families.util_unknown.add_metric([*labels, gpu.util_unknown_reason], 1)
+            families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)

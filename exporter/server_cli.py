@@ -62,6 +62,9 @@ def add_commands(commands: Any) -> None:
         help="a hanging NVML call is given up after this (e.g. 1.5, 1.5s, 800ms; at most 1.5s)",
     )
     parser.add_argument("--projects", type=Path, help="YAML mapping users/groups to projects")
+    parser.add_argument(
+        "--gzip-level", type=int, metavar="1-9", help="gzip level when a scraper asks (default 1)"
+    )
     parser.set_defaults(func=run_exporter)
 
 
@@ -73,6 +76,7 @@ _FLAGS = {
     "log_globs": "--log-glob",
     "nvml_timeout_seconds": "--nvml-timeout",
     "projects_file": "--projects",
+    "gzip_level": "--gzip-level",
 }
 
 
@@ -86,6 +90,7 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
         "log_globs": args.log_globs,
         "nvml_timeout_seconds": args.nvml_timeout,
         "projects_file": args.projects,
+        "gzip_level": args.gzip_level,
     }
     given = {k: v for k, v in overrides.items() if v is not None}
     # Flags are validated like the file's keys, by the same model and parsers (model_copy
@@ -133,10 +138,12 @@ def run_exporter(args: argparse.Namespace) -> int:
         nvml_timeout=config.nvml_timeout_seconds,
     )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(reader, settings, IdentityCache(mapping)))
+    collector = GpuCollector(reader, settings, IdentityCache(mapping))
+    registry.register(collector)
     source = f"simulated node {sim_dir}" if sim_dir else "NVML"
+    app = build_app(registry, node, source, collector.exposition, config.gzip_level)
     try:
-        server = serve(build_app(registry, node, source), host, port)
+        server = serve(app, host, port)
     except OSError as error:
         raise CommandError(f"cannot listen on {config.listen}: {error}") from None
     log.info(

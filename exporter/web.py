@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import html
 import resource
 import threading
@@ -10,8 +11,12 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.openmetrics.exposition import UNDERSCORES
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from exporter import __version__
 
@@ -30,16 +35,46 @@ _LANDING = """<!doctype html>
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def build_app(registry: CollectorRegistry, node: str, source: str) -> WsgiApp:
-    metrics_app = make_wsgi_app(registry)
+Render = Callable[..., bytes]  # render(openmetrics=bool, names=list|None) -> exposition
+
+
+def build_app(
+    registry: CollectorRegistry,
+    node: str,
+    source: str,
+    render: Render | None = None,
+    gzip_level: int = 1,
+) -> WsgiApp:
+    """The exporter's WSGI app. /metrics uses `render` (the collector's own exposition) for
+    the Prometheus text and OpenMetrics formats (with `name[]` filters), and the library for
+    other negotiated formats; gzip at `gzip_level`, only when asked."""
+    library_app = make_wsgi_app(registry)
     landing = _LANDING.format(
         version=__version__, node=html.escape(node), source=html.escape(source)
     ).encode()
 
+    def metrics(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if render is None or environ.get("REQUEST_METHOD") != "GET":
+            return library_app(environ, start_response)
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        if encoder is generate_latest:
+            body = render(openmetrics=False, names=names)
+        elif _is_openmetrics_1(encoder):
+            body = render(openmetrics=True, names=names)
+        else:
+            return library_app(environ, start_response)
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = gzip.compress(body, compresslevel=gzip_level)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
+
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
-            return metrics_app(environ, start_response)
+            return metrics(environ, start_response)
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [landing]
@@ -47,6 +82,17 @@ def build_app(registry: CollectorRegistry, node: str, source: str) -> WsgiApp:
         return [b"not found: try /metrics\n"]
 
     return app
+
+
+def _is_openmetrics_1(encoder: Callable[..., bytes]) -> bool:
+    """The library's OpenMetrics 1.0.0 encoder with the default (underscores) escaping."""
+    keywords = getattr(encoder, "keywords", None)
+    return (
+        getattr(encoder, "func", None) is openmetrics_latest
+        and keywords is not None
+        and keywords.get("version") == "1.0.0"
+        and keywords.get("escaping") == UNDERSCORES
+    )
 
 
 HEAD_TIMEOUT = 10.0  # a request's line and headers must arrive within this
@@ -122,6 +168,8 @@ class MetricsServer:
                 if not keep:
                     return
                 timeout = IDLE_TIMEOUT
+        except asyncio.CancelledError:
+            return  # shutdown: end quietly (the stream's callback would log a cancelled task)
         finally:
             self._open -= 1
             self._waiting.pop(writer, None)
