@@ -21,7 +21,7 @@ from exporter import procfs
 from exporter.exposition import Exposition, Family
 from exporter.guard import BoundedCall
 from exporter.heartbeat_reader import ProcessRef, read_heartbeats
-from exporter.identity import IdentityCache
+from exporter.identity import IdentityCache, ProcessIdentity
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
 from exporter.proctree import HostProcesses
@@ -131,7 +131,9 @@ class _Families:
             process,
         )
         self.p_info = g(
-            "gpu_process_info", "Identity of a process holding GPU memory.", tuple(INFO_LABELS)
+            "gpu_process_info",
+            "Identity of a process holding GPU memory.",
+            tuple(INFO_LABELS),
         )
 
     def __iter__(self) -> Iterator[Family]:
@@ -155,6 +157,9 @@ class GpuCollector(Collector):
         self._host = HostProcesses(settings.proc_root)
         self._exposition = Exposition()
         self._render_lock = threading.Lock()
+        self._info: dict[
+            tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]
+        ] = {}
 
     def describe(self) -> list[Metric]:
         return []  # collected on demand only: registering must not touch NVML
@@ -221,13 +226,14 @@ class GpuCollector(Collector):
             else {}
         )
         cpu_seconds: dict[int, float] = {}
+        info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
         live_keys: set[tuple[int, float]] = set()
         for index in reading.failed_gpus:
             families.device_up.add([str(index)], 0)
         for gpu in reading.gpus:
             self._add_gpu(families, gpu, reading.driver_version)
             for process in gpu.processes:
-                labels = [str(gpu.index), gpu.uuid, str(process.pid)]
+                labels = (str(gpu.index), gpu.uuid, str(process.pid))
                 if process.memory_used is not None:
                     families.p_memory.add(labels, process.memory_used)
                 if process.sm_utilization is not None:
@@ -249,25 +255,37 @@ class GpuCollector(Collector):
                     families.p_log.add(labels, written)
                 identity = self.identities.get(process.pid, started)
                 if identity is not None:
-                    families.p_info.add(
-                        [
-                            *labels,
-                            settings.node_name,
-                            identity.user,
-                            str(identity.uid),
-                            identity.command,
-                            identity.container,
-                            identity.pod,
-                            identity.namespace,
-                            identity.job,
-                            identity.project,
-                            f"{started:.2f}",
-                            str(stat.start_ticks),
-                            self._boot_id,
-                        ],
-                        1,
-                    )
+                    key = (labels, started)
+                    known = self._info.get(key)
+                    if known is None or known[0] is not identity:
+                        known = (identity, self._info_values(labels, identity, started, stat))
+                    info[key] = known
+                    families.p_info.add(known[1], 1)
+        self._info = info  # kept while the series lives
         self.identities.prune(live_keys)
+
+    def _info_values(
+        self,
+        labels: tuple[str, ...],
+        identity: ProcessIdentity,
+        started: float,
+        stat: procfs.ProcStat,
+    ) -> tuple[str, ...]:
+        return (
+            *labels,
+            self.settings.node_name,
+            identity.user,
+            str(identity.uid),
+            identity.command,
+            identity.container,
+            identity.pod,
+            identity.namespace,
+            identity.job,
+            identity.project,
+            f"{started:.2f}",
+            str(stat.start_ticks),
+            self._boot_id,
+        )
 
     def _add_gpu(self, families: _Families, gpu: GpuReading, driver: str) -> None:
         labels = [str(gpu.index), gpu.uuid]

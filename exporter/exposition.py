@@ -32,7 +32,7 @@ class Family:
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
 
     def add(self, values: Sequence[str], value: float) -> None:
-        self.samples.append((tuple(values), value))
+        self.samples.append((values if type(values) is tuple else tuple(values), value))
 
     def to_metric(self) -> Metric:
         kind = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
@@ -60,15 +60,17 @@ def _escape_value(text: str) -> str:
 
 
 class Exposition:
-    """Renders families; keeps each live label set's text between renders."""
+    """Renders families; keeps each live series' line between renders, re-formatted only
+    when its value changed."""
 
     def __init__(self) -> None:
-        self._label_text: dict[str, dict[tuple[str, ...], str]] = {}
+        # family name -> label values -> (value, the sample's line)
+        self._lines: dict[str, dict[tuple[str, ...], tuple[float, str]]] = {}
         self._order: dict[tuple[str, ...], list[tuple[int, str]]] = {}
 
     def render(self, families: Iterable[Family], *, openmetrics: bool = False) -> bytes:
         out: list[str] = []
-        kept: dict[str, dict[tuple[str, ...], str]] = {}
+        kept: dict[str, dict[tuple[str, ...], tuple[float, str]]] = {}
         for family in families:
             if openmetrics:
                 name = family.name
@@ -78,20 +80,21 @@ class Exposition:
                 doc = family.help.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {name} {doc}\n# TYPE {name} {family.kind}\n")
             sample = family.name + "_total" if family.kind == "counter" else family.name
-            old = self._label_text.get(family.name, {})
+            old = self._lines.get(family.name, {})
             new = kept.setdefault(family.name, {})
             order = self._sorted_labels(family.labels)
             for values, value in family.samples:
-                text = old.get(values)
-                if text is None:
-                    text = new.get(values)
-                    if text is None:
-                        text = self._label_string(order, values)
-                new[values] = text
-                out.append(f"{sample}{text} {_value(value)}\n")
+                cached = old.get(values)
+                # 0.0 == -0.0 and NaN != NaN: both re-formatted, never reused wrongly.
+                if cached is None or cached[0] != value or value == 0:
+                    labels = self._label_string(order, values)
+                    line = f"{sample}{labels} {_value(value)}\n"
+                    cached = (value, line)
+                new[values] = cached
+                out.append(cached[1])
         if openmetrics:
             out.append("# EOF\n")
-        self._label_text = kept  # series that were not rendered this time are dropped
+        self._lines = kept  # series that were not rendered this time are dropped
         return "".join(out).encode("utf-8")
 
     def _sorted_labels(self, labels: tuple[str, ...]) -> list[tuple[int, str]]:

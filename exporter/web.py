@@ -116,6 +116,8 @@ class MetricsServer:
         self._loop = asyncio.new_event_loop()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="scrape")
         self._waiting: dict[asyncio.StreamWriter, float] = {}
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._open = 0
         raise_open_files_limit()
         self._server = self._loop.run_until_complete(
@@ -129,12 +131,18 @@ class MetricsServer:
     def shutdown(self) -> None:
         async def stop() -> None:
             self._server.close()
-            # Finish every connection's coroutine here, so none is left for the garbage
-            # collector to run after the loop is closed.
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Closing each connection ends its coroutine by itself (a read sees EOF); only
+            # one stuck past that is cancelled. None is left for the garbage collector to
+            # run after the loop is closed.
+            for writer in list(self._writers):
+                writer.close()
+            tasks = set(self._tasks)
+            if tasks:
+                _, stuck = await asyncio.wait(tasks, timeout=2)
+                for task in stuck:
+                    task.cancel()
+                if stuck:
+                    await asyncio.wait(stuck, timeout=1)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -152,6 +160,10 @@ class MetricsServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self._writers.add(writer)
         self._make_room()
         timeout = HEAD_TIMEOUT
         try:
@@ -173,6 +185,9 @@ class MetricsServer:
         finally:
             self._open -= 1
             self._waiting.pop(writer, None)
+            self._writers.discard(writer)
+            if task is not None:
+                self._tasks.discard(task)
             writer.close()
 
     async def _respond(self, head: bytes, writer: asyncio.StreamWriter) -> bool:

@@ -74,7 +74,7 @@ def test_label_text_of_ended_series_is_dropped() -> None:
     expo.render([family])
     family.samples = [(("2",), 1)]
     assert b'pid="1"' not in expo.render([family])
-    assert list(expo._label_text["x"]) == [("2",)]
+    assert list(expo._lines["x"]) == [("2",)]
 
 
 def _scrape_collector(sim_node: Path) -> GpuCollector:
