@@ -25,44 +25,35 @@ class HostProcesses:
     def __init__(self, proc_root: Path = PROC) -> None:
         self.proc_root = proc_root
         self._root = str(proc_root)
-        self._entries: dict[int, int] = {}  # pid -> inode number of /proc/<pid>
+        self._entries: dict[str, int] = {}  # /proc entry name -> its inode number
         self._parent: dict[int, int] = {}
         self._children: dict[int, list[int]] = {}
         self.stats_read = 0  # parent links read, for tests and benchmarks
 
     def refresh(self) -> None:
         """List /proc and bring the parent links up to date (see the module's docstring)."""
-        entries: dict[int, int] = {}
         with os.scandir(self._root) as listing:
-            for entry in listing:
-                name = entry.name
-                if name.isdigit():
-                    entries[int(name)] = entry.inode()
-        old, parent = self._entries, self._parent
-        changed = len(entries) != len(old)
-        for pid in [p for p in parent if p not in entries]:
-            del parent[pid]
-            changed = True
-        recheck: set[int] = set()
-        for pid, inode in entries.items():
-            if old.get(pid) != inode:
-                self._read_parent(pid)
-                changed = True
-                if pid in old:  # a reused PID: its old children were re-parented
-                    recheck.update(self._children.get(pid, ()))
-        for pid, ppid in parent.items():
-            if ppid > 0 and ppid not in entries:  # re-parented since it was read
-                recheck.add(pid)
-        for pid in recheck:
-            if pid in entries:
-                self._read_parent(pid)
-                changed = True
+            # Keyed by name, every entry: no per-entry conversion or filtering in Python.
+            entries = {e.name: e.inode() for e in listing}
+        old = self._entries
         self._entries = entries
-        if changed:
-            children: dict[int, list[int]] = {}
-            for pid, ppid in parent.items():
-                children.setdefault(ppid, []).append(pid)
-            self._children = children
+        if entries == old:
+            return
+        # Set operations on the items: the unchanged majority costs no Python-level loop.
+        gone = {int(n) for n in old.keys() - entries.keys() if n.isdigit()}
+        fresh = {int(n) for n, _ in entries.items() - old.items() if n.isdigit()}
+        # A process is re-parented only when its parent ends: the children of every ended
+        # PID (and of every reused one) are read again.
+        reused = {pid for pid in fresh if str(pid) in old}
+        recheck = {c for pid in gone | reused for c in self._children.get(pid, ())}
+        for pid in gone:
+            self._parent.pop(pid, None)
+        for pid in fresh | {c for c in recheck if str(c) in entries}:
+            self._read_parent(pid)
+        children: dict[int, list[int]] = {}
+        for pid, ppid in self._parent.items():
+            children.setdefault(ppid, []).append(pid)
+        self._children = children
 
     def _read_parent(self, pid: int) -> None:
         self.stats_read += 1
