@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose
 
-.PHONY: setup system-deps secrets test lint unit rules demo bench soak clean
+.PHONY: setup system-deps secrets test lint unit rules demo bench bench-nvitop soak clean
 
 setup: $(VENV)/.installed system-deps
 
@@ -54,9 +54,14 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/exporter_scrape.py
+	$(BIN)/python benchmarks/exporter_floor.py
 	$(BIN)/python benchmarks/actuator_webhook.py
 	$(BIN)/python benchmarks/e2e_latency.py
 	$(BIN)/python benchmarks/slow_clients.py
+
+# Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
+bench-nvitop: setup
+	$(BIN)/python benchmarks/exporter_vs_nvitop.py --install
 
 # Ten minutes at 50 webhooks/s (reliability case 44); not part of bench.
 soak: setup
