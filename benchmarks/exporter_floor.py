@@ -22,7 +22,6 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,36 +40,9 @@ from exporter.logactivity import log_write_timestamp  # noqa: E402
 from exporter.nvml import open_nvml  # noqa: E402
 from exporter.nvml_reader import NvmlReader  # noqa: E402
 from exporter.proctree import HostProcesses  # noqa: E402
-from exporter.sim.state import init_node, read_procs  # noqa: E402
 
-GiB = 1024**3
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def start_node(workdir: Path, gpus: int, per_gpu: int, idle: int) -> list[subprocess.Popen]:
-    node = workdir / "node"
-    init_node(node, gpus=gpus, memory_total=80 * GiB, name="NVIDIA H100 80GB HBM3")
-    children: list[subprocess.Popen] = [subprocess.Popen(["sleep", "100000"]) for _ in range(idle)]
-    log = open(workdir / "workloads.log", "w")  # noqa: SIM115 - lives as long as they do
-    phases = ("busy", "idle", "load=1h,busy")
-    for gpu in range(gpus):
-        for i in range(per_gpu):
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "exporter.cli", "sim", "run", "--dir", str(node),
-                 "--gpu", str(gpu), "--memory", "1GiB", "--phases", phases[i % 3],
-                 "--tick", "1"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-            ))  # fmt: skip
-    deadline = time.monotonic() + 300
-    while len(read_procs(node)) < gpus * per_gpu:
-        if time.monotonic() > deadline:
-            raise RuntimeError("workloads did not all start")
-        time.sleep(0.5)
-    return children
+sys.path.insert(0, str(REPO / "benchmarks"))
+from simnode import GiB, percentile, start_node  # noqa: E402
 
 
 def measure(workdir: Path, rounds: int, interval: float) -> dict[str, list[float]]:

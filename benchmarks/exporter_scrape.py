@@ -35,19 +35,15 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from exporter.sim.state import init_node, read_procs  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
-GiB = 1024**3
+sys.path.insert(0, str(REPO / "benchmarks"))
+from simnode import GiB, percentile, start_node  # noqa: E402
+
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
     "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 @dataclass
@@ -103,30 +99,10 @@ def run_layout(gpus: int, per_gpu: int, idle_host: int, scrapes: int, interval: 
                compare: Path | None) -> list[Exporter]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
     node = workdir / "node"
-    init_node(node, gpus=gpus, memory_total=80 * GiB, name="NVIDIA H100 80GB HBM3")
     children: list[subprocess.Popen[bytes]] = []
     with ExitStack() as cleanup:
         cleanup.callback(lambda: [(c.send_signal(signal.SIGKILL), c.wait()) for c in children])
-        print(f"  starting {gpus * per_gpu} workload and {idle_host} idle processes ...",
-              flush=True)  # fmt: skip
-        for _ in range(idle_host):
-            children.append(subprocess.Popen(["sleep", "100000"]))
-        # A shared log file behind stdout/stderr, as batch jobs have: log series for everyone.
-        log = cleanup.enter_context(open(workdir / "workloads.log", "w"))
-        phases = ("busy", "idle", "load=1h,busy")
-        for gpu in range(gpus):
-            for i in range(per_gpu):
-                children.append(subprocess.Popen(
-                    [sys.executable, "-m", "exporter.cli", "sim", "run", "--dir", str(node),
-                     "--gpu", str(gpu), "--memory", "1GiB", "--phases", phases[i % 3],
-                     "--tick", "1"],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                ))  # fmt: skip
-        deadline = time.monotonic() + 300
-        while len(read_procs(node)) < gpus * per_gpu:
-            if time.monotonic() > deadline:
-                raise RuntimeError("workloads did not all start")
-            time.sleep(0.5)
+        children.extend(start_node(workdir, gpus, per_gpu, idle_host))
         exporters = [start_exporter("this", node, workdir, REPO)]
         if compare is not None:
             exporters.append(start_exporter("compare", node, workdir, compare))

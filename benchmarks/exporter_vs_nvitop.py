@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from exporter_floor import GiB, percentile, start_node  # noqa: E402
 from exporter_scrape import PROMETHEUS_ACCEPT, start_exporter  # noqa: E402
+from simnode import GiB, percentile, start_node  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
 
