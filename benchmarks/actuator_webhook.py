@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,14 +34,12 @@ from actuator.live import target_of  # noqa: E402
 from actuator.node import LocalNode  # noqa: E402
 from actuator.policy import Protect  # noqa: E402
 from exporter.sim.state import init_node, load_node, read_procs  # noqa: E402
+from tests.support import free_port, wait_http  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from measure import percentile  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def alerts_body(n: int) -> bytes:
@@ -97,11 +94,6 @@ def post(conn: http.client.HTTPConnection, body: bytes) -> float:
     return time.perf_counter() - started
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def start_actuator(
     work: Path, sim: Path, server: dict[str, Any] | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -126,22 +118,8 @@ def start_actuator(
          "--config", str(work / "actuator.yml")],
         stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
     )  # fmt: skip
-    wait_http(port, "/-/ready", "actuator")
+    wait_http(f"http://127.0.0.1:{port}/-/ready")
     return proc, port
-
-
-def wait_http(port: int, path: str, what: str, timeout: float = 30) -> None:
-    """Until GET `path` on 127.0.0.1:`port` answers 200."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", path)
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not start")
 
 
 def latency(port: int, n_alerts: int, requests: int) -> dict[str, float]:

@@ -7,15 +7,14 @@ import sys
 import time
 from pathlib import Path
 
+from measure import percentile
+
 from exporter.sim.state import init_node, read_procs
+
+__all__ = ["GiB", "percentile", "start_node"]
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def start_node(workdir: Path, gpus: int, per_gpu: int, idle: int) -> list[subprocess.Popen]:

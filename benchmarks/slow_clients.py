@@ -30,15 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from actuator_webhook import (  # noqa: E402
-    alerts_body,
-    free_port,
-    percentile,
-    start_actuator,
-    wait_http,
-)
+from actuator_webhook import alerts_body, start_actuator  # noqa: E402
+from measure import percentile  # noqa: E402
 
 from exporter.sim.state import init_node  # noqa: E402
+from tests.support import free_port, wait_http  # noqa: E402
 
 TOKEN_HEADER = {"Content-Type": "application/json"}
 
@@ -145,7 +141,7 @@ def start_exporter(sim: Path, work: Path) -> tuple[subprocess.Popen[bytes], int]
          "--sim-dir", str(sim), "--listen", f"127.0.0.1:{port}"],
         stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
     )  # fmt: skip
-    wait_http(port, "/metrics", "exporter")
+    wait_http(f"http://127.0.0.1:{port}/metrics")
     return proc, port
 
 

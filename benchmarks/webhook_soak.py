@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from actuator_webhook import TOKEN, alerts_body, percentile, start_actuator  # noqa: E402
+from actuator_webhook import TOKEN, alerts_body, start_actuator  # noqa: E402
+from measure import percentile  # noqa: E402
 
 from exporter.sim.state import init_node  # noqa: E402
 
