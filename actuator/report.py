@@ -1,0 +1,278 @@
+"""What the fleet wasted and what reclamation saved, over a period, from Prometheus.
+
+Figures come from the series the exporter, the rules and the actuator already record:
+
+- average GPU utilisation: `avg_over_time(gpu_utilization_ratio[period])`, averaged over GPUs;
+- idle time: `gpu_process:idle_condition` (the rules' own idle definition; its value is the
+  memory the idle process holds), read with a range query at a fixed step as
+  `present_over_time(...[step])`, so a series counts only for the steps it was recorded in;
+  idle process-hours, idle memory GiB-hours, and idle GPU-hours (steps in which at least
+  one idle process held the GPU), per user, project and node (from `gpu_process_info`);
+- reclaimed: `increase()` over the period of `gpu_released_success_total` and
+  `gpu_memory_freed_bytes_total` (the actuator's counters);
+- cost: idle GPU-hours x the price per GPU-hour given.
+
+`build()` takes any object with prometheus-api-client's `custom_query` and
+`custom_query_range`; the command (actuator/report_cli.py) passes a `PrometheusConnect`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points
+MIN_STEP = 60.0
+GiB = 1024**3
+
+IDLE_BY_PROCESS = (
+    "max by (instance, gpu, uuid, pid) (last_over_time(gpu_process:idle_condition[{step}s]))"
+    " * on (instance, gpu, uuid, pid) group_left (node, user, project)"
+    " max by (instance, gpu, uuid, pid, node, user, project)"
+    " (last_over_time(gpu_process_info[{step}s]))"
+)
+AVG_UTILISATION = "avg(avg_over_time(gpu_utilization_ratio[{range}s]))"
+GPU_SERIES = "count(count by (instance, gpu, uuid) (count_over_time(gpu_info[{range}s])))"
+RECLAIMS = "sum(increase(gpu_released_success_total[{range}s]))"
+FREED = "sum(increase(gpu_memory_freed_bytes_total[{range}s]))"
+
+
+class PrometheusQueries(Protocol):
+    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any: ...
+
+    def custom_query_range(
+        self, query: str, start_time: datetime, end_time: datetime, step: str,
+        params: dict[str, Any] | None = None,
+    ) -> Any: ...  # fmt: skip
+
+
+class NoData(Exception):
+    """Prometheus holds no GPU data for the period."""
+
+
+@dataclass
+class Usage:
+    idle_process_hours: float = 0.0
+    idle_gpu_hours: float = 0.0
+    idle_memory_gib_hours: float = 0.0
+
+
+@dataclass
+class Figures:
+    start: float
+    end: float
+    step: float
+    gpus: int
+    avg_utilisation: float | None
+    total: Usage
+    by_user: dict[str, Usage] = field(default_factory=dict)
+    by_project: dict[str, Usage] = field(default_factory=dict)
+    by_node: dict[str, Usage] = field(default_factory=dict)
+    reclaims: float = 0.0
+    freed_gib: float = 0.0
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start) / 3600
+
+
+def step_for(start: float, end: float) -> float:
+    return max(MIN_STEP, -(-(end - start) // MAX_POINTS))
+
+
+def _scalar(result: Any) -> float | None:
+    if not result:
+        return None
+    return float(result[0]["value"][1])
+
+
+def build(
+    prom: PrometheusQueries,
+    start: float,
+    end: float,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Figures:
+    """Query Prometheus for the period [start, end] (unix seconds)."""
+    if end <= start:
+        raise ValueError("the period is empty: --until must be after --since")
+    step = step_for(start, end)
+    span = int(end - start)
+    at = {"time": end}
+    progress("GPUs and utilisation")
+    gpus = _scalar(prom.custom_query(GPU_SERIES.format(range=span), params=at))
+    if not gpus:
+        raise NoData(
+            f"no GPU data between {_iso(start)} and {_iso(end)}: is the exporter scraped, "
+            "and does Prometheus keep data that far back?"
+        )
+    utilisation = _scalar(prom.custom_query(AVG_UTILISATION.format(range=span), params=at))
+    progress(f"idle processes, {int(span // step)} steps of {step:g}s")
+    # Evaluated at step ends: a step (t - step, t] counts when the process was idle in it.
+    series = prom.custom_query_range(
+        IDLE_BY_PROCESS.format(step=int(step)),
+        start_time=datetime.fromtimestamp(start + step),
+        end_time=datetime.fromtimestamp(end),
+        step=f"{int(step)}s",
+    )
+    figures = Figures(start, end, step, int(gpus), utilisation, Usage())
+    _add_idle(figures, series)
+    progress("reclaims")
+    figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
+    freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
+    figures.freed_gib = freed / GiB
+    return figures
+
+
+def _add_idle(figures: Figures, series: list[dict[str, Any]]) -> None:
+    hours = figures.step / 3600
+    gpu_steps: dict[tuple[str, ...], set[float]] = defaultdict(set)
+    groups: dict[str, dict[str, dict[tuple[str, ...], set[float]]]] = {
+        "user": defaultdict(lambda: defaultdict(set)),
+        "project": defaultdict(lambda: defaultdict(set)),
+        "node": defaultdict(lambda: defaultdict(set)),
+    }
+    per_group: dict[str, dict[str, Usage]] = {k: defaultdict(Usage) for k in groups}
+    for item in series:
+        labels = item["metric"]
+        gpu = (labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", ""))
+        names = {k: labels.get(k) or "(none)" for k in groups}
+        for ts, value in item["values"]:
+            ts, memory = float(ts), float(value)
+            figures.total.idle_process_hours += hours
+            figures.total.idle_memory_gib_hours += memory / GiB * hours
+            gpu_steps[gpu].add(ts)
+            for key, name in names.items():
+                usage = per_group[key][name]
+                usage.idle_process_hours += hours
+                usage.idle_memory_gib_hours += memory / GiB * hours
+                groups[key][name][gpu].add(ts)
+    figures.total.idle_gpu_hours = sum(len(s) for s in gpu_steps.values()) * hours
+    for key, by_name in groups.items():
+        for name, gpus in by_name.items():
+            per_group[key][name].idle_gpu_hours = sum(len(s) for s in gpus.values()) * hours
+    figures.by_user = dict(per_group["user"])
+    figures.by_project = dict(per_group["project"])
+    figures.by_node = dict(per_group["node"])
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="minutes")
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Price:
+    per_gpu_hour: float | None = None
+    currency: str = ""
+
+    def cost(self, gpu_hours: float) -> float | None:
+        return None if self.per_gpu_hour is None else gpu_hours * self.per_gpu_hour
+
+
+def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
+    util = "n/a" if f.avg_utilisation is None else f"{100 * f.avg_utilisation:.1f} %"
+    rows = [
+        ("period", f"{_iso(f.start)} .. {_iso(f.end)} ({f.hours:.1f} h)"),
+        ("GPUs", str(f.gpus)),
+        ("GPU-hours in the period", f"{f.gpus * f.hours:.1f}"),
+        ("average GPU utilisation", util),
+        ("idle GPU-hours", f"{f.total.idle_gpu_hours:.2f}"),
+        ("idle process-hours", f"{f.total.idle_process_hours:.2f}"),
+        ("idle memory GiB-hours", f"{f.total.idle_memory_gib_hours:.1f}"),
+        ("processes reclaimed", f"{f.reclaims:.0f}"),
+        ("memory freed by reclaims", f"{f.freed_gib:.1f} GiB"),
+    ]
+    cost = price.cost(f.total.idle_gpu_hours)
+    if cost is not None:
+        rows.append((f"cost of idle GPU time ({price.currency})", f"{cost:.2f}"))
+    return rows
+
+
+def group_rows(f: Figures, price: Price) -> list[dict[str, Any]]:
+    rows = []
+    for kind, groups in (("user", f.by_user), ("project", f.by_project), ("node", f.by_node)):
+        for name, usage in sorted(groups.items(), key=lambda kv: -kv[1].idle_gpu_hours):
+            figures = {k: round(v, 4) for k, v in asdict(usage).items()}
+            rows.append({"by": kind, "name": name, **figures,
+                         "cost": price.cost(usage.idle_gpu_hours)})  # fmt: skip
+    return rows
+
+
+def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) -> str:
+    if fmt == "json":
+        body: dict[str, Any] = _as_json(f, price)
+        if before is not None:
+            body["compare_to"] = _as_json(before, price)
+        return json.dumps(body, indent=2) + "\n"
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=["by", "name", "idle_process_hours",
+                                                 "idle_gpu_hours", "idle_memory_gib_hours",
+                                                 "cost"])  # fmt: skip
+        writer.writeheader()
+        writer.writerows(group_rows(f, price))
+        return out.getvalue()
+    markdown = fmt == "markdown"
+    lines = [_table(["", "this period", *(["before", "change"] if before else [])],
+                    _compare(summary_rows(f, price), before and summary_rows(before, price)),
+                    markdown)]  # fmt: skip
+    groups = group_rows(f, price)
+    if groups:
+        lines.append("")
+        lines.append(_table(
+            ["by", "name", "idle GPU-h", "idle process-h", "idle GiB-h",
+             *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else [])],
+            [[g["by"], g["name"], f"{g['idle_gpu_hours']:.2f}", f"{g['idle_process_hours']:.2f}",
+              f"{g['idle_memory_gib_hours']:.1f}",
+              *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else [])]
+             for g in groups],
+            markdown,
+        ))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _as_json(f: Figures, price: Price) -> dict[str, Any]:
+    return {
+        "start": f.start, "end": f.end, "step_seconds": f.step, "gpus": f.gpus,
+        "gpu_hours": round(f.gpus * f.hours, 4),
+        "avg_utilisation": f.avg_utilisation,
+        **{k: round(v, 4) for k, v in asdict(f.total).items()},
+        "reclaims": f.reclaims, "freed_gib": round(f.freed_gib, 4),
+        "idle_cost": price.cost(f.total.idle_gpu_hours), "currency": price.currency or None,
+        "groups": group_rows(f, price),
+    }  # fmt: skip
+
+
+def _compare(now: list[tuple[str, str]], before: list[tuple[str, str]] | None) -> list[list[str]]:
+    if before is None:
+        return [[k, v] for k, v in now]
+    rows = []
+    for (key, value), (_, old) in zip(now, before, strict=True):
+        rows.append([key, value, old, _change(value, old)])
+    return rows
+
+
+def _change(now: str, before: str) -> str:
+    try:
+        a, b = float(now.split()[0]), float(before.split()[0])
+    except (ValueError, IndexError):
+        return ""
+    return f"{a - b:+.2f}" if b == 0 else f"{100 * (a - b) / b:+.0f} %"
+
+
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(out)
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*r) for r in [head, *rows]).rstrip()

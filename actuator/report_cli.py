@@ -1,0 +1,94 @@
+"""`gpu-reclaimer report`: idle and reclaimed GPU time over a period, from Prometheus."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from exporter import argtypes
+from exporter.argtypes import CommandError
+
+_RELATIVE = re.compile(r"^\d+(?:\.\d+)?(?:ms|s|m|h|d|w)?$")
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="idle and reclaimed GPU time per user, project and node, from Prometheus",
+        description="Read what the exporter, the alert rules and the actuator recorded in "
+        "Prometheus over a period: average GPU utilisation, idle GPU-hours, process-hours "
+        "and memory GiB-hours (by the rules' own idle definition), per user, project and "
+        "node, processes reclaimed and memory freed, and the cost of the idle time.",
+        epilog="Times: a duration back from now (7d, 12h) or an ISO date/time "
+        "(2026-11-24, 2026-11-24T08:00+08:00).",
+    )
+    parser.add_argument("--prometheus", required=True, metavar="URL",
+                        help="Prometheus base URL, e.g. http://prometheus:9090")  # fmt: skip
+    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
+    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    parser.add_argument(
+        "--compare-to", metavar="DURATION", type=argtypes.duration,
+        help="also report the period this much earlier, side by side (e.g. 7d)",
+    )  # fmt: skip
+    parser.add_argument("--price-per-gpu-hour", type=float, metavar="X")
+    parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
+    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"],
+                        default="table")  # fmt: skip
+    parser.add_argument("--timeout", type=argtypes.duration, default=60.0,
+                        help="per query (default 60s)")  # fmt: skip
+    parser.set_defaults(func=run_report)
+
+
+def parse_time(text: str, now: float) -> float:
+    """A duration back from `now` (`7d`) or an ISO date/time."""
+    if _RELATIVE.match(text):
+        return now - argtypes.duration(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(
+            f"not a time: {text!r}; use a duration back from now (7d) or an ISO date/time"
+        ) from None
+    return moment.timestamp()
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+    from requests import RequestException
+
+    from actuator.report import NoData, Price, build, render
+
+    now = time.time()
+    end = parse_time(args.until, now) if args.until else now
+    start = parse_time(args.since, now)
+    if start >= end:
+        raise CommandError("--since must be before --until")
+    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
+        raise CommandError("--price-per-gpu-hour must not be negative")
+    from urllib3.util.retry import Retry
+
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # the error below says it once
+
+    retry = Retry(total=2, backoff_factor=0.2, status_forcelist=[502, 503, 504])
+    prom = PrometheusConnect(url=args.prometheus, retry=retry, timeout=args.timeout)
+
+    def progress(step: str) -> None:
+        print(f"querying {args.prometheus}: {step} ...", file=sys.stderr, flush=True)
+
+    try:
+        figures = build(prom, start, end, progress)
+        before = None
+        if args.compare_to:
+            before = build(prom, start - args.compare_to, end - args.compare_to, progress)
+    except NoData as error:
+        raise CommandError(str(error)) from None
+    except (RequestException, PrometheusApiClientException) as error:
+        raise CommandError(f"cannot query Prometheus at {args.prometheus}: {error}") from None
+    price = Price(args.price_per_gpu_hour, args.currency)
+    sys.stdout.write(render(figures, args.format, price, before))
+    return 0

@@ -1,0 +1,183 @@
+"""`gpu-reclaimer report` against a real Prometheus holding known data: four hours of
+series written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from
+openmetrics`, and figures checked exactly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers.prom import Server, require_binary, start_prometheus
+from tests.support import gpu_reclaimer_command
+
+GiB = 1024**3
+EXPORTER = 'instance="n1:9838",job="gpu-exporter"'
+ACTUATOR = 'instance="act:9836",job="gpu-reclaimer-actuator"'
+# Samples 7 s off the minute: no sample sits on a 60 s step boundary.
+OFFSET = 7
+
+
+def _series(name: str, labels: str, value, start: int, end: int) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f"{name}{{{labels}}} {value(t) if callable(value) else value} {t}"
+            for t in range(start + OFFSET, end, 15)]  # fmt: skip
+
+
+def _history(s: int) -> str:
+    """Before: [s - 2h, s); this period: [s, s + 2h)."""
+    before, start, end = s - 7200, s, s + 7200
+    gpu = [f'{EXPORTER},gpu="{i}",uuid="GPU-{i}"' for i in (0, 1)]
+    info = {
+        100: ("0", "alice", "vision"), 200: ("1", "bob", "nlp"), 201: ("1", "bob", "nlp"),
+        300: ("0", "carol", "speech"),
+    }  # fmt: skip
+    families: dict[str, list[str]] = {
+        "gpu_info": [], "gpu_utilization_ratio": [], "gpu_process_info": [],
+        "gpu_process:idle_condition": [], "gpu_released_success_total": [],
+        "gpu_memory_freed_bytes_total": [],
+    }  # fmt: skip
+    for i, labels in enumerate(gpu):
+        families["gpu_info"] += _series(
+            "gpu_info", f'{labels},name="H100",driver_version="550",node="n1"', 1, before, end
+        )
+        util = (0.8, 0.2)[i]
+        families["gpu_utilization_ratio"] += _series(
+            "gpu_utilization_ratio", labels, lambda t, u=util: 0.1 if t < start else u, before,
+            end,
+        )  # fmt: skip
+    for pid, (g, user, project) in info.items():
+        labels = f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"'
+        families["gpu_process_info"] += _series(
+            "gpu_process_info",
+            f'{labels},node="n1",user="{user}",project="{project}",command="python"',
+            1, before, end,
+        )  # fmt: skip
+    idle = [  # pid, memory, from, to
+        (100, 4 * GiB, start, start + 3600),
+        (200, 2 * GiB, start + 1800, start + 3600),
+        (201, 1 * GiB, start + 1800, start + 3600),
+        (300, 8 * GiB, before, start),
+    ]
+    for pid, memory, a, b in idle:
+        g = info[pid][0]
+        families["gpu_process:idle_condition"] += _series(
+            "gpu_process:idle_condition", f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
+            memory, a, b,
+        )  # fmt: skip
+    families["gpu_released_success_total"] += _series(
+        "gpu_released_success_total", ACTUATOR, lambda t: 0 if t < start + 3600 else 1,
+        before, end,
+    )  # fmt: skip
+    families["gpu_memory_freed_bytes_total"] += _series(
+        "gpu_memory_freed_bytes_total", ACTUATOR, lambda t: 0 if t < start + 3600 else 4 * GiB,
+        before, end,
+    )  # fmt: skip
+    lines = []
+    for name, samples in families.items():
+        kind = "counter" if name.endswith("_total") else "gauge"
+        family = name.removesuffix("_total") if kind == "counter" else name
+        lines.append(f"# TYPE {family} {kind}")
+        lines += samples
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, int]]:
+    work = tmp_path_factory.mktemp("report")
+    start = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on the hour
+    data = work / "history.om"
+    data.write_text(_history(start))
+    done = subprocess.run(
+        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(data),
+         str(work / "prom" / "data")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = work / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 15s\n")
+    with start_prometheus(config, work / "prom") as prom:
+        yield prom, start
+
+
+def report(prom: Server, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*gpu_reclaimer_command(), "report", "--prometheus", prom.url, *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _iso(ts: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(ts))
+
+
+def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
+    prom, start = backfilled
+    done = report(prom, "--since", _iso(start), "--until", _iso(start + 7200), "--format",
+                  "json", "--price-per-gpu-hour", "10", "--currency", "CNY")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "querying" in done.stderr  # progress
+    got = json.loads(done.stdout)
+    assert got["gpus"] == 2 and got["gpu_hours"] == 4.0
+    assert got["avg_utilisation"] == pytest.approx(0.5)
+    assert got["idle_gpu_hours"] == 1.5  # GPU 0 for 1 h, GPU 1 for 0.5 h (two processes)
+    assert got["idle_process_hours"] == 2.0
+    assert got["idle_memory_gib_hours"] == 5.5  # 4 GiB x 1 h + (2 + 1) GiB x 0.5 h
+    assert got["idle_cost"] == 15.0 and got["currency"] == "CNY"
+    assert got["reclaims"] == pytest.approx(1, rel=0.01)
+    assert got["freed_gib"] == pytest.approx(4, rel=0.01)
+    groups = {(g["by"], g["name"]): g for g in got["groups"]}
+    assert groups[("user", "alice")]["idle_gpu_hours"] == 1.0
+    assert groups[("user", "bob")]["idle_gpu_hours"] == 0.5
+    assert groups[("user", "bob")]["idle_process_hours"] == 1.0
+    assert groups[("user", "bob")]["idle_memory_gib_hours"] == 1.5
+    assert groups[("project", "vision")]["cost"] == 10.0
+    assert groups[("node", "n1")]["idle_gpu_hours"] == 1.5
+    assert ("user", "carol") not in groups  # idle only before the period
+
+
+def test_compare_to_the_period_before(backfilled: tuple[Server, int]) -> None:
+    prom, start = backfilled
+    done = report(prom, "--since", _iso(start), "--until", _iso(start + 7200),
+                  "--compare-to", "2h", "--format", "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    before = got["compare_to"]
+    assert before["idle_gpu_hours"] == 2.0 and before["idle_memory_gib_hours"] == 16.0
+    assert before["avg_utilisation"] == pytest.approx(0.1)
+    assert before["reclaims"] == 0
+    assert [g["name"] for g in before["groups"] if g["by"] == "user"] == ["carol"]
+    table = report(prom, "--since", _iso(start), "--until", _iso(start + 7200),
+                   "--compare-to", "2h", "--format", "markdown")  # fmt: skip
+    assert "| idle GPU-hours | 1.50 | 2.00 | -25 % |" in table.stdout, table.stdout
+
+
+def test_clear_errors(backfilled: tuple[Server, int]) -> None:
+    prom, start = backfilled
+    empty = report(prom, "--since", _iso(start - 86400 * 3), "--until", _iso(start - 86400 * 2))
+    assert empty.returncode == 2 and "no GPU data between" in empty.stderr
+    down = subprocess.run(
+        [*gpu_reclaimer_command(), "report", "--prometheus", "http://127.0.0.1:9", "--since",
+         "1h"], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert down.returncode == 2 and "cannot query Prometheus" in down.stderr
+    assert "Traceback" not in down.stderr + empty.stderr
+    backwards = report(prom, "--since", _iso(start + 10), "--until", _iso(start))
+    assert backwards.returncode == 2 and "--since must be before --until" in backwards.stderr
+    bad = report(prom, "--since", "last tuesday")
+    assert bad.returncode == 2 and "not a time" in bad.stderr
+
+
+def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
+    prom, start = backfilled
+    period = ("--since", _iso(start), "--until", _iso(start + 7200))
+    table = report(prom, *period, "--price-per-gpu-hour", "10", "--currency", "CNY")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert any(line.split() == ["idle", "GPU-hours", "1.50"] for line in lines), table.stdout
+    assert any(line.split()[:3] == ["user", "alice", "1.00"] for line in lines), table.stdout
+    assert "cost of idle GPU time (CNY)  15.00" in table.stdout
+    rows = report(prom, *period, "--format", "csv").stdout.splitlines()
+    assert rows[0] == "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,cost"
+    assert "user,alice,1.0,1.0,4.0," in rows
