@@ -5,7 +5,8 @@ Figures come from the series the exporter, the rules and the actuator already re
 - average GPU utilisation: `avg_over_time(gpu_utilization_ratio[period])`, averaged over GPUs;
 - idle time: `gpu_process:idle_condition` (the rules' own idle definition; its value is the
   memory the idle process holds), read with a range query at a fixed step as
-  `present_over_time(...[step])`, so a series counts only for the steps it was recorded in;
+  `last_over_time(...[step])`, so a series counts only for the steps it was recorded in (no
+  5-minute look-back);
   idle process-hours, idle memory GiB-hours, and idle GPU-hours (steps in which at least
   one idle process held the GPU), per user, project and node (from `gpu_process_info`);
 - reclaimed: `increase()` over the period of `gpu_released_success_total` and

@@ -156,7 +156,9 @@ class GpuCollector(Collector):
         self._boot_id = procfs.boot_id(settings.proc_root)
         self._host = HostProcesses(settings.proc_root)
         self._exposition = Exposition()
-        self._render_lock = threading.Lock()
+        # The state kept between scrapes (process tree, info labels, rendered lines) is
+        # changed under this lock, whichever path (/metrics, the library) scrapes.
+        self._state_lock = threading.Lock()
         self._info: dict[
             tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]
         ] = {}
@@ -170,7 +172,8 @@ class GpuCollector(Collector):
         reading = self._safe_nvml_reading()
         families = _Families()
         if reading.up:
-            self._add_readings(families, reading)
+            with self._state_lock:
+                self._add_readings(families, reading)
         up = Family(
             "gpu_exporter_nvml_up",
             "gauge",
@@ -192,7 +195,7 @@ class GpuCollector(Collector):
         if names is not None:
             wanted = set(names)
             families = [f for f in families if wanted & {f.name, f.name + "_total"}]
-        with self._render_lock:
+        with self._state_lock:
             return self._exposition.render(families, openmetrics=openmetrics)
 
     def _safe_nvml_reading(self) -> NvmlReading:

@@ -36,10 +36,7 @@ class Family:
 
     def to_metric(self) -> Metric:
         kind = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
-        if not self.labels:
-            metric = kind(self.name, self.help, labels=[])
-        else:
-            metric = kind(self.name, self.help, labels=list(self.labels))
+        metric = kind(self.name, self.help, labels=list(self.labels))
         for values, value in self.samples:
             metric.add_metric(list(values), value)
         return metric

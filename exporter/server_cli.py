@@ -68,30 +68,22 @@ def add_commands(commands: Any) -> None:
     parser.set_defaults(func=run_exporter)
 
 
+# config key -> (flag, argparse dest): flags override the file's keys.
 _FLAGS = {
-    "listen": "--listen",
-    "sim_dir": "--sim-dir",
-    "node_name": "--node-name",
-    "heartbeat_dir": "--heartbeat-dir",
-    "log_globs": "--log-glob",
-    "nvml_timeout_seconds": "--nvml-timeout",
-    "projects_file": "--projects",
-    "gzip_level": "--gzip-level",
+    "listen": ("--listen", "listen"),
+    "sim_dir": ("--sim-dir", "sim_dir"),
+    "node_name": ("--node-name", "node_name"),
+    "heartbeat_dir": ("--heartbeat-dir", "heartbeat_dir"),
+    "log_globs": ("--log-glob", "log_globs"),
+    "nvml_timeout_seconds": ("--nvml-timeout", "nvml_timeout"),
+    "projects_file": ("--projects", "projects"),
+    "gzip_level": ("--gzip-level", "gzip_level"),
 }
 
 
 def _settings(args: argparse.Namespace) -> ExporterConfig:
     config = load_config(args.config) if args.config else ExporterConfig()
-    overrides = {
-        "listen": args.listen,
-        "sim_dir": args.sim_dir,
-        "node_name": args.node_name,
-        "heartbeat_dir": args.heartbeat_dir,
-        "log_globs": args.log_globs,
-        "nvml_timeout_seconds": args.nvml_timeout,
-        "projects_file": args.projects,
-        "gzip_level": args.gzip_level,
-    }
+    overrides = {key: getattr(args, dest) for key, (_, dest) in _FLAGS.items()}
     given = {k: v for k, v in overrides.items() if v is not None}
     # Flags are validated like the file's keys, by the same model and parsers (model_copy
     # would skip validation); errors name the flag.
@@ -100,7 +92,7 @@ def _settings(args: argparse.Namespace) -> ExporterConfig:
     except ConfigError as error:
         message = str(error)
         for key in given:
-            message = message.replace(f"\n  {key}:", f"\n  {_FLAGS[key]} ({key}):")
+            message = message.replace(f"\n  {key}:", f"\n  {_FLAGS[key][0]} ({key}):")
         raise ConfigError(message) from None
 
 

@@ -20,6 +20,7 @@ from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
 from actuator.store import Store
 from actuator.store.cases import insert_case
+from tests.actuator.test_decisions import make_case
 
 TOKEN = "s3cret-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -181,14 +182,10 @@ def test_cases_api_and_snooze_errors(client):
 
 
 def test_cases_filter_by_pid_and_refuse_unknown_parameters(client, rt):
-    now = time.time()
     for pid in (4242, 4343):
-        case = Case(
-            id=0, state=State.NOTIFIED, version=0, node="n1", pid=pid, start_time=now,
-            uuid="GPU-0", start_ticks=pid, boot_id="b" * 32, alertname="GpuProcessIdle",
-            fingerprint=f"f{pid}", starts_ts=now, labels={}, annotations={}, created=now,
-            updated=now,
-        )  # fmt: skip
+        case = make_case(
+            id=0, state=State.NOTIFIED, pid=pid, start_ticks=pid, fingerprint=f"f{pid}"
+        )
         with rt.store._tx() as conn:
             insert_case(conn, case, {})
     r = client.get("/api/v1/cases?pid=4343", headers=AUTH)
@@ -269,12 +266,7 @@ def test_webhook_never_5xx_and_never_signals(tmp_path_factory, data):
 def test_snooze_survives_a_reconciler_tick_between_read_and_write(client, rt):
     """The reconciler saves samples on every tick, which moves the row's version; a snooze
     landing between its read and its write must still succeed, not answer 409."""
-    now = time.time()
-    case = Case(
-        id=0, state=State.NOTIFIED, version=0, node="n1", pid=4242, start_time=now - 60,
-        uuid="GPU-0", start_ticks=100, boot_id="b" * 32, alertname="GPUIdle",
-        fingerprint="f", starts_ts=now, labels={}, annotations={}, created=now, updated=now,
-    )  # fmt: skip
+    case = make_case(id=0, state=State.NOTIFIED)
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
     real_get = rt.store.get_case
