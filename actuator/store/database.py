@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 2  # 2: process identity is (boot_id, start_ticks)
+# The write-ahead log is checkpointed every WAL_PAGES pages and cut back to that size, so
+# it never holds more than about 400 KiB: on a small volume the log itself must not take
+# the space a full disk needs to recover (SQLite's default lets it grow to 4 MiB and keep it).
+WAL_PAGES = 100
 
 
 def schema() -> str:
@@ -45,6 +49,8 @@ class Database:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_PAGES * 4096}")
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
         self._local.conn = conn
@@ -56,7 +62,7 @@ class Database:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            self._reset()
+            self._failed(exc)
             raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
         try:
             yield conn
@@ -64,7 +70,7 @@ class Database:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
-                self._reset()
+                self._failed(exc)
                 raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
             raise
         try:
@@ -72,8 +78,22 @@ class Database:
         except sqlite3.Error as exc:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            self._reset()
+            self._failed(exc)
             raise StoreUnavailable(f"cannot commit to {self.path}: {exc}") from exc
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        """After a failed write: a fresh connection next time; on a full disk, also give the
+        log's space back (checkpoint and truncate), so the next write can succeed as soon as
+        the volume has room."""
+        self._reset()
+        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+            return
+        with suppress(sqlite3.Error, OSError, StoreUnavailable):
+            conn = self._conn()
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self._reset()
 
     def _reset(self) -> None:
         """Drop this thread's connection after a failure (a full disk, an I/O error): the

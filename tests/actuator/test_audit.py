@@ -149,3 +149,26 @@ def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
     assert actuator.post(payload(alert_for(w))).status_code == 200
     case = actuator.wait_state(w, "reclaimed", "refused", "failed", timeout=30)
     assert case["state"] == "reclaimed", case
+
+
+@pytest.mark.reliability(40)
+def test_the_write_ahead_log_never_takes_the_space_a_small_volume_needs(
+    small_volume: Path,
+) -> None:
+    """SQLite's default log grows to 4 MiB and keeps that size: on this 1 MiB volume the
+    store's own steady writes filled it, and a full disk stayed full after space returned."""
+    from actuator.store.database import WAL_PAGES
+
+    store = Store(small_volume / "actuator.db")
+    store.init()
+    for i in range(1500):  # a reconciler's samples and counters for a while
+        store.count("tick", str(i % 50))
+    wal = small_volume / "actuator.db-wal"
+    assert wal.stat().st_size <= (WAL_PAGES + 10) * 4200
+    filler = fill(small_volume)
+    with pytest.raises(StoreUnavailable):
+        for i in range(500):
+            store.count("tick", f"full {i}")
+    os.unlink(filler)
+    store.count("after")  # the log gave its space back: the next write succeeds
+    assert wal.stat().st_size <= (WAL_PAGES + 10) * 4200
