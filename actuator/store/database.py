@@ -24,6 +24,17 @@ def schema() -> str:
     return files("actuator.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+def create_private(path: str) -> None:
+    """Create the database file 0600 before SQLite first opens it (its -wal and -shm files
+    copy the mode). Only ever a new file: opening and closing an existing one outside SQLite
+    drops every POSIX lock the process holds on it, so another process takes itself for the
+    last reader, checkpoints and deletes the write-ahead log, and this process's next
+    commits go to a deleted file (decisions lost; seen as "database disk image is malformed")."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
 class StoreUnavailable(Exception):
     """The database cannot be opened or written (answer 503, retry later)."""
 
@@ -41,9 +52,7 @@ class Database:
             return conn
         self._pid = os.getpid()  # never reuse a connection across fork()
         try:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            # Created 0600 before SQLite opens it (its -wal and -shm files copy the mode).
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            create_private(self.path)
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")

@@ -85,3 +85,29 @@ def test_breaker_toggles(tmp_path):
     assert not store.set_breaker(True, 2.0, "again")
     assert store.breaker() == (True, 1.0, "too many")
     assert store.set_breaker(False, 3.0, "reset")
+
+
+@pytest.mark.reliability(40)
+def test_a_new_connection_never_lets_another_process_delete_the_live_log(tmp_path):
+    """Opening a second connection in a process used to open and close the database file
+    itself, which drops every POSIX lock SQLite holds there: another process closing its
+    connection then took itself for the last one and deleted the write-ahead log, and the
+    first process's next commit was lost (seen on a full disk, where connections churn)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "db.sqlite"
+    first = Store(path)
+    first.init()
+    first.count("before")
+    second_thread = threading.Thread(target=lambda: Store(path).count("from a second connection"))
+    second_thread.start()
+    second_thread.join()
+    other_process = "import sys; from actuator.store import Store; Store(sys.argv[1]).count('other')"
+    subprocess.run([sys.executable, "-c", other_process, str(path)], check=True)
+    first.count("after")
+    fresh = ("import sqlite3, sys; print(sorted(r[0] for r in sqlite3.connect(sys.argv[1])"
+             ".execute('SELECT name FROM counters')))")  # fmt: skip
+    seen = subprocess.run([sys.executable, "-c", fresh, str(path)], check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert seen == str(sorted(["before", "from a second connection", "other", "after"]))
