@@ -103,7 +103,9 @@ def test_a_new_connection_never_lets_another_process_delete_the_live_log(tmp_pat
     second_thread = threading.Thread(target=lambda: Store(path).count("from a second connection"))
     second_thread.start()
     second_thread.join()
-    other_process = "import sys; from actuator.store import Store; Store(sys.argv[1]).count('other')"
+    other_process = (
+        "import sys; from actuator.store import Store; Store(sys.argv[1]).count('other')"
+    )
     subprocess.run([sys.executable, "-c", other_process, str(path)], check=True)
     first.count("after")
     fresh = ("import sqlite3, sys; print(sorted(r[0] for r in sqlite3.connect(sys.argv[1])"
