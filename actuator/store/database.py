@@ -71,7 +71,7 @@ class Database:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            self._failed(exc)
+            self._reset()
             raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
         try:
             yield conn
@@ -79,7 +79,7 @@ class Database:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
-                self._failed(exc)
+                self._reset()
                 raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
             raise
         try:
@@ -87,26 +87,15 @@ class Database:
         except sqlite3.Error as exc:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            self._failed(exc)
+            self._reset()
             raise StoreUnavailable(f"cannot commit to {self.path}: {exc}") from exc
-
-    def _failed(self, exc: sqlite3.Error) -> None:
-        """After a failed write: a fresh connection next time; on a full disk, also give the
-        log's space back (checkpoint and truncate), so the next write can succeed as soon as
-        the volume has room."""
-        self._reset()
-        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
-            return
-        with suppress(sqlite3.Error, OSError, StoreUnavailable):
-            conn = self._conn()
-            try:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                self._reset()
 
     def _reset(self) -> None:
         """Drop this thread's connection after a failure (a full disk, an I/O error): the
-        next call opens a fresh one, so the service recovers by itself when space returns."""
+        next call opens a fresh one, so the service recovers by itself when space returns.
+        Nothing else is done on a full disk: the log is already capped (WAL_PAGES), and
+        truncating it here only handed its space to whichever writer came next, so a full
+        volume was full one moment and not the next."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:

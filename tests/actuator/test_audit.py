@@ -170,5 +170,5 @@ def test_the_write_ahead_log_never_takes_the_space_a_small_volume_needs(
         for i in range(500):
             store.count("tick", f"full {i}")
     os.unlink(filler)
-    store.count("after")  # the log gave its space back: the next write succeeds
+    store.count("after")  # space is back: the next write succeeds
     assert wal.stat().st_size <= (WAL_PAGES + 10) * 4200
