@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from actuator.models import HOLDS, REFUSALS, Reason, State
@@ -85,6 +90,18 @@ class ActuatorCollector(Collector):
         for reason, value in sorted(by_reason.items()):
             refusals.add_metric([reason], value)
         yield refusals
+        yield CounterMetricFamily(
+            "gpu_reclaimer_notices",
+            "Cases whose owner was warned (the notice recorded before the grace period)",
+            snap["notices"],
+        )
+        reclaim = snap["time_to_reclaim"]
+        yield HistogramMetricFamily(
+            "gpu_reclaimer_time_to_reclaim_seconds",
+            "From a case's opening to its process tree's exit, for reclaimed cases",
+            buckets=[(repr(b), n) for b, n in reclaim["buckets"]] + [("+Inf", reclaim["count"])],
+            sum_value=reclaim["sum"],
+        )
         yield GaugeMetricFamily(
             "gpu_reclaimer_circuit_breaker_open",
             "1 while the circuit breaker stops enforcement",

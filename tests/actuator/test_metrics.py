@@ -23,3 +23,37 @@ def test_known_codes_and_reasons_start_at_zero(tmp_path: Path) -> None:
         assert value == 0
     assert registry.get_sample_value("gpu_released_success_total") == 0
     assert registry.get_sample_value("gpu_reclaimer_store_up") == 1
+
+
+def test_notices_and_time_to_reclaim_come_from_the_cases(tmp_path: Path) -> None:
+    from actuator.models import State
+    from actuator.store.cases import insert_case
+    from tests.actuator.test_decisions import make_case
+
+    store = Store(tmp_path / "db")
+    store.init()
+    # Three cases opened at t=1000: two warned, of which one is reclaimed 700 s later and
+    # one 20 s later; a third refused without a notice.
+    durations = {1: 700.0, 2: 20.0}
+    for n in (1, 2, 3):
+        case = make_case(pid=4000 + n, created=1000.0, updated=1000.0)
+        with store._tx() as conn:
+            insert_case(conn, case, {})
+        if n == 3:
+            store.transition(case, State.REFUSED, reason="protected", evidence={}, now=1001.0)
+            continue
+        case = store.transition(case, State.NOTIFIED, reason="idle", evidence={}, now=1001.0)
+        case = store.transition(case, State.TERMINATING, reason="grace", evidence={}, now=1002.0)
+        store.transition(case, State.RECLAIMED, reason="exited", evidence={},
+                         now=1000.0 + durations[n])  # fmt: skip
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ActuatorCollector(store))
+    assert registry.get_sample_value("gpu_reclaimer_notices_total") == 2
+    histogram = "gpu_reclaimer_time_to_reclaim_seconds"
+    assert registry.get_sample_value(histogram + "_count") == 2
+    assert registry.get_sample_value(histogram + "_sum") == 720.0
+    assert registry.get_sample_value(histogram + "_bucket", {"le": "15.0"}) == 0
+    assert registry.get_sample_value(histogram + "_bucket", {"le": "30.0"}) == 1
+    assert registry.get_sample_value(histogram + "_bucket", {"le": "600.0"}) == 1
+    assert registry.get_sample_value(histogram + "_bucket", {"le": "900.0"}) == 2
+    assert registry.get_sample_value(histogram + "_bucket", {"le": "+Inf"}) == 2
