@@ -35,10 +35,19 @@ DEFAULT_DS_UID = "prometheus"
 
 # Label selectors of the fleet dashboard's variables.
 GPU_SEL = 'node=~"$node", gpu=~"$gpu"'
-PROC_SEL = 'node=~"$node", gpu=~"$gpu", user=~"$user"'
+PROC_SEL = 'node=~"$node", gpu=~"$gpu", user=~"$user", project=~"$project"'
 PROC_LABELS = "instance, job, gpu, uuid, pid, node, user, command, project"
 ACT_SEL = 'job="gpu-reclaimer-actuator", instance=~"$instance"'
 LIVE_STATES = "|".join(str(s) for s in State if s in MODEL_LIVE_STATES)
+
+# The rules' idle definition, per process: GpuProcessIdle's or GpuProcessStalled's condition
+# at one evaluation (both recording rules' value is the memory the process holds).
+IDLE_PROCESSES = "(gpu_process:idle_condition or gpu_process:stalled_condition)"
+# Per GPU: the GPU's node and number, with the memory of its idle processes (absent when none).
+IDLE_GPUS = f"max by (instance, gpu, uuid) ({IDLE_PROCESSES})"
+# PromQL's hour() and day_of_week() are UTC; the `utc_offset` variable moves them to the
+# operator's clock.
+LOCAL_TIME = "vector(time() + 3600 * $utc_offset)"
 
 Panel = dict[str, Any]
 
@@ -194,6 +203,60 @@ def bargauge(title: str, description: str, targets: list[dict[str, Any]], unit: 
     }
 
 
+def heatmap(
+    title: str,
+    description: str,
+    targets: list[dict[str, Any]],
+    *,
+    unit: str,
+    buckets: tuple[str, str] | None = None,
+    y_unit: str = "short",
+    interval: str = "",
+) -> Panel:
+    """A heatmap. Without `buckets`, each series is a row (one per GPU) coloured by its value;
+    with `buckets` (x size, y size), Grafana counts the samples per cell: the series' values
+    are the y (an hour of the day), so each cell counts idle GPU samples."""
+    options: dict[str, Any] = {
+        "calculate": buckets is not None,
+        "cellGap": 1,
+        "color": {"mode": "scheme", "scheme": "Oranges", "fill": "dark-orange",
+                  "scale": "exponential", "exponent": 0.5, "steps": 64, "reverse": False},
+        "yAxis": {"axisPlacement": "left", "reverse": buckets is None, "unit": y_unit},
+        "rowsFrame": {"layout": "auto"},
+        "cellValues": {"unit": unit},
+        "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
+        "legend": {"show": True},
+        "exemplars": {"color": "rgba(255,0,255,0.7)"},
+        "filterValues": {"le": 1e-9},
+        "showValue": "never",
+    }  # fmt: skip
+    if buckets is not None:
+        options["calculation"] = {
+            "xBuckets": {"mode": "size", "value": buckets[0]},
+            "yBuckets": {"mode": "size", "value": buckets[1], "scale": {"type": "linear"}},
+        }
+    panel: Panel = {
+        "type": "heatmap",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": targets,
+        "fieldConfig": {
+            "defaults": {
+                "custom": {
+                    "hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                    "scaleDistribution": {"type": "linear"},
+                }
+            },
+            "overrides": [],
+        },
+        "options": options,
+    }
+    if interval:
+        panel["interval"] = interval
+    return panel
+
+
 def _override(name: str, **props: Any) -> dict[str, Any]:
     return {
         "matcher": {"id": "byName", "options": name},
@@ -328,6 +391,24 @@ def query_variable(name: str, label: str, query: str, *, numeric: bool = False) 
     }
 
 
+def utc_offset_variable() -> dict[str, Any]:
+    hours = [str(h) for h in range(-12, 15)]
+    return {
+        "type": "custom",
+        "name": "utc_offset",
+        "label": "UTC offset (h)",
+        "description": "Hours added to UTC for the hour-of-day and hour-of-week heatmaps "
+        "(8 for China Standard Time).",
+        "query": ",".join(hours),
+        "current": {"selected": True, "text": "0", "value": "0"},
+        "options": [{"selected": h == "0", "text": h, "value": h} for h in hours],
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+        "skipUrlSync": False,
+    }
+
+
 def dashboard(
     uid: str,
     title: str,
@@ -383,6 +464,21 @@ def dashboard(
         "templating": {"list": variables},
         "panels": panels,
     }
+
+
+def idle_hours(by: str, over_time: str, *, gib: bool = False) -> str:
+    """Hours (or GiB-hours) of idle processes over the dashboard's range, per `by`: samples
+    of the idle condition at the panel's interval, times the interval. The identity is the
+    last one seen in the range, so a process that exited since still counts."""
+    scale = " / 1073741824" if gib else ""
+    return (
+        f"sum by ({by}) (\n"
+        f"    {over_time}[$__range:$__interval]){scale}\n"
+        f"  * on (instance, gpu, uuid, pid) group_left ({by})\n"
+        f"    max by (instance, gpu, uuid, pid, {by}) "
+        f"(last_over_time(gpu_process_info{{{PROC_SEL}}}[$__range]))\n"
+        ") * $__interval_ms / 3600000"
+    )
 
 
 def fleet() -> dict[str, Any]:
@@ -480,6 +576,130 @@ def fleet() -> dict[str, Any]:
             ),
             4,
             4,
+        ),
+        (row("Idle time and usage patterns"), 24, 1),
+        (
+            heatmap(
+                "Idle GPU time per GPU",
+                "Per GPU, the share of each interval in which at least one of its processes "
+                "met GpuProcessIdle's or GpuProcessStalled's condition (the rules' recording "
+                "rules; 1 = idle the whole interval). The alerts fire after `for: 5m`.",
+                [
+                    target(
+                        by_gpu(
+                            f"avg_over_time((\n  {IDLE_GPUS} * 0 + 1\n"
+                            "  or max by (instance, gpu, uuid) (gpu_info * 0)\n"
+                            ")[$__interval:])"
+                        ),
+                        gpu_legend,
+                    )
+                ],
+                unit="percentunit",
+                interval="1m",
+            ),
+            24,
+            8,
+        ),
+        (
+            heatmap(
+                "Idle GPU time by hour of day",
+                "One column per day, one row per hour of the day (UTC + the `utc_offset` "
+                "variable): each cell counts idle GPU samples, one per GPU holding an idle or "
+                "stalled process per 5 minutes, so 12 = one GPU idle for that whole hour. When "
+                "do the idle GPUs pile up?",
+                [target(by_gpu(f"{IDLE_GPUS} * 0") + f"\n+ on () group_left () hour({LOCAL_TIME})",
+                        "hour")],  # fmt: skip
+                unit="short",
+                buckets=("1d", "1"),
+                interval="5m",
+            ),
+            12,
+            8,
+        ),
+        (
+            heatmap(
+                "Idle GPU time by hour of week",
+                "One column per week, one row per hour of the week (0 = Sunday 00:00, UTC + "
+                "`utc_offset`); each cell counts idle GPU samples (one per idle GPU per 5 "
+                "minutes). Usage patterns: nights, weekends, the deadline week.",
+                [target(by_gpu(f"{IDLE_GPUS} * 0")
+                        + f"\n+ on () group_left () (day_of_week({LOCAL_TIME}) * 24 "
+                        f"+ hour({LOCAL_TIME}))", "hour of week")],  # fmt: skip
+                unit="short",
+                buckets=("7d", "1"),
+                interval="5m",
+            ),
+            12,
+            8,
+        ),
+        (
+            bargauge(
+                "Idle GPU-hours by user",
+                "Over the dashboard's time range: for each user, the hours their processes "
+                "held a GPU while meeting the idle or stalled condition (one process on one GPU "
+                "for one hour = 1).",
+                [target(idle_hours("user", f"count_over_time({IDLE_PROCESSES}"), "{{user}}",
+                        instant=True)],  # fmt: skip
+                "h",
+            ),
+            6,
+            8,
+        ),
+        (
+            bargauge(
+                "Idle GPU-hours by project",
+                "As by user, per project (the exporter's project mapping; empty when none "
+                "matched).",
+                [target(idle_hours("project", f"count_over_time({IDLE_PROCESSES}"),
+                        "{{project}}", instant=True)],  # fmt: skip
+                "h",
+            ),
+            6,
+            8,
+        ),
+        (
+            bargauge(
+                "Idle memory by user (GiB-hours)",
+                "Over the dashboard's time range: GPU memory held by idle or stalled "
+                "processes, times the hours it was held (8 GiB for 2 h = 16).",
+                [target(idle_hours("user", f"sum_over_time({IDLE_PROCESSES}", gib=True),
+                        "{{user}}", instant=True)],  # fmt: skip
+                "short",
+            ),
+            6,
+            8,
+        ),
+        (
+            bargauge(
+                "Idle memory by project (GiB-hours)",
+                "As by user, per project.",
+                [target(idle_hours("project", f"sum_over_time({IDLE_PROCESSES}", gib=True),
+                        "{{project}}", instant=True)],  # fmt: skip
+                "short",
+            ),
+            6,
+            8,
+        ),
+        (
+            table(
+                "Top idle holders now",
+                "The ten processes holding the most GPU memory while meeting the idle or "
+                "stalled condition right now: the first candidates for a word with their "
+                "owner (the alerts fire after `for: 5m`).",
+                [
+                    target(
+                        f"topk(10, {by_proc(IDLE_PROCESSES)})",
+                        instant=True,
+                        table=True,
+                    )
+                ],
+                rename={"Value": "Memory held"},
+                hide=["Time", "instance", "job", "uuid"],
+                overrides=[_override("Memory held", unit="bytes")],
+                sort_by="Memory held",
+            ),
+            24,
+            8,
         ),
         (row("GPUs"), 24, 1),
         (
@@ -843,6 +1063,13 @@ def fleet() -> dict[str, Any]:
             query_variable(
                 "user", "User", 'label_values(gpu_process_info{node=~"$node", gpu=~"$gpu"}, user)'
             ),
+            query_variable(
+                "project",
+                "Project",
+                'label_values(gpu_process_info{node=~"$node", gpu=~"$gpu", user=~"$user"}, '
+                "project)",
+            ),
+            utc_offset_variable(),
         ],
         annotations=[firing],
         link_to=("gpu-reclaimer-actuator", "GPU Reclaimer — actuator"),
@@ -943,15 +1170,48 @@ def actuator() -> dict[str, Any]:
             4,
             4,
         ),
+        (
+            counter_stat(
+                "Owners warned",
+                "Cases whose owner got the notice before the grace period "
+                "(gpu_reclaimer_notices_total); every reclaim in enforce mode had one.",
+                "gpu_reclaimer_notices_total",
+            ),
+            8,
+            4,
+        ),
+        (
+            stat(
+                "Time to reclaim",
+                "From a case's opening (the alert reached the actuator) to its process tree's "
+                "exit, median and 90th percentile of the cases reclaimed in the dashboard's "
+                "time range (gpu_reclaimer_time_to_reclaim_seconds; mostly the grace period).",
+                [
+                    target(
+                        f"histogram_quantile({q}, sum by (le) (increase("
+                        f"gpu_reclaimer_time_to_reclaim_seconds_bucket{{{ACT_SEL}}}[$__range])))",
+                        legend,
+                        ref,
+                        instant=True,
+                    )
+                    for q, legend, ref in ((0.5, "median", "A"), (0.9, "p90", "B"))
+                ],
+                "s",
+            ),
+            16,
+            4,
+        ),
         (row("Activity"), 24, 1),
         (
             timeseries(
                 "Cases opened, released, failed",
-                "Per hour, from the actuator's counters.",
+                "Per hour, from the actuator's counters: cases opened, reclaimed, failed, and "
+                "the owners warned.",
                 [
                     per_hour("gpu_idle_detected_total", "detected"),
                     per_hour("gpu_released_success_total", "released", "B"),
                     per_hour("gpu_release_failed_total", "failed", "C"),
+                    per_hour("gpu_reclaimer_notices_total", "owners warned", "D"),
                 ],
                 "short",
                 minimum=0,

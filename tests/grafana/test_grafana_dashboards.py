@@ -64,6 +64,7 @@ SCALE = 1 / 15
 # the data source's scrape interval at the rendered 1 s (15 s x 1/15), that is 4 s.
 RATE_INTERVAL = "4s"
 NODE = "simnode"
+PROJECT = "vision"  # the exporter's project mapping: default_project
 TOKEN = "dashboard-test-token-0123456789"
 
 # Grafana's own variables that may appear in a query.
@@ -141,8 +142,11 @@ def grafana_regex(value: str) -> str:
 
 
 def all_values(dashboard: dict[str, Any]) -> dict[str, str]:
-    """Every query variable at "All" (its allValue, `.*`)."""
-    return {v["name"]: v["allValue"] for v in variables(dashboard) if v["type"] == "query"}
+    """Every query variable at "All" (its allValue, `.*`), custom ones at their default."""
+    values = {v["name"]: v["allValue"] for v in variables(dashboard) if v["type"] == "query"}
+    values |= {v["name"]: v["current"]["value"] for v in variables(dashboard)
+               if v["type"] == "custom"}  # fmt: skip
+    return values
 
 
 # --- static checks ---------------------------------------------------------------------------
@@ -233,9 +237,38 @@ def test_every_variable_used_is_defined_before_use(path: Path) -> None:
         assert not missing, f"undefined {missing} in {text!r}"
 
 
-def test_fleet_variables_are_node_gpu_user() -> None:
+def test_fleet_variables_are_node_gpu_user_project() -> None:
     names = [v["name"] for v in variables(load(FLEET))]
-    assert names == ["datasource", "node", "gpu", "user"]
+    assert names == ["datasource", "node", "gpu", "user", "project", "utc_offset"]
+    (offset,) = [v for v in variables(load(FLEET)) if v["name"] == "utc_offset"]
+    assert offset["current"]["value"] in offset["query"].split(",")
+
+
+@pytest.mark.parametrize("path", DASHBOARD_FILES, ids=lambda p: p.stem)
+def test_grafanas_dashboard_model_reads_every_panel(path: Path) -> None:
+    """grafana-foundation-sdk (Grafana's generated dashboard model) decodes the JSON: every
+    panel with its typed options and field config, every Prometheus query typed."""
+    from grafana_foundation_sdk.cog import plugins
+    from grafana_foundation_sdk.cog.runtime import UnknownDataquery
+    from grafana_foundation_sdk.models.dashboard import Dashboard, RowPanel
+    from grafana_foundation_sdk.models.prometheus import Dataquery
+
+    plugins.register_default_plugins()
+    raw = load(path)
+    model = Dashboard.from_json(raw)
+    assert model.uid == raw["uid"] and model.title == raw["title"]
+    assert len(model.panels) == len(raw["panels"])
+    for decoded, panel in zip(model.panels, raw["panels"], strict=True):
+        if panel["type"] == "row":
+            assert isinstance(decoded, RowPanel)
+            continue
+        assert decoded.type_val == panel["type"] and decoded.title == panel["title"]
+        # A known panel type's options decode into its model class, not a bare dict.
+        assert not isinstance(decoded.options, dict), panel["title"]
+        for query, target in zip(decoded.targets, panel["targets"], strict=True):
+            assert isinstance(query, Dataquery) and not isinstance(query, UnknownDataquery)
+            assert query.expr == target["expr"] and query.ref_id == target["refId"]
+    assert model.to_json()["panels"]  # and it encodes back
 
 
 def test_provisioning_points_at_the_dashboards_and_the_default_data_source() -> None:
@@ -374,10 +407,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     def registered(pid: int) -> bool:
         return any(p.pid == pid for p in read_procs(node_dir))
 
+    projects = tmp / "projects.yml"
+    projects.write_text(f"default_project: {PROJECT}\n")
     exporter_port, actuator_port = free_port(), free_port()
     exporter_cmd = [
         *cli, "exporter", "--listen", f"127.0.0.1:{exporter_port}", "--sim-dir", str(node_dir),
         "--heartbeat-dir", str(heartbeats), "--node-name", NODE,
+        "--projects", str(projects),
     ]  # fmt: skip
     actuator_cmd = [
         *cli, "actuator", "--config", str(_actuator_config(tmp, node_dir, actuator_port)),
@@ -487,7 +523,8 @@ def _check_dashboard(stack: Stack, path: Path, values: dict[str, str]) -> list[s
 
 def _concrete_fleet_values(stack: Stack) -> dict[str, str]:
     (info,) = _instant(stack.prom, f'gpu_process_info{{pid="{stack.pids["idle"]}"}}')
-    return {"node": NODE, "gpu": "1", "user": grafana_regex(info["metric"]["user"])}
+    return {"node": NODE, "gpu": "1", "user": grafana_regex(info["metric"]["user"]),
+            "project": PROJECT, "utc_offset": "8"}  # fmt: skip
 
 
 def test_fleet_variables_resolve_to_the_simulated_node(stack: Stack) -> None:
@@ -506,6 +543,7 @@ def test_fleet_variables_resolve_to_the_simulated_node(stack: Stack) -> None:
     assert resolved["node"] == {NODE}
     assert resolved["gpu"] == {"0", "1"}
     assert resolved["user"] and "" not in resolved["user"]
+    assert resolved["project"] == {PROJECT}
 
 
 def test_every_fleet_query_is_valid_and_returns_data(stack: Stack) -> None:
@@ -527,8 +565,8 @@ def test_fleet_panels_show_the_workloads(stack: Stack) -> None:
     rows = {r["metric"]["pid"]: r for r in instant("GPU processes", "A")}
     assert {str(stack.pids[n]) for n in ("busy", "idle", "hang")} <= rows.keys()
     assert rows[str(stack.pids["busy"])]["metric"]["node"] == NODE
-    # (`project` is empty here, so Prometheus drops the label: no project mapping configured)
     assert {"user", "command"} <= rows[str(stack.pids["busy"])]["metric"].keys()
+    assert rows[str(stack.pids["busy"])]["metric"]["project"] == PROJECT
     flagged = {r["metric"]["pid"]: r["value"][1] for r in instant("GPU processes", "G")}
     assert flagged.get(str(stack.pids["idle"])) in {"1", "2"}  # idle pending / firing
     assert flagged.get(str(stack.pids["hang"])) in {"3", "4"}  # stalled pending / firing
@@ -549,6 +587,21 @@ def test_fleet_panels_show_the_workloads(stack: Stack) -> None:
     assert float(held["value"][1]) >= 6 * GiB  # at least the idle process's 6 GiB
     (gpus,) = instant("GPUs")
     assert gpus["value"][1] == "2"
+    # Idle time: GPU 1 holds the idle and hung processes, GPU 0 only the busy one.
+    shares = {r["metric"]["gpu"]: float(r["value"][1]) for r in instant("Idle GPU time per GPU")}
+    assert shares["1"] == 1.0 and shares["0"] == 0.0
+    top = {r["metric"]["pid"] for r in instant("Top idle holders now")}
+    assert {str(stack.pids["idle"]), str(stack.pids["hang"])} <= top
+    assert str(stack.pids["busy"]) not in top
+    (hours,) = instant("Idle GPU-hours by project")
+    assert hours["metric"]["project"] == PROJECT and float(hours["value"][1]) > 0
+    # The hour-of-day heatmap's values are hours on the operator's clock.
+    (target,) = panels["Idle GPU time by hour of day"]["targets"]
+    shifted = expand(target["expr"], values | {"utc_offset": "8"}, stack.range_s())
+    utc_hour = datetime.now(UTC).hour
+    got = {float(r["value"][1]) for r in _instant(stack.prom, shifted)}
+    assert got <= {float((utc_hour + 8) % 24), float((utc_hour + 9) % 24)}, got  # hour turning
+    assert got
 
 
 def test_fleet_annotation_query_is_valid(stack: Stack) -> None:
@@ -581,6 +634,9 @@ def test_actuator_panels_show_the_reclaim(stack: Stack) -> None:
     assert value("Releases failed") == 0
     assert value("Circuit breaker") == 0
     assert value("Actuator") == 1
+    assert value("Owners warned") >= 1  # the victim was warned before its grace period
+    median = value("Time to reclaim")
+    assert 0 < median <= 30  # the fast policy reclaims within seconds
     (refusals,) = panels["Refusals by reason (time range)"]["targets"]
     reasons = _instant(stack.prom, expand(refusals["expr"], values, stack.range_s()))
     # The refused case (a node this actuator does not serve) has its series. Its increase() is
