@@ -607,8 +607,12 @@ def fleet() -> dict[str, Any]:
                 "variable): each cell counts idle GPU samples, one per GPU holding an idle or "
                 "stalled process per 5 minutes, so 12 = one GPU idle for that whole hour. When "
                 "do the idle GPUs pile up?",
-                [target(by_gpu(f"{IDLE_GPUS} * 0") + f"\n+ on () group_left () hour({LOCAL_TIME})",
-                        "hour")],  # fmt: skip
+                [
+                    target(
+                        by_gpu(f"{IDLE_GPUS} * 0") + f"\n+ on () group_left () hour({LOCAL_TIME})",
+                        "hour",
+                    )
+                ],
                 unit="short",
                 buckets=("1d", "1"),
                 interval="5m",
@@ -622,9 +626,14 @@ def fleet() -> dict[str, Any]:
                 "One column per week, one row per hour of the week (0 = Sunday 00:00, UTC + "
                 "`utc_offset`); each cell counts idle GPU samples (one per idle GPU per 5 "
                 "minutes). Usage patterns: nights, weekends, the deadline week.",
-                [target(by_gpu(f"{IDLE_GPUS} * 0")
+                [
+                    target(
+                        by_gpu(f"{IDLE_GPUS} * 0")
                         + f"\n+ on () group_left () (day_of_week({LOCAL_TIME}) * 24 "
-                        f"+ hour({LOCAL_TIME}))", "hour of week")],  # fmt: skip
+                        f"+ hour({LOCAL_TIME}))",
+                        "hour of week",
+                    )
+                ],
                 unit="short",
                 buckets=("7d", "1"),
                 interval="5m",
@@ -638,8 +647,13 @@ def fleet() -> dict[str, Any]:
                 "Over the dashboard's time range: for each user, the hours their processes "
                 "held a GPU while meeting the idle or stalled condition (one process on one GPU "
                 "for one hour = 1).",
-                [target(idle_hours("user", f"count_over_time({IDLE_PROCESSES}"), "{{user}}",
-                        instant=True)],  # fmt: skip
+                [
+                    target(
+                        idle_hours("user", f"count_over_time({IDLE_PROCESSES}"),
+                        "{{user}}",
+                        instant=True,
+                    )
+                ],
                 "h",
             ),
             6,
@@ -650,8 +664,13 @@ def fleet() -> dict[str, Any]:
                 "Idle GPU-hours by project",
                 "As by user, per project (the exporter's project mapping; empty when none "
                 "matched).",
-                [target(idle_hours("project", f"count_over_time({IDLE_PROCESSES}"),
-                        "{{project}}", instant=True)],  # fmt: skip
+                [
+                    target(
+                        idle_hours("project", f"count_over_time({IDLE_PROCESSES}"),
+                        "{{project}}",
+                        instant=True,
+                    )
+                ],
                 "h",
             ),
             6,
@@ -662,8 +681,13 @@ def fleet() -> dict[str, Any]:
                 "Idle memory by user (GiB-hours)",
                 "Over the dashboard's time range: GPU memory held by idle or stalled "
                 "processes, times the hours it was held (8 GiB for 2 h = 16).",
-                [target(idle_hours("user", f"sum_over_time({IDLE_PROCESSES}", gib=True),
-                        "{{user}}", instant=True)],  # fmt: skip
+                [
+                    target(
+                        idle_hours("user", f"sum_over_time({IDLE_PROCESSES}", gib=True),
+                        "{{user}}",
+                        instant=True,
+                    )
+                ],
                 "short",
             ),
             6,
@@ -673,8 +697,13 @@ def fleet() -> dict[str, Any]:
             bargauge(
                 "Idle memory by project (GiB-hours)",
                 "As by user, per project.",
-                [target(idle_hours("project", f"sum_over_time({IDLE_PROCESSES}", gib=True),
-                        "{{project}}", instant=True)],  # fmt: skip
+                [
+                    target(
+                        idle_hours("project", f"sum_over_time({IDLE_PROCESSES}", gib=True),
+                        "{{project}}",
+                        instant=True,
+                    )
+                ],
                 "short",
             ),
             6,

@@ -265,9 +265,9 @@ def test_grafanas_dashboard_model_reads_every_panel(path: Path) -> None:
         assert decoded.type_val == panel["type"] and decoded.title == panel["title"]
         # A known panel type's options decode into its model class, not a bare dict.
         assert not isinstance(decoded.options, dict), panel["title"]
-        for query, target in zip(decoded.targets, panel["targets"], strict=True):
-            assert isinstance(query, Dataquery) and not isinstance(query, UnknownDataquery)
-            assert query.expr == target["expr"] and query.ref_id == target["refId"]
+        for typed, target in zip(decoded.targets, panel["targets"], strict=True):
+            assert isinstance(typed, Dataquery) and not isinstance(typed, UnknownDataquery)
+            assert typed.expr == target["expr"] and typed.ref_id == target["refId"]
     assert model.to_json()["panels"]  # and it encodes back
 
 
