@@ -57,25 +57,36 @@ def parse_time(text: str, now: float) -> float:
     return moment.timestamp()
 
 
-def run_report(args: argparse.Namespace) -> int:
-    from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-    from requests import RequestException
+def connect(url: str, timeout: float) -> Any:
+    """A PrometheusConnect that retries briefly and lets the caller say what failed once."""
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
 
-    from actuator.report import NoData, Price, build, render
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # the error below says it once
+    retry = Retry(total=2, backoff_factor=0.2, status_forcelist=[502, 503, 504])
+    return PrometheusConnect(url=url, retry=retry, timeout=timeout)
 
+
+def period(args: argparse.Namespace) -> tuple[float, float]:
+    """--since/--until as unix seconds; --since must come first."""
     now = time.time()
     end = parse_time(args.until, now) if args.until else now
     start = parse_time(args.since, now)
     if start >= end:
         raise CommandError("--since must be before --until")
+    return start, end
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from prometheus_api_client import PrometheusApiClientException
+    from requests import RequestException
+
+    from actuator.report import NoData, Price, build, render
+
+    start, end = period(args)
     if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
         raise CommandError("--price-per-gpu-hour must not be negative")
-    from urllib3.util.retry import Retry
-
-    logging.getLogger("urllib3").setLevel(logging.ERROR)  # the error below says it once
-
-    retry = Retry(total=2, backoff_factor=0.2, status_forcelist=[502, 503, 504])
-    prom = PrometheusConnect(url=args.prometheus, retry=retry, timeout=args.timeout)
+    prom = connect(args.prometheus, args.timeout)
 
     def progress(step: str) -> None:
         print(f"querying {args.prometheus}: {step} ...", file=sys.stderr, flush=True)

@@ -25,6 +25,12 @@ from typing import Any
 
 import yaml
 
+from actuator.promql_duration import (
+    DURATION,
+    format_promql_duration,
+    parse_promql_duration,
+)
+
 __all__ = [
     "format_promql_duration",
     "parse_promql_duration",
@@ -34,19 +40,7 @@ __all__ = [
     "scale_expr",
 ]
 
-# Prometheus duration units, in seconds. Order matters for parsing ("ms" before "m").
-_UNITS: dict[str, float] = {
-    "y": 365 * 86400.0,
-    "w": 7 * 86400.0,
-    "d": 86400.0,
-    "h": 3600.0,
-    "m": 60.0,
-    "s": 1.0,
-    "ms": 0.001,
-}
-_DURATION = r"(?:\d+(?:ms|[smhdwy]))+"
-_DURATION_PART = re.compile(r"(\d+)(ms|[smhdwy])")
-_DURATION_RE = re.compile(rf"^{_DURATION}$")
+_DURATION = DURATION
 # `[range]`, `[range:step]`, `[range:]`; label values are skipped before this runs.
 _RANGE_RE = re.compile(rf"\[\s*({_DURATION})\s*(?::\s*({_DURATION})?\s*)?\]")
 _OFFSET_RE = re.compile(rf"\b(offset\s+)(-?)({_DURATION})\b")
@@ -55,28 +49,6 @@ _SKIP_RE = re.compile(r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|`[^`]*`|#[^\n]*")
 
 # The evaluation interval of deploy/prometheus.yml, which the source rules are written for.
 REFERENCE_EVAL_INTERVAL_S = 15.0
-
-
-def parse_promql_duration(text: str) -> float:
-    """Seconds in a Prometheus duration such as `5m`, `1h30m`, `250ms`."""
-    text = text.strip()
-    if not _DURATION_RE.match(text):
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    return sum(int(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(text))
-
-
-def format_promql_duration(seconds: float) -> str:
-    """The shortest single-unit Prometheus duration for `seconds`, rounded to milliseconds."""
-    ms = round(seconds * 1000)
-    if ms < 0:
-        raise ValueError(f"negative duration: {seconds}")
-    if ms == 0:
-        return "0s"
-    for unit in ("h", "m", "s"):
-        unit_ms = round(_UNITS[unit] * 1000)
-        if ms % unit_ms == 0:
-            return f"{ms // unit_ms}{unit}"
-    return f"{ms}ms"
 
 
 def _scaled(text: str, scale: float, floor_s: float = 0.0) -> str:
