@@ -41,8 +41,14 @@ ACT_SEL = 'job="gpu-reclaimer-actuator", instance=~"$instance"'
 LIVE_STATES = "|".join(str(s) for s in State if s in MODEL_LIVE_STATES)
 
 # The rules' idle definition, per process: GpuProcessIdle's or GpuProcessStalled's condition
-# at one evaluation (both recording rules' value is the memory the process holds).
-IDLE_PROCESSES = "(gpu_process:idle_condition or gpu_process:stalled_condition)"
+# at one evaluation (both recording rules' value is the memory the process holds). One series
+# per process: over a range a process can be idle, then stalled, and without the `max by`
+# the two series (names dropped) collide ("vector cannot contain metrics with the same
+# labelset").
+IDLE_PROCESSES = (
+    "max by (instance, gpu, uuid, pid) "
+    "(gpu_process:idle_condition or gpu_process:stalled_condition)"
+)
 # Per GPU: the GPU's node and number, with the memory of its idle processes (absent when none).
 IDLE_GPUS = f"max by (instance, gpu, uuid) ({IDLE_PROCESSES})"
 # PromQL's hour() and day_of_week() are UTC; the `utc_offset` variable moves them to the

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -647,3 +648,41 @@ def test_actuator_panels_show_the_reclaim(stack: Stack) -> None:
     assert {r["metric"]["code"] for r in codes} == {"200", "401", "422"}
     signals = _instant(stack.prom, 'gpu_reclaimer_signals_sent_total{signal="SIGTERM"}')
     assert signals and float(signals[0]["value"][1]) >= 1
+
+
+def _previews_module() -> Any:
+    spec = importlib.util.spec_from_file_location("render_previews", GRAFANA / "render_previews.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_previews_are_in_the_docs_and_the_readme() -> None:
+    previews = _previews_module()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, titles in previews.PREVIEWS.items():
+        png = REPO / "docs" / "previews" / name.replace(".json", ".png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"docs/previews/{png.name}" in readme
+        present = {p["title"] for p in query_panels(load(GRAFANA / "dashboards" / name))}
+        assert set(titles) <= present, set(titles) - present
+
+
+def test_the_previews_run_exactly_the_dashboards_queries(stack: Stack, tmp_path: Path) -> None:
+    from prometheus_api_client import PrometheusConnect
+
+    previews = _previews_module()
+    end = time.time()
+    # The stack's history is under a minute: panels' minimum intervals (up to 5m) at 1/300.
+    queries = previews.render(PrometheusConnect(stack.prom.url), end - stack.range_s(), end,
+                              tmp_path, 1, 1 / 300)  # fmt: skip
+    for name, titles in previews.PREVIEWS.items():
+        panels = {p["title"]: p for p in query_panels(load(GRAFANA / "dashboards" / name))}
+        expected = [(t, target["refId"], target["expr"]) for t in titles
+                    for target in panels[t]["targets"]]  # fmt: skip
+        assert [(q.panel, q.ref, q.expr) for q in queries if q.panel in titles] == expected
+        png = tmp_path / name.replace(".json", ".png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert not [f"{q.panel} [{q.ref}] {q.expanded}" for q in queries if not q.result]

@@ -1,0 +1,291 @@
+"""Render PNG previews of the dashboards' main panels from a real Prometheus, for readers
+without Grafana (run with the project's environment, after `make setup`):
+
+    python grafana/render_previews.py --prometheus http://127.0.0.1:9090 --since 30m
+    python grafana/render_previews.py --prometheus URL --since 2026-12-01T08:00 \\
+        --until 2026-12-01T09:00 --out docs/previews
+
+Every query comes from the dashboard JSON itself (grafana/dashboards/), with the template
+variables at "All" and Grafana's own variables substituted the way Grafana would, so a
+preview shows what the panel would; tests/grafana/test_grafana_dashboards.py checks that
+the previews run exactly the dashboards' queries. One PNG per dashboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+DASHBOARDS = Path(__file__).resolve().parent / "dashboards"
+# The main panels of each dashboard, in the order they are drawn.
+PREVIEWS: dict[str, tuple[str, ...]] = {
+    "gpu-reclaimer-fleet.json": (
+        "GPU utilisation",
+        "GPU memory used",
+        "Idle GPU time per GPU",
+        "Idle GPU time by hour of day",
+        "Idle GPU-hours by user",
+        "Idle memory by project (GiB-hours)",
+    ),
+    "gpu-reclaimer-actuator.json": (
+        "Cases opened, released, failed",
+        "Cases by state",
+        "GPU memory freed per hour",
+        "Refusals by reason (time range)",
+    ),
+}
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+_LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+_RELATIVE = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+@dataclass
+class Query:
+    """One target as run: the dashboard's expression and the expanded one."""
+
+    panel: str
+    ref: str
+    expr: str
+    expanded: str
+    instant: bool
+    result: list[dict[str, Any]] = field(default_factory=list)
+
+
+def seconds(text: str) -> int:
+    found = re.fullmatch(r"(\d+)([smhd]?)", text)
+    if not found:
+        raise ValueError(text)
+    return int(found.group(1)) * _UNITS[found.group(2) or "s"]
+
+
+def expand(expr: str, values: dict[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = next(g for g in match.groups() if g)
+        if name not in values:
+            raise SystemExit(f"render_previews: the query uses ${name}, which has no value")
+        return values[name]
+
+    return _VARIABLE.sub(substitute, expr)
+
+
+def variable_values(dashboard: dict[str, Any]) -> dict[str, str]:
+    values = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            values[variable["name"]] = variable["allValue"]
+        elif variable["type"] == "custom":
+            values[variable["name"]] = variable["current"]["value"]
+    return values
+
+
+def panel_interval(panel: dict[str, Any], range_s: int, scrape_s: float, scale: float) -> int:
+    """Grafana's $__interval: the range over ~100 points, at least the panel's minimum (x the
+    time scale, for data recorded by the compressed demo)."""
+    minimum = seconds(panel["interval"]) * scale if panel.get("interval") else scrape_s
+    return max(1, math.ceil(minimum), math.ceil(range_s / 100))
+
+
+def run_queries(
+    prom: Any, dashboard: dict[str, Any], titles: Iterable[str], start: float, end: float,
+    scrape_s: int, scale: float = 1.0,
+) -> list[Query]:  # fmt: skip
+    panels = {p["title"]: p for p in dashboard["panels"]}
+    range_s = int(end - start)
+    values = variable_values(dashboard)
+    done = []
+    for title in titles:
+        panel = panels[title]
+        interval = panel_interval(panel, range_s, scrape_s, scale)
+        builtins = {
+            "__interval": f"{interval}s", "__interval_ms": str(interval * 1000),
+            "__rate_interval": f"{max(4 * scrape_s, interval + scrape_s)}s",
+            "__range": f"{range_s}s", "__range_s": str(range_s),
+            "__range_ms": str(range_s * 1000),
+        }  # fmt: skip
+        for target in panel["targets"]:
+            expanded = expand(target["expr"], values | builtins)
+            query = Query(title, target["refId"], target["expr"], expanded, target["instant"])
+            if query.instant:
+                query.result = prom.custom_query(expanded, params={"time": end})
+            else:
+                query.result = prom.custom_query_range(
+                    expanded, start_time=datetime.fromtimestamp(start),
+                    end_time=datetime.fromtimestamp(end), step=f"{interval}s",
+                )  # fmt: skip
+            done.append(query)
+    return done
+
+
+def legend(target: dict[str, Any], metric: dict[str, str]) -> str:
+    text = target.get("legendFormat", "")
+    if not text or text == "__auto":
+        return ", ".join(f"{k}={v}" for k, v in sorted(metric.items())) or "value"
+    return _LEGEND.sub(lambda m: metric.get(m.group(1), ""), text)
+
+
+def _scale(unit: str, values: list[float]) -> tuple[float, str]:
+    if unit == "bytes":
+        top = max((abs(v) for v in values), default=0.0)
+        power = 0
+        while top >= 1024 and power < len(_BYTE_UNITS) - 1:
+            top, power = top / 1024, power + 1
+        return 1024.0**power, _BYTE_UNITS[power]
+    if unit == "percentunit":
+        return 0.01, "%"
+    return 1.0, {"h": "hours", "s": "seconds"}.get(unit, "")
+
+
+def draw(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
+    import matplotlib.dates as mdates
+
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+    targets = {t["refId"]: t for t in panel["targets"]}
+    ax.set_title(panel["title"], fontsize=10, loc="left")
+    if panel["type"] == "heatmap":
+        _heatmap(ax, panel, queries)
+        return
+    if panel["type"] == "bargauge":
+        bars = [(legend(targets[q.ref], r["metric"]), float(r["value"][1]))
+                for q in queries for r in q.result]  # fmt: skip
+        bars.sort(key=lambda b: b[1])
+        divisor, suffix = _scale(unit, [b[1] for b in bars])
+        ax.barh([b[0] for b in bars], [b[1] / divisor for b in bars], color="#f2a33a")
+        ax.set_xlabel(suffix)
+        if not bars:
+            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+        return
+    everything = [float(v) for q in queries for r in q.result for _, v in r["values"]]
+    divisor, suffix = _scale(unit, everything)
+    for q in queries:
+        for r in q.result:
+            times = [datetime.fromtimestamp(float(t)) for t, _ in r["values"]]
+            ax.plot(times, [float(v) / divisor for _, v in r["values"]], linewidth=1.2,
+                    label=legend(targets[q.ref], r["metric"]))  # fmt: skip
+    ax.set_ylabel(suffix)
+    ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
+    if any(q.result for q in queries):
+        ax.legend(fontsize=7, loc="upper left")
+
+
+def _clock(queries: list[Query]) -> str:
+    """Seconds on the time axis when the data spans less than an hour (the demo's)."""
+    times = [float(t) for q in queries for r in q.result for t, _ in r.get("values", [])]
+    return "%H:%M:%S" if times and max(times) - min(times) < 3600 else "%H:%M"
+
+
+def _heatmap(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
+    options = panel["options"]
+    series = [r for q in queries for r in q.result]
+    if not series:
+        ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+        return
+    if not options["calculate"]:  # one row per series, coloured by value
+        target = panel["targets"][0]
+        rows = sorted(series, key=lambda r: legend(target, r["metric"]))
+        times = sorted({float(t) for r in rows for t, _ in r["values"]})
+        column = {t: i for i, t in enumerate(times)}
+        grid = [[math.nan] * len(times) for _ in rows]
+        for y, r in enumerate(rows):
+            for t, v in r["values"]:
+                grid[y][column[float(t)]] = float(v)
+        ax.imshow(grid, aspect="auto", cmap="Oranges", vmin=0, vmax=1, interpolation="none",
+                  extent=(0, len(times), len(rows), 0))  # fmt: skip
+        ax.set_yticks([i + 0.5 for i in range(len(rows))],
+                      [legend(target, r["metric"]) for r in rows], fontsize=7)  # fmt: skip
+        step = max(1, len(times) // 6)
+        ax.set_xticks(
+            range(0, len(times), step),
+            [time.strftime(_clock(queries), time.localtime(t)) for t in times[::step]],
+        )
+        return
+    # Grafana's calculated heatmap: count samples per (x bucket, y bucket).
+    x_size = seconds(options["calculation"]["xBuckets"]["value"])
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for r in series:
+        for t, v in r["values"]:
+            counts[(int(float(t) // x_size), int(float(v)))] += 1
+    xs = sorted({x for x, _ in counts})
+    top = 24 if "hour of day" in panel["title"] else 168
+    grid = [[counts.get((x, y), 0) for x in xs] for y in range(top)]
+    ax.imshow(grid, aspect="auto", cmap="Oranges", origin="lower", interpolation="none")
+    ax.set_xticks(range(len(xs)),
+                  [time.strftime("%m-%d", time.gmtime(x * x_size)) for x in xs])  # fmt: skip
+    ax.set_ylabel("hour")
+
+
+def render(
+    prom: Any, start: float, end: float, out: Path, scrape_s: int, scale: float = 1.0
+) -> list[Query]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    everything: list[Query] = []
+    for name, titles in PREVIEWS.items():
+        dashboard = json.loads((DASHBOARDS / name).read_text(encoding="utf-8"))
+        queries = run_queries(prom, dashboard, titles, start, end, scrape_s, scale)
+        everything += queries
+        panels = {p["title"]: p for p in dashboard["panels"]}
+        rows = math.ceil(len(titles) / 2)
+        figure, axes = plt.subplots(rows, 2, figsize=(14, 3.6 * rows), squeeze=False)
+        for ax, title in zip(axes.flat, titles, strict=False):
+            draw(ax, panels[title], [q for q in queries if q.panel == title])
+        for ax in list(axes.flat)[len(titles) :]:
+            ax.axis("off")
+        span = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(start))} + {int(end - start)}s"
+        figure.suptitle(f"{dashboard['title']} ({span})", fontsize=12)
+        figure.tight_layout()
+        figure.savefig(out / name.replace(".json", ".png"), dpi=80)
+        plt.close(figure)
+    return everything
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--prometheus", required=True, metavar="URL")
+    parser.add_argument("--since", required=True,
+                        help="a duration back from --until (30m) or unix seconds")  # fmt: skip
+    parser.add_argument("--until", help="unix seconds (default: now)")
+    parser.add_argument(
+        "--scrape-interval",
+        default="15s",
+        help="the data source's scrape interval, for $__rate_interval",
+    )
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="time scale the data was recorded at (the demo's: 0.0667): "
+                        "panels' minimum intervals shrink by it")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("docs/previews"))
+    args = parser.parse_args(argv)
+    end = float(args.until) if args.until else time.time()
+    relative = _RELATIVE.match(args.since)
+    start = end - seconds(args.since) if relative else float(args.since)
+
+    from prometheus_api_client import PrometheusConnect
+
+    prom = PrometheusConnect(url=args.prometheus)
+    queries = render(prom, start, end, args.out, seconds(args.scrape_interval), args.scale)
+    empty = sorted({f"{q.panel} [{q.ref}]" for q in queries if not q.result})
+    print(f"wrote {len(PREVIEWS)} previews to {args.out}"
+          + (f"; no data for: {', '.join(empty)}" if empty else ""))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
