@@ -58,7 +58,7 @@ def add_demo_command(commands: Any) -> None:
         "--workdir", type=Path, help="where the run directory goes (default: the temp dir)"
     )
     parser.add_argument(
-        "--scale", type=_scale, default=1 / 15, help="time scale of every window (default 1/15)"
+        "--scale", type=_scale, help="time scale of every window (default 1/15; --day: 1/120)"
     )
     parser.add_argument(
         "--grace", type=argtypes.duration, default=15.0, help="notice -> SIGTERM (default 15s)"
@@ -69,6 +69,18 @@ def add_demo_command(commands: Any) -> None:
         default=5.0,
         help="SIGTERM -> SIGKILL (default 5s)",
     )
+    day = parser.add_argument_group(
+        "a measured simulated day",
+        "--day: a seeded day of jobs (trainings, debug runs, abandoned notebooks, crashed jobs "
+        "with live workers, a hung 2-GPU run) queued for the node's GPUs, run once with the "
+        "actuator in observe mode and once in enforce mode, then the before/after table "
+        "(utilisation, jobs per GPU, queue wait). 24 h at 1/120 take about 25 minutes.",
+    )
+    day.add_argument("--day", action="store_true", help="run the simulated day")
+    day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
+    day.add_argument("--seed", type=int, default=1, help="the job mix's seed (default 1)")
+    day.add_argument("--gpus", type=argtypes.positive_int, default=4,
+                     help="GPUs on the simulated node (default 4)")  # fmt: skip
     for service in ("exporter", "actuator", "prometheus", "alertmanager"):
         parser.add_argument(
             f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
@@ -88,9 +100,11 @@ def run_demo(args: argparse.Namespace) -> int:
     from actuator.demo.cast import DEMO_CAST
     from actuator.demo.stack import Ports, Stack, StackError, StackOptions
 
+    if args.day:
+        return _day(args)
     options = StackOptions(
         workdir=args.workdir,
-        scale=args.scale,
+        scale=args.scale or 1 / 15,
         grace=args.grace,
         term_timeout=args.term_timeout,
         ports=Ports(
@@ -120,6 +134,32 @@ def run_demo(args: argparse.Namespace) -> int:
         # A clean stop is success: `make demo` must not end in "Error 130".
         print("\nstopped; every process the demo started is gone.", file=out)
         return 0
+
+
+def _day(args: argparse.Namespace) -> int:
+    from actuator.demo.day import run_both
+    from actuator.demo.stack import StackError, StackOptions
+
+    if args.hours <= 0:
+        raise argtypes.CommandError("--hours must be positive")
+    scale = args.scale or 1 / 120
+    options = StackOptions(
+        workdir=args.workdir, scale=scale, gpus=args.gpus, grace=600 * scale,
+        term_timeout=max(1.0, 10 * scale), label="day",
+    )  # fmt: skip
+
+    def progress(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+    try:
+        run_both(options, args.seed, args.hours, sys.stdout, progress)
+    except StackError as exc:
+        print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nstopped; every process the demo started is gone.", file=sys.stderr)
+        return 0
+    return 0
 
 
 def _verdicts(cast: Sequence[tuple[Role, Workload]], snap: Snapshot) -> list[Verdict]:

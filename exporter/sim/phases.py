@@ -1,4 +1,5 @@
-"""The phase program of a simulated workload: ``load=10s,busy=1m,idle``."""
+"""The phase program of a simulated workload: ``load=10s,busy=1m,idle``; a program that ends
+in ``done`` exits by itself (a job that finished)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Literal
 
 from exporter.units import parse_duration
 
-PhaseName = Literal["load", "busy", "idle", "hang"]
-PHASES: tuple[PhaseName, ...] = ("load", "busy", "idle", "hang")
+PhaseName = Literal["load", "busy", "idle", "hang", "done"]
+PHASES: tuple[PhaseName, ...] = ("load", "busy", "idle", "hang", "done")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ def parse_phases(spec: str) -> tuple[Phase, ...]:
         if name not in PHASES:
             raise ValueError(f"unknown phase {name!r} in {spec!r}: use {', '.join(PHASES)}")
         is_last = position == len(items) - 1
+        if name == "done" and (duration or not is_last):
+            raise ValueError(f"`done` ends the program: last, without a duration, in {spec!r}")
         if not duration and not is_last:
             raise ValueError(f"phase {item!r} needs a duration (only the last lasts forever)")
         seconds = None if is_last else parse_duration(duration)

@@ -53,8 +53,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--phases",
         required=True,
-        help="comma list of load|busy|idle|hang[=DURATION]; the last lasts forever "
-        "(e.g. load=10s,busy=1m,idle)",
+        help="comma list of load|busy|idle|hang[=DURATION]; the last lasts forever, or "
+        "`done` ends the process (e.g. load=10s,busy=1m,idle or busy=1h,done)",
     )
     parser.add_argument("--util", type=int, default=95, help="SM utilisation %% when busy")
     parser.add_argument("--log", type=Path, help="log file written while busy (default stdout)")
@@ -183,6 +183,8 @@ class Workload:
                 now = time.monotonic()
                 current = phase_at(spec.phases, now - started)
                 name = current.phase.name
+                if name == "done":  # the job finished: exit 0, memory released below
+                    return 0
                 if name == "load":
                     total = current.phase.seconds or 1.0
                     fraction = min(1.0, 0.05 + 0.95 * current.elapsed_in_phase / total)

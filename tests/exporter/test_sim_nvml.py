@@ -154,9 +154,16 @@ def test_phase_program() -> None:
     assert phase_at(phases, 5).phase.name == "load"
     assert phase_at(phases, 30).phase.name == "busy"
     assert phase_at(phases, 10_000).phase.name == "idle"
-    for bad in ("", "sleep=1s", "busy,idle", "busy=abc,idle"):
+    for bad in ("", "sleep=1s", "busy,idle", "busy=abc,idle", "done,busy", "busy=1s,done=1s"):
         with pytest.raises(ValueError):
             parse_phases(bad)
+
+
+def test_a_job_that_is_done_exits_and_frees_its_memory(sim_node: Path, spawn_workload) -> None:
+    workload = spawn_workload(phases="busy=1s,done")
+    nvml = _nvml(sim_node)
+    assert workload.wait(timeout=10) == 0
+    assert not _listed(nvml, 0)
 
 
 def test_loading_memory_grows(sim_node: Path, spawn_workload) -> None:
