@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose
 
-.PHONY: setup system-deps secrets test lint unit rules demo bench bench-nvitop soak clean
+.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean
 
 setup: $(VENV)/.installed system-deps
 
@@ -51,6 +51,9 @@ test: lint rules unit
 
 demo: setup
 	$(BIN)/gpu-reclaimer demo
+
+day: setup  # the measured simulated day: observe vs enforce, about 25 minutes
+	$(BIN)/gpu-reclaimer demo --day
 
 bench: setup
 	$(BIN)/python benchmarks/exporter_scrape.py

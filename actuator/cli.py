@@ -9,6 +9,7 @@ from typing import Any
 from actuator.config import (
     DEFAULT_PORT,
     ConfigError,
+    check_notifier,
     check_storage,
     config_warnings,
     idle_thresholds,
@@ -45,6 +46,7 @@ def run_actuator(args: argparse.Namespace) -> int:
         token = read_token(config, args.token_file)
         idle_thresholds(config)
         load_projects(config)
+        check_notifier(config)
         if args.check_config:
             # At start an unwritable audit log only makes /-/ready fail (a full disk may
             # come back); a config check says so outright.

@@ -69,8 +69,53 @@ class WebhookSettings(Strict):
     headers: dict[str, str] = {}
 
 
+class EmailSettings(Strict):
+    host: str = Field(min_length=1)
+    port: int = Field(587, ge=1, le=65535)
+    sender: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", description="the From: address")
+    security: Literal["starttls", "tls", "none"] = Field(
+        "starttls", description="starttls (port 587), tls (implicit, port 465), none"
+    )
+    username: str | None = None
+    password_file: str | None = Field(None, description="a file holding the SMTP password")
+    ca_file: str | None = Field(None, description="CA bundle for the server's certificate")
+    timeout: Duration = Field(10.0, gt=0, le=60)
+
+
+class RobotSettings(Strict):
+    url: str = Field(min_length=1, description="the robot's webhook URL, as the service shows it")
+    secret_file: str | None = Field(
+        None, description="DingTalk/Feishu signing secret (the robot's signature option)"
+    )
+    timeout: Duration = Field(5.0, gt=0, le=60)
+
+
 class NotifierSettings(Strict):
     webhook: WebhookSettings | None = None
+    directory: str | None = Field(None, description="owner directory (YAML, actuator/owners.py)")
+    templates_dir: str | None = Field(None, description="site templates, searched first")
+    sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
+    email: EmailSettings | None = None
+    wecom: RobotSettings | None = None
+    dingtalk: RobotSettings | None = None
+    feishu: RobotSettings | None = None
+    slack: RobotSettings | None = None
+
+    def owner_channels(self) -> list[str]:
+        return [n for n in ("email", "wecom", "dingtalk", "feishu", "slack") if getattr(self, n)]
+
+    @model_validator(mode="after")
+    def _directory_and_channels(self) -> NotifierSettings:
+        if self.owner_channels() and not self.directory:
+            raise ValueError("owner channels need notifier.directory: who is reached where")
+        if self.directory and not self.owner_channels():
+            raise ValueError("notifier.directory needs at least one channel (email, wecom, "
+                             "dingtalk, feishu, slack)")  # fmt: skip
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return self.webhook is not None or bool(self.directory)
 
 
 class ReconcilerSettings(Strict):
@@ -91,10 +136,11 @@ class ActuatorConfig(Policy):
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:
         enforcing = self.mode == Mode.ENFORCE or any(r.mode == Mode.ENFORCE for r in self.projects)
-        if enforcing and self.notice.required and self.notifier.webhook is None:
+        if enforcing and self.notice.required and not self.notifier.configured:
             raise ValueError(
-                "enforce mode needs a way to warn the owner first: configure notifier.webhook "
-                "(or set notice.required: false to enforce without a delivered notice)"
+                "enforce mode needs a way to warn the owner first: configure notifier.directory "
+                "with a channel, or notifier.webhook (or set notice.required: false to enforce "
+                "without a delivered notice)"
             )
         return self
 
@@ -192,6 +238,28 @@ def idle_thresholds(config: ActuatorConfig) -> Thresholds:
 def open_audit(config: ActuatorConfig) -> AuditLog:
     storage = config.storage
     return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
+
+
+def check_notifier(config: ActuatorConfig) -> None:
+    """At start, not at the first notice: the owner directory parses, secrets and the site's
+    templates are readable."""
+    from actuator.owners import DirectoryError, OwnerDirectory
+
+    settings = config.notifier
+    if settings.directory:
+        try:
+            OwnerDirectory.load(settings.directory)
+        except DirectoryError as exc:
+            raise ConfigError(f"notifier.directory: {exc}") from None
+    files = {"notifier.email.password_file": settings.email and settings.email.password_file}
+    for name in ("dingtalk", "feishu"):
+        robot = getattr(settings, name)
+        files[f"notifier.{name}.secret_file"] = robot and robot.secret_file
+    for key, path in files.items():
+        if path and not os.access(path, os.R_OK):
+            raise ConfigError(f"{key}: {path} is not readable")
+    if settings.templates_dir and not Path(settings.templates_dir).is_dir():
+        raise ConfigError(f"notifier.templates_dir: {settings.templates_dir} is not a directory")
 
 
 def load_projects(config: ActuatorConfig) -> ProjectMapping | None:

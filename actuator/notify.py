@@ -1,12 +1,19 @@
-"""Notices to the owner before anything is signalled (a generic JSON webhook for now)."""
+"""Notices to the owner before anything is signalled: to the owner's own channels (email,
+WeCom, DingTalk, Feishu, Slack; `OwnerNotifier`), or as JSON to one webhook."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import requests
+
+from actuator.channels import Channel
+from actuator.messages import NoticeFacts, Renderer
+from actuator.owners import OwnerDirectory
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +27,8 @@ class NoticeResult:
 class Notifier(Protocol):
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult: ...
 
+    def followup(self, notice: dict[str, Any]) -> NoticeResult: ...
+
 
 class NullNotifier:
     """No channel configured: the notice exists only in the audit log and the API."""
@@ -27,6 +36,9 @@ class NullNotifier:
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
         prefix = "DRY-RUN: would record" if dry_run else "recorded"
         log.info("%s notice for case %s (no notifier configured)", prefix, notice.get("case"))
+        return NoticeResult(False, "no notifier configured")
+
+    def followup(self, notice: dict[str, Any]) -> NoticeResult:
         return NoticeResult(False, "no notifier configured")
 
 
@@ -52,3 +64,46 @@ class WebhookNotifier:
         if response.status_code >= 300:
             return NoticeResult(False, f"HTTP {response.status_code}")
         return NoticeResult(True, f"HTTP {response.status_code}")
+
+    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+        """The JSON webhook gets warnings only (its receivers count on one notice per case)."""
+        return NoticeResult(False, "the JSON webhook gets no follow-up")
+
+
+class OwnerNotifier:
+    """The owner's own channels: the directory finds the person (or the project's contact,
+    or the SRE route), the renderer writes the message in their language and time zone, and
+    every channel they can be reached on is tried; delivered when at least one accepted it."""
+
+    def __init__(
+        self, directory: OwnerDirectory, channels: Mapping[str, Channel], renderer: Renderer,
+        *, clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        self.directory, self.channels, self.renderer = directory, dict(channels), renderer
+        self.clock = clock
+
+    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
+        facts = NoticeFacts.from_notice(notice)
+        recipient = self.directory.resolve(facts.user, facts.project, set(self.channels))
+        if recipient is None:
+            return NoticeResult(
+                False,
+                f"nobody to tell: user {facts.user!r}, project {facts.project!r} and the SRE "
+                "route have no address on a configured channel",
+            )
+        message = self.renderer.render(facts, recipient.contact, self.clock())
+        who = f"{recipient.via} {recipient.contact.name or facts.user}"
+        if dry_run:
+            log.info("DRY-RUN: would send case %s to %s by %s", facts.case, who,
+                     ", ".join(recipient.channels))  # fmt: skip
+            return NoticeResult(False, "dry run")
+        results = [(name, self.channels[name].send(message, recipient.contact))
+                   for name in recipient.channels]  # fmt: skip
+        detail = f"to {who} ({recipient.contact.language}): " + "; ".join(
+            f"{name} {'delivered' if r.delivered else 'failed'}: {r.detail}" for name, r in results
+        )
+        return NoticeResult(any(r.delivered for _, r in results), detail)
+
+    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+        """After a reclaim: what was freed and the case id (best effort, not a gate)."""
+        return self.send({**notice, "kind": "reclaimed"}, dry_run=False)

@@ -446,6 +446,8 @@ class Reconciler:
         elif d.action in (Action.TERM, Action.KILL):
             sig = signal.SIGTERM if d.action == Action.TERM else signal.SIGKILL
             self._signal(case, node, sig, dry_run=False)
+        elif d.state == State.RECLAIMED and case.notified_at is not None:
+            self._followup(case, eff)
         elif d.state == State.OBSERVED and live is not None:
             # Observe/notify mode: exercise the same side-effect functions as a dry run.
             if eff.mode == "observe":
@@ -463,22 +465,40 @@ class Reconciler:
 
     # -- side effects -------------------------------------------------------------------
 
-    def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
-        notice = {
+    def _notice(self, case: Case, eff: Effective, sigterm_at: float) -> dict[str, Any]:
+        """The facts every channel renders from (actuator/messages.py)."""
+        return {
+            "kind": "warning",
             "case": case.id,
             "node": case.node,
+            "gpu": case.labels.get("gpu", ""),
             "pid": case.pid,
+            "command": case.labels.get("command", ""),
             "user": case.user,
+            "project": case.project or case.labels.get("project", ""),
             "uuid": case.uuid,
             "alertname": case.alertname,
             "gpu_memory_bytes": case.gpu_memory_bytes,
-            "sigterm_at": now + eff.grace + case.notice_extra_grace,
+            "since": case.starts_ts,
+            "sigterm_at": sigterm_at,
+            "term_timeout": eff.term_timeout,
+            "freed_bytes": case.freed_bytes,
             "snooze": f"/api/v1/cases/{case.id}/snooze",
             "message": (
                 f"GPU process {case.pid} of {case.user} on {case.node} holds GPU memory and is "
                 f"idle; it will be sent SIGTERM in {eff.grace:g}s unless snoozed."
             ),
         }
+
+    def _followup(self, case: Case, eff: Effective) -> None:
+        """What was freed, to whoever got the warning; best effort, audited."""
+        result = self.notifier.followup(self._notice(case, eff, case.term_at or self.clock()))
+        with contextlib.suppress(AuditError):
+            self.audit.write({"event": "followup", "case": case.id,
+                              "delivered": result.delivered, "detail": result.detail})  # fmt: skip
+
+    def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
+        notice = self._notice(case, eff, now + eff.grace + case.notice_extra_grace)
         result = self.notifier.send(notice, dry_run=dry_run)
         if dry_run:
             return

@@ -12,10 +12,20 @@ from gunicorn.app.base import BaseApplication
 
 from actuator.app import Runtime, create_app
 from actuator.asgi import asgi_app
-from actuator.config import ActuatorConfig, load_projects, open_audit
+from actuator.channels import (
+    Channel,
+    DingTalkChannel,
+    EmailChannel,
+    FeishuChannel,
+    SlackChannel,
+    WeComChannel,
+)
+from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
 from actuator.live import Evidence
+from actuator.messages import Renderer
 from actuator.node import LocalNode, Node
-from actuator.notify import Notifier, NullNotifier, WebhookNotifier
+from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
+from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
 from actuator.store import Store, StoreUnavailable
 from exporter import ownprocs
@@ -23,8 +33,41 @@ from exporter import ownprocs
 log = logging.getLogger(__name__)
 
 
+def _secret(path: str | None) -> str | None:
+    return Path(path).read_text(encoding="utf-8").strip() if path else None
+
+
+def build_channels(settings: NotifierSettings) -> dict[str, Channel]:
+    channels: dict[str, Channel] = {}
+    if settings.email:
+        e = settings.email
+        channels["email"] = EmailChannel(
+            e.host, e.port, e.sender, security=e.security, username=e.username,
+            password=_secret(e.password_file), ca_file=e.ca_file, timeout=e.timeout,
+        )  # fmt: skip
+    if settings.wecom:
+        channels["wecom"] = WeComChannel(settings.wecom.url, timeout=settings.wecom.timeout)
+    if settings.dingtalk:
+        d = settings.dingtalk
+        channels["dingtalk"] = DingTalkChannel(d.url, secret=_secret(d.secret_file),
+                                               timeout=d.timeout)  # fmt: skip
+    if settings.feishu:
+        f = settings.feishu
+        channels["feishu"] = FeishuChannel(f.url, secret=_secret(f.secret_file),
+                                           timeout=f.timeout)  # fmt: skip
+    if settings.slack:
+        channels["slack"] = SlackChannel(settings.slack.url, timeout=settings.slack.timeout)
+    return channels
+
+
 def build_notifier(config: ActuatorConfig) -> Notifier:
-    hook = config.notifier.webhook
+    settings = config.notifier
+    if settings.directory:
+        return OwnerNotifier(
+            OwnerDirectory.load(settings.directory), build_channels(settings),
+            Renderer(settings.templates_dir, sre=settings.sre_contact),
+        )  # fmt: skip
+    hook = settings.webhook
     if hook is None:
         return NullNotifier()
     return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)

@@ -81,12 +81,17 @@ class ScriptedNode:
 class ScriptedNotifier:
     delivered: bool = True
     sent: list[dict[str, Any]] = field(default_factory=list)
+    followups: list[dict[str, Any]] = field(default_factory=list)
 
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
         if dry_run:
             return NoticeResult(False, "dry run")
         self.sent.append(notice)
         return NoticeResult(self.delivered, "ok" if self.delivered else "HTTP 502")
+
+    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+        self.followups.append(notice)
+        return NoticeResult(True, "ok")
 
 
 def idle_live(clock: ManualClock, pid: int, **over: Any) -> LiveState:

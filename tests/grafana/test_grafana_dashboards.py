@@ -16,6 +16,8 @@ Workloads (node `simnode`, leak mode on so an exited process's memory stays used
   leaker   GPU 1, 6 GiB, killed at once                      -> orphaned memory
   victim   GPU 1, idle; an alert for it is posted to the actuator (enforce, fast timings),
            which terminates it                               -> released, memory freed
+  flip     GPU 1, busy 1 s with log lines, idle 8 s, then util 100 % -> idle, then stalled:
+           both conditions for one process within the range
 """
 
 from __future__ import annotations
@@ -442,6 +444,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             ("idle", workload("busy=1s,idle", gpu=1, memory="6GiB"), tmp / "idle.log"),
             ("hang", workload("busy=1s,hang", *hb, gpu=1), tmp / "hang.log"),
             ("victim", workload("idle", gpu=1, memory="2GiB"), Path(os.devnull)),
+            # idle for a while, then hung: one process meets both conditions in the range
+            ("flip", workload("busy=1s,idle=8s,hang", gpu=1, memory="1GiB"), tmp / "flip.log"),
         ]:
             pids[name] = stack.enter_context(background(command, log)).pid
         for pid in pids.values():
@@ -480,7 +484,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             wait_until(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
             wait_until(lambda: _instant(prom, 'gpu_reclaimer_refusals_total{reason!=""}'), 15)
             # The idle and hung processes' alerts are pending.
-            for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang")):
+            for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang"),
+                                    ("GpuProcessStalled", "flip")):  # fmt: skip
                 wait_until(
                     lambda a=alertname, n=name: _instant(
                         prom, f'ALERTS{{alertname="{a}", pid="{pids[n]}"}}'
@@ -588,6 +593,11 @@ def test_fleet_panels_show_the_workloads(stack: Stack) -> None:
     assert float(held["value"][1]) >= 6 * GiB  # at least the idle process's 6 GiB
     (gpus,) = instant("GPUs")
     assert gpus["value"][1] == "2"
+    # The flip process met both conditions in the range: the per-user and per-project panels
+    # must still answer (two series of one process used to collide in them).
+    flip = stack.pids["flip"]
+    for rule in ("gpu_process:idle_condition", "gpu_process:stalled_condition"):
+        assert _instant(stack.prom, f'count_over_time({rule}{{pid="{flip}"}}[{stack.range_s()}s])')
     # Idle time: GPU 1 holds the idle and hung processes, GPU 0 only the busy one.
     shares = {r["metric"]["gpu"]: float(r["value"][1]) for r in instant("Idle GPU time per GPU")}
     assert shares["1"] == 1.0 and shares["0"] == 0.0

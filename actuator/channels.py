@@ -1,0 +1,238 @@
+"""Where a notice goes: email over SMTP and the chat robots an admin creates in WeCom,
+DingTalk, Feishu/Lark and Slack (the robot URL pasted from the service). Each channel turns
+a rendered message into that service's documented request, sends it with a bounded timeout
+and reads the service's own success answer; a channel never raises, it returns a result.
+
+Libraries: `smtplib`/`email` (standard library: STARTTLS, implicit TLS, AUTH, multipart) and
+`requests`. A notification aggregator (apprise) would hide the exact payloads and signing
+this module must get right and that the tests check against each service's format.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import smtplib
+import ssl
+import time
+import urllib.parse
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formataddr, make_msgid
+from typing import Any, Protocol
+
+import requests
+
+from actuator.messages import Message
+from actuator.owners import Contact
+
+log = logging.getLogger(__name__)
+TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    delivered: bool
+    detail: str
+
+
+class Channel(Protocol):
+    name: str
+
+    def send(self, message: Message, contact: Contact) -> Delivery: ...
+
+
+def _post_json(session: requests.Session, url: str, body: dict[str, Any], timeout: float,
+               ok: Any) -> Delivery:  # fmt: skip
+    """POST `body`; delivered only when the service's answer says so (`ok(response)`)."""
+    try:
+        response = session.post(url, json=body, timeout=timeout)
+    except requests.RequestException as exc:
+        return Delivery(False, f"{type(exc).__name__}: {exc}")
+    if response.status_code >= 300:
+        return Delivery(False, f"HTTP {response.status_code}: {response.text[:200]}")
+    verdict = ok(response)
+    return Delivery(verdict is True, "ok" if verdict is True else str(verdict))
+
+
+def _errcode(response: requests.Response, key: str = "errcode", message: str = "errmsg") -> Any:
+    try:
+        answer = response.json()
+    except ValueError:
+        return f"not JSON: {response.text[:200]}"
+    if answer.get(key) == 0:
+        return True
+    return f"{key} {answer.get(key)}: {answer.get(message)}"
+
+
+class EmailChannel:
+    """Multipart (text + HTML) mail over SMTP: STARTTLS, implicit TLS or plain, with AUTH."""
+
+    name = "email"
+
+    def __init__(
+        self, host: str, port: int, sender: str, *, security: str = "starttls",
+        username: str | None = None, password: str | None = None,
+        ca_file: str | None = None, timeout: float = TIMEOUT,
+    ) -> None:  # fmt: skip
+        self.host, self.port, self.sender, self.security = host, port, sender, security
+        self.username, self.password, self.timeout = username, password, timeout
+        self.tls = ssl.create_default_context(cafile=ca_file)
+
+    def compose(self, message: Message, contact: Contact) -> EmailMessage:
+        mail = EmailMessage()
+        mail["Subject"] = message.subject
+        mail["From"] = self.sender
+        mail["To"] = formataddr((contact.name, contact.email or ""))
+        mail["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)
+        mail.set_content(message.text)
+        mail.add_alternative(message.html, subtype="html")
+        mail["Content-Language"] = message.language  # after: set_content drops Content-*
+        return mail
+
+    def send(self, message: Message, contact: Contact) -> Delivery:
+        mail = self.compose(message, contact)
+        try:
+            if self.security == "tls":
+                smtp: smtplib.SMTP = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout,
+                                                      context=self.tls)  # fmt: skip
+            else:
+                smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            with smtp:
+                if self.security == "starttls":
+                    smtp.starttls(context=self.tls)
+                if self.username:
+                    smtp.login(self.username, self.password or "")
+                refused = smtp.send_message(mail)
+        except (smtplib.SMTPException, OSError) as exc:
+            return Delivery(False, f"{type(exc).__name__}: {exc}")
+        if refused:
+            return Delivery(False, f"refused: {refused}")
+        return Delivery(True, f"mail accepted for {contact.email}")
+
+
+class WeComChannel:
+    """WeCom group robot: a markdown message; the owner @-mentioned by user id."""
+
+    name = "wecom"
+    MAX_BYTES = 4096  # the robot's limit for markdown content
+
+    def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
+        self.url, self.timeout, self.session = url, timeout, requests.Session()
+
+    def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
+        mention = f"\n<@{contact.wecom}>" if contact.wecom else ""
+        content = f"**{message.subject}**\n{message.markdown}"
+        budget = self.MAX_BYTES - len(mention.encode())
+        content = content.encode()[:budget].decode(errors="ignore")
+        return {"msgtype": "markdown", "markdown": {"content": content + mention}}
+
+    def send(self, message: Message, contact: Contact) -> Delivery:
+        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
+                          _errcode)  # fmt: skip
+
+
+def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
+    """DingTalk's signed-request option: base64(HMAC-SHA256(secret, "ts\\nsecret"))."""
+    digest = hmac.new(secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256)
+    return base64.b64encode(digest.digest()).decode()
+
+
+class DingTalkChannel:
+    """DingTalk robot: markdown with the owner in `at.atUserIds`; signed when a secret is set."""
+
+    name = "dingtalk"
+
+    def __init__(self, url: str, *, secret: str | None = None, timeout: float = TIMEOUT,
+                 clock: Any = time.time) -> None:  # fmt: skip
+        self.url, self.secret, self.timeout = url, secret, timeout
+        self.clock, self.session = clock, requests.Session()
+
+    def signed_url(self) -> str:
+        if not self.secret:
+            return self.url
+        ts = int(self.clock() * 1000)
+        query = urllib.parse.urlencode({"timestamp": ts, "sign": dingtalk_sign(self.secret, ts)})
+        return f"{self.url}{'&' if '?' in self.url else '?'}{query}"
+
+    def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
+        mention = f"\n\n@{contact.dingtalk}" if contact.dingtalk else ""
+        return {
+            "msgtype": "markdown",
+            "markdown": {"title": message.subject, "text": message.markdown + mention},
+            "at": {"atUserIds": [contact.dingtalk] if contact.dingtalk else [], "isAtAll": False},
+        }
+
+    def send(self, message: Message, contact: Contact) -> Delivery:
+        return _post_json(self.session, self.signed_url(), self.payload(message, contact),
+                          self.timeout, _errcode)  # fmt: skip
+
+
+def feishu_sign(secret: str, timestamp_s: int) -> str:
+    """Feishu/Lark's signature: base64(HMAC-SHA256 keyed by "ts\\nsecret", of nothing)."""
+    key = f"{timestamp_s}\n{secret}".encode()
+    return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+
+
+class FeishuChannel:
+    """Feishu/Lark custom bot: a rich-text `post` with the owner @-mentioned by open_id."""
+
+    name = "feishu"
+
+    def __init__(self, url: str, *, secret: str | None = None, timeout: float = TIMEOUT,
+                 clock: Any = time.time) -> None:  # fmt: skip
+        self.url, self.secret, self.timeout = url, secret, timeout
+        self.clock, self.session = clock, requests.Session()
+
+    def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
+        lines: list[list[dict[str, str]]] = []
+        if contact.feishu:
+            lines.append([{"tag": "at", "user_id": contact.feishu}])
+        lines += [[{"tag": "text", "text": line}] for line in message.text.splitlines() if line]
+        locale = "zh_cn" if message.language == "zh-CN" else "en_us"
+        body: dict[str, Any] = {
+            "msg_type": "post",
+            "content": {"post": {locale: {"title": message.subject, "content": lines}}},
+        }
+        if self.secret:
+            ts = int(self.clock())
+            body = {"timestamp": str(ts), "sign": feishu_sign(self.secret, ts), **body}
+        return body
+
+    def send(self, message: Message, contact: Contact) -> Delivery:
+        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
+                          lambda r: _errcode(r, "code", "msg"))  # fmt: skip
+
+
+class SlackChannel:
+    """Slack incoming webhook: Block Kit (a header and an mrkdwn section), owner mentioned."""
+
+    name = "slack"
+    MAX_SECTION = 3000  # Slack's limit for a section's text
+
+    def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
+        self.url, self.timeout, self.session = url, timeout, requests.Session()
+
+    def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
+        mrkdwn = message.markdown.replace("**", "*")  # Slack's bold is *single*
+        if contact.slack:
+            mention = f"<!subteam^{contact.slack}>" if contact.slack.startswith("S") else (
+                f"<@{contact.slack}>")  # fmt: skip
+            mrkdwn = f"{mention} {mrkdwn}"
+        return {
+            "text": message.subject,  # the notification's fallback text
+            "blocks": [
+                {"type": "header", "text": {"type": "plain_text", "text": message.subject[:150]}},
+                {"type": "section",
+                 "text": {"type": "mrkdwn", "text": mrkdwn[: self.MAX_SECTION]}},
+            ],
+        }  # fmt: skip
+
+    def send(self, message: Message, contact: Contact) -> Delivery:
+        def ok(response: requests.Response) -> Any:
+            return True if response.text.strip() == "ok" else f"answer {response.text[:200]!r}"
+
+        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
+                          ok)  # fmt: skip

@@ -1,0 +1,305 @@
+"""Owner notices: the directory's fallbacks, the messages in both languages, and every
+channel against a real receiver (an SMTP server, aiosmtpd; local robot endpoints that check
+each service's documented format and signature)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from actuator.channels import (
+    DingTalkChannel,
+    EmailChannel,
+    FeishuChannel,
+    SlackChannel,
+    WeComChannel,
+)
+from actuator.config import ConfigError, load_config
+from actuator.messages import NoticeFacts, Renderer
+from actuator.notify import OwnerNotifier
+from actuator.owners import Contact, DirectoryError, OwnerDirectory
+from tests.helpers.robots import robot
+from tests.support import free_port
+
+NOW = datetime(2026, 12, 1, 6, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # 14:00 in Shanghai
+GiB = 1024**3
+LILEI = Contact(name="李雷", email="lilei@example.com", wecom="lilei", dingtalk="lilei-dt",
+                feishu="ou_lilei", slack="U024LILEI", language="zh-CN",
+                timezone="Asia/Shanghai")  # fmt: skip
+BOB = Contact(name="Bob", email="bob@example.com", slack="U024BOB", language="en",
+              timezone="Europe/Berlin")  # fmt: skip
+
+
+def notice(**over: Any) -> dict[str, Any]:
+    base = {
+        "kind": "warning", "case": 42, "node": "gpu-node-3", "gpu": "2", "pid": 31337,
+        "command": "python train_yolo.py", "user": "lilei", "project": "vision",
+        "alertname": "GpuProcessIdle", "gpu_memory_bytes": 18 * GiB,
+        "since": NOW - 7 * 60, "sigterm_at": NOW + 600, "term_timeout": 10.0,
+    }  # fmt: skip
+    return base | over
+
+
+# -- the directory ----------------------------------------------------------------------
+
+
+def test_a_missing_owner_falls_back_to_the_project_then_the_sre_route() -> None:
+    directory = OwnerDirectory(
+        users={"lilei": LILEI, "mute": Contact(name="no address")},
+        projects={"vision": Contact(name="Vision on-call", email="vision@example.com")},
+        sre=Contact(name="GPU SRE", slack="S0SRE"),
+    )
+    assert directory.resolve("lilei", "vision", {"email", "wecom"}).via == "user"
+    assert directory.resolve("lilei", "vision", {"wecom"}).channels == ("wecom",)
+    assert directory.resolve("nobody", "vision", {"email"}).via == "project"
+    assert directory.resolve("mute", "vision", {"email"}).via == "project"  # no address
+    assert directory.resolve("nobody", "other", {"email", "slack"}).via == "sre"
+    assert directory.resolve("nobody", "other", {"email"}) is None  # never silently nobody
+
+
+def test_a_directory_file_with_a_mistake_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "owners.yml"
+    path.write_text("users:\n  alice: {email: alice@example.com, timezone: Mars/Olympus}\n")
+    with pytest.raises(
+        DirectoryError, match=r"(?s)owners.yml.*users.alice.timezone: .*unknown time zone .Mars"
+    ):
+        OwnerDirectory.load(path)
+
+
+# -- the messages -----------------------------------------------------------------------
+
+
+def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
+    message = Renderer(sre="GPU 运维（企业微信群 GPU-help）").render(
+        NoticeFacts.from_notice(notice()), LILEI, NOW)  # fmt: skip
+    assert message.subject == (
+        "[GPU 回收] gpu-node-3 GPU 2 上的 python train_yolo.py（PID 31337）将于 "
+        "2026-12-01 14:10 被回收"
+    )
+    text = message.text
+    assert "李雷，您好" in text and "已持续 7 分钟无活动，是否仍在进行？" in text
+    assert "占用 18.0 GiB 显存" in text
+    assert "自 2026-12-01 13:53 起无日志或心跳写入" in text  # the owner's time zone
+    assert "2026-12-01 14:10（Asia/Shanghai）发送 SIGTERM，10 秒后仍未退出则 SIGKILL" in text
+    assert "联系 GPU 运维（企业微信群 GPU-help），注明工单号 42" in text
+    assert "心跳" in text.splitlines()[-1]  # how to avoid it next time
+    assert "<strong>" in message.html and 'lang="zh-CN"' in message.html
+
+
+def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
+    renderer = Renderer()
+    stalled = renderer.render(NoticeFacts.from_notice(notice(alertname="GpuProcessStalled")),
+                              BOB, NOW)  # fmt: skip
+    assert stalled.subject.startswith("[GPU reclaim] python train_yolo.py (PID 31337)")
+    assert "at 2026-12-01 07:10" in stalled.subject  # Berlin
+    assert "heartbeat and log have not moved since 2026-12-01 06:53" in stalled.text
+    assert "as in an NCCL hang" in stalled.text and "the GPU SRE team" in stalled.text
+    done = renderer.render(
+        NoticeFacts.from_notice(notice(kind="reclaimed", freed_bytes=18 * GiB)), BOB, NOW
+    )
+    assert "was reclaimed" in done.subject and "18.0 GiB of GPU memory was freed (case 42)" \
+        in done.text  # fmt: skip
+    # A site template of the same name wins.
+    site = tmp_path / "templates"
+    site.mkdir()
+    (site / "warning.en.md.j2").write_text(
+        "{% set subject %}Site: case {{ case }}{% endset %}Ours: {{ command }} until "
+        "{{ deadline }}\n"
+    )
+    mine = Renderer(site).render(NoticeFacts.from_notice(notice()), BOB, NOW)
+    assert mine.subject == "Site: case 42" and mine.text == "Ours: python train_yolo.py until " \
+        "2026-12-01 07:10\n"  # fmt: skip
+
+
+# -- email ------------------------------------------------------------------------------
+
+
+@dataclass
+class Inbox:
+    messages: list[email.message.EmailMessage] = field(default_factory=list)
+    envelopes: list[Any] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.envelopes.append(envelope)
+        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        self.messages.append(parsed)  # type: ignore[arg-type]
+        return "250 Message accepted for delivery"
+
+
+def _authenticator(server: Any, session: Any, envelope: Any, mechanism: str,
+                   data: Any) -> AuthResult:  # fmt: skip
+    ok = isinstance(data, LoginPassword) and (data.login, data.password) == (
+        b"reclaimer", b"s3cret")  # fmt: skip
+    return AuthResult(success=ok, handled=False)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+    )  # fmt: skip
+    return key, cert
+
+
+@pytest.fixture
+def smtp_server(certificate: tuple[Path, Path]) -> Iterator[tuple[Inbox, int, Path]]:
+    import ssl
+
+    key, cert = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    inbox = Inbox()
+    port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, tls_context=context,
+                            require_starttls=True, authenticator=_authenticator,
+                            auth_require_tls=True)  # fmt: skip
+    controller.start()
+    try:
+        yield inbox, port, cert
+    finally:
+        controller.stop()
+
+
+def test_mail_goes_over_starttls_with_auth_as_text_and_html(smtp_server) -> None:
+    inbox, port, cert = smtp_server
+    channel = EmailChannel("127.0.0.1", port, "gpu-reclaimer@example.com", security="starttls",
+                           username="reclaimer", password="s3cret", ca_file=str(cert))  # fmt: skip
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    result = channel.send(message, LILEI)
+    assert result.delivered, result.detail
+    (mail,) = inbox.messages
+    assert inbox.envelopes[0].rcpt_tos == ["lilei@example.com"]
+    assert mail["Subject"] == message.subject and mail["Content-Language"] == "zh-CN"
+    assert mail.get_content_type() == "multipart/alternative"
+    plain = mail.get_body(("plain",)).get_content()
+    html = mail.get_body(("html",)).get_content()
+    assert "是否仍在进行" in plain and "**" not in plain
+    assert "<strong>" in html and "31337" in html
+
+
+def test_mail_with_a_wrong_password_or_an_untrusted_certificate_is_not_delivered(
+    smtp_server, tmp_path: Path
+) -> None:
+    inbox, port, cert = smtp_server
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    wrong = EmailChannel("127.0.0.1", port, "r@example.com", username="reclaimer",
+                         password="guess", ca_file=str(cert)).send(message, LILEI)  # fmt: skip
+    assert not wrong.delivered and "SMTPAuthenticationError" in wrong.detail
+    untrusted = EmailChannel("127.0.0.1", port, "r@example.com", username="reclaimer",
+                             password="s3cret").send(message, LILEI)  # fmt: skip
+    assert not untrusted.delivered and "CERTIFICATE_VERIFY_FAILED" in untrusted.detail
+    assert not inbox.messages
+
+
+# -- the chat robots --------------------------------------------------------------------
+
+
+def test_wecom_gets_markdown_that_mentions_the_owner() -> None:
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    with robot("wecom") as wecom:
+        assert WeComChannel(wecom.url).send(message, LILEI).delivered, wecom.refused
+        (body,) = wecom.received
+    content = body["markdown"]["content"]
+    assert content.startswith(f"**{message.subject}**") and content.endswith("<@lilei>")
+    long = Renderer().render(NoticeFacts.from_notice(notice(command="x" * 5000)), LILEI, NOW)
+    with robot("wecom") as wecom:  # cut to the robot's 4096 bytes, the mention kept
+        assert WeComChannel(wecom.url).send(long, LILEI).delivered, wecom.refused
+        assert wecom.received[0]["markdown"]["content"].endswith("<@lilei>")
+
+
+@pytest.mark.parametrize("secret", [None, "SECdingtalk-secret"])
+def test_dingtalk_signed_and_unsigned(secret: str | None) -> None:
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    with robot("dingtalk", secret) as ding:
+        result = DingTalkChannel(ding.url, secret=secret).send(message, LILEI)
+        assert result.delivered, (result.detail, ding.refused)
+        (body,) = ding.received
+    assert body["at"] == {"atUserIds": ["lilei-dt"], "isAtAll": False}
+    assert body["markdown"]["title"] == message.subject
+    assert body["markdown"]["text"].endswith("@lilei-dt")
+
+
+def test_dingtalk_and_feishu_refuse_a_wrong_secret_and_it_is_not_delivered() -> None:
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    with robot("dingtalk", "right") as ding:
+        result = DingTalkChannel(ding.url, secret="wrong").send(message, LILEI)
+        assert not result.delivered and "310000" in result.detail
+    with robot("feishu", "right") as feishu:
+        result = FeishuChannel(feishu.url, secret="wrong").send(message, LILEI)
+        assert not result.delivered and "19021" in result.detail
+    with robot("feishu", "right") as feishu:  # a clock an hour off: stale timestamp
+        late = FeishuChannel(feishu.url, secret="right", clock=lambda: time.time() - 7200)
+        assert not late.send(message, LILEI).delivered
+
+
+@pytest.mark.parametrize("secret", [None, "feishu-secret"])
+def test_feishu_gets_a_post_with_the_owner_mentioned(secret: str | None) -> None:
+    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    with robot("feishu", secret) as feishu:
+        result = FeishuChannel(feishu.url, secret=secret).send(message, LILEI)
+        assert result.delivered, (result.detail, feishu.refused)
+        (body,) = feishu.received
+    post = body["content"]["post"]["zh_cn"]
+    assert post["title"] == message.subject
+    assert post["content"][0] == [{"tag": "at", "user_id": "ou_lilei"}]
+    assert any("是否仍在进行" in line[0]["text"] for line in post["content"][1:])
+
+
+def test_slack_gets_block_kit_with_the_owner_mentioned() -> None:
+    message = Renderer().render(NoticeFacts.from_notice(notice(user="bob")), BOB, NOW)
+    with robot("slack") as slack:
+        assert SlackChannel(slack.url).send(message, BOB).delivered, slack.refused
+        (body,) = slack.received
+    header, section = body["blocks"]
+    assert header["text"]["text"] == message.subject[:150]
+    assert section["text"]["text"].startswith("<@U024BOB> *Hello Bob,*")
+    assert body["text"] == message.subject
+
+
+# -- the notifier -----------------------------------------------------------------------
+
+
+def test_the_owner_notifier_tries_each_channel_and_says_which_worked() -> None:
+    directory = OwnerDirectory(users={"lilei": LILEI}, sre=Contact(slack="S0SRE"))
+    with robot("wecom") as wecom, robot("dingtalk", "right") as ding:
+        channels = {"wecom": WeComChannel(wecom.url),
+                    "dingtalk": DingTalkChannel(ding.url, secret="wrong")}  # fmt: skip
+        notifier = OwnerNotifier(directory, channels, Renderer(), clock=lambda: NOW)
+        result = notifier.send(notice(), dry_run=False)
+        assert result.delivered  # WeCom took it; DingTalk refused the signature
+        assert "wecom delivered" in result.detail and "dingtalk failed: errcode 310000" \
+            in result.detail  # fmt: skip
+        assert not notifier.send(notice(), dry_run=True).delivered  # nothing sent
+        assert len(wecom.received) == 1
+        nobody = notifier.send(notice(user="ghost", project="none"), dry_run=False)
+    assert not nobody.delivered and "nobody to tell" in nobody.detail  # SRE has no wecom
+
+
+def test_config_names_what_is_missing(tmp_path: Path) -> None:
+    owners = tmp_path / "owners.yml"
+    owners.write_text("users: {}\n")
+    cases = {
+        "notifier: {wecom: {url: http://x}}": "owner channels need notifier.directory",
+        f"notifier: {{directory: {owners}}}": "needs at least one channel",
+        f"notifier: {{directory: {owners}, email: {{host: h, sender: nope}}}}": "sender",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "actuator.yml"
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)

@@ -1,0 +1,49 @@
+"""The simulated day on the real stack: a crafted short day where an abandoned notebook holds
+one of two GPUs and a job waits for it. Observing, the job never starts; enforcing, the
+notebook is reclaimed, the job runs and completes, and the working training is untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actuator.demo.day import Job, plan_day, run_day, table
+from actuator.demo.stack import StackOptions
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+SCALE = 1 / 240  # 1 simulated hour = 15 s
+HOURS = 2.0
+JOBS = [
+    Job(0, "notebook", arrival_h=0.0, gpus=1, busy_h=0.2, memory_gib=16),  # then idle
+    Job(1, "training", arrival_h=0.0, gpus=1, busy_h=3.0, memory_gib=40),  # runs all day
+    Job(2, "training", arrival_h=0.3, gpus=1, busy_h=0.4, memory_gib=24),  # needs a GPU
+]
+
+
+def test_the_same_seed_plans_the_same_day() -> None:
+    assert plan_day(7) == plan_day(7)
+    assert plan_day(7) != plan_day(8)
+    day = plan_day(7, gpus=4)
+    assert [j.arrival_h for j in day] == sorted(j.arrival_h for j in day)
+    assert {j.kind for j in day} <= {"training", "debug", "notebook", "crashed", "hung"}
+    assert all(j.gpus == 2 for j in day if j.kind == "hung")
+
+
+def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
+    system_tools: None, tmp_path: Path
+) -> None:
+    options = StackOptions(workdir=tmp_path, scale=SCALE, gpus=2, grace=600 * SCALE,
+                           term_timeout=1.0, label="day")  # fmt: skip
+    observe = run_day(options, JOBS, HOURS, "observe")
+    enforce = run_day(options, JOBS, HOURS, "enforce")
+    report = table(observe, enforce, seed=0, scale=SCALE)
+    assert (observe.completed, observe.started, observe.waiting_at_end) == (0, 2, 1), report
+    assert observe.reclaimed == 0 and observe.harmed == 0, report
+    assert (enforce.completed, enforce.started, enforce.waiting_at_end) == (1, 3, 0), report
+    assert enforce.reclaimed == 1 and enforce.harmed == 0, report
+    assert enforce.mean_wait_h is not None and observe.mean_wait_h is not None
+    assert enforce.idle_gpu_hours is not None and observe.idle_gpu_hours is not None
+    assert enforce.idle_gpu_hours < observe.idle_gpu_hours, report
+    assert "| jobs completed per GPU per day | 0.0 | 6.0 |" in report, report
