@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -303,3 +304,44 @@ def test_config_names_what_is_missing(tmp_path: Path) -> None:
         path.write_text(text + "\n")
         with pytest.raises(ConfigError, match=message):
             load_config(path)
+
+
+# -- through the real actuator ------------------------------------------------------------
+
+
+def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
+    tmp_path: Path, workloads, actuator_factory
+) -> None:
+    """The actuator process, a real workload, the notice gate on: the warning is delivered
+    before the grace starts, the follow-up after the reclaim says what was freed."""
+    import getpass
+
+    from tests.actuator.conftest import alert_for, payload
+    from tests.support import wait_until
+
+    owners = tmp_path / "owners.yml"
+    owners.write_text(f"users:\n  {getpass.getuser()}: {{name: 测试, wecom: tester, "
+                      "language: zh-CN, timezone: Asia/Shanghai}\n")  # fmt: skip
+    with robot("wecom") as wecom:
+        actuator = actuator_factory(
+            workloads.node_dir,
+            notice={"required": True},
+            notifier={"directory": str(owners), "wecom": {"url": wecom.url},
+                      "sre_contact": "GPU 运维"},
+        )  # fmt: skip
+        w = workloads.spawn()
+        assert actuator.post(payload(alert_for(w, command="python train.py", gpu="0")))\
+            .status_code == 200  # fmt: skip
+        case = actuator.wait_state(w, "reclaimed", "refused", "failed", timeout=30)
+        assert case["state"] == "reclaimed", case
+        wait_until(lambda: len(wecom.received) == 2, 10)
+        warning, followup = (r["markdown"]["content"] for r in wecom.received)
+    assert f"python train.py（PID {w.pid}）" in warning and "是否仍在进行" in warning
+    assert warning.endswith("<@tester>") and f"工单号 {case['id']}" in warning
+    assert "已被回收" in followup and f"工单号 {case['id']}" in followup
+    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text()
+             .splitlines()]  # fmt: skip
+    (sent,) = [r for r in audit if r.get("event") == "notice"]
+    assert sent["delivered"] and "wecom delivered" in sent["detail"]
+    (told,) = [r for r in audit if r.get("event") == "followup"]
+    assert told["delivered"]
