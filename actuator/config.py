@@ -90,8 +90,26 @@ class RobotSettings(Strict):
     timeout: Duration = Field(5.0, gt=0, le=60)
 
 
+class LdapSettings(Strict):
+    url: str = Field(min_length=1, description="ldap://host:389 or ldaps://host:636")
+    base: str = Field(
+        min_length=1, description="where people are, e.g. ou=people,dc=example,dc=com"
+    )
+    filter: str = Field("(uid={user})", description="{user}: the process's user name, escaped")
+    bind_dn: str | None = None
+    password_file: str | None = None
+    attributes: dict[str, str] = Field(
+        {}, description="contact field -> attribute, over the defaults (name: displayName, "
+        "email: mail, language: preferredLanguage); e.g. wecom: employeeNumber",
+    )  # fmt: skip
+    timezone: str = Field("UTC", description="for people whose entry has no time zone")
+    cache_ttl: Duration = Field(600.0, ge=0)
+    timeout: Duration = Field(5.0, gt=0, le=60)
+
+
 class NotifierSettings(Strict):
     webhook: WebhookSettings | None = None
+    ldap: LdapSettings | None = Field(None, description="people from LDAP (over the file's)")
     directory: str | None = Field(None, description="owner directory (YAML, actuator/owners.py)")
     templates_dir: str | None = Field(None, description="site templates, searched first")
     sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
@@ -106,16 +124,17 @@ class NotifierSettings(Strict):
 
     @model_validator(mode="after")
     def _directory_and_channels(self) -> NotifierSettings:
-        if self.owner_channels() and not self.directory:
-            raise ValueError("owner channels need notifier.directory: who is reached where")
-        if self.directory and not self.owner_channels():
+        if self.owner_channels() and not (self.directory or self.ldap):
+            raise ValueError("owner channels need notifier.directory (or notifier.ldap): who "
+                             "is reached where")  # fmt: skip
+        if (self.directory or self.ldap) and not self.owner_channels():
             raise ValueError("notifier.directory needs at least one channel (email, wecom, "
                              "dingtalk, feishu, slack)")  # fmt: skip
         return self
 
     @property
     def configured(self) -> bool:
-        return self.webhook is not None or bool(self.directory)
+        return self.webhook is not None or bool(self.owner_channels())
 
 
 class ReconcilerSettings(Strict):
@@ -251,7 +270,10 @@ def check_notifier(config: ActuatorConfig) -> None:
             OwnerDirectory.load(settings.directory)
         except DirectoryError as exc:
             raise ConfigError(f"notifier.directory: {exc}") from None
-    files = {"notifier.email.password_file": settings.email and settings.email.password_file}
+    files = {
+        "notifier.email.password_file": settings.email and settings.email.password_file,
+        "notifier.ldap.password_file": settings.ldap and settings.ldap.password_file,
+    }
     for name in ("dingtalk", "feishu"):
         robot = getattr(settings, name)
         files[f"notifier.{name}.secret_file"] = robot and robot.secret_file

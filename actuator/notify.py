@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import requests
 
 from actuator.channels import Channel
+from actuator.ldap_owners import LdapOwners
 from actuator.messages import NoticeFacts, Renderer
 from actuator.owners import OwnerDirectory
 
@@ -77,22 +78,26 @@ class OwnerNotifier:
 
     def __init__(
         self, directory: OwnerDirectory, channels: Mapping[str, Channel], renderer: Renderer,
-        *, clock: Callable[[], float] = time.time,
+        *, clock: Callable[[], float] = time.time, ldap: LdapOwners | None = None,
     ) -> None:  # fmt: skip
         self.directory, self.channels, self.renderer = directory, dict(channels), renderer
-        self.clock = clock
+        self.clock, self.ldap = clock, ldap
 
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
         facts = NoticeFacts.from_notice(notice)
-        recipient = self.directory.resolve(facts.user, facts.project, set(self.channels))
+        lookup = self.ldap.lookup if self.ldap else None
+        recipient = self.directory.resolve(facts.user, facts.project, set(self.channels), lookup)
         if recipient is None:
+            why = f" ({self.ldap.last_error})" if self.ldap and self.ldap.last_error else ""
             return NoticeResult(
                 False,
                 f"nobody to tell: user {facts.user!r}, project {facts.project!r} and the SRE "
-                "route have no address on a configured channel",
+                f"route have no address on a configured channel{why}",
             )
         message = self.renderer.render(facts, recipient.contact, self.clock())
         who = f"{recipient.via} {recipient.contact.name or facts.user}"
+        if recipient.via != "user" and self.ldap and self.ldap.last_error:
+            who += f" ({self.ldap.last_error})"
         if dry_run:
             log.info("DRY-RUN: would send case %s to %s by %s", facts.case, who,
                      ", ".join(recipient.channels))  # fmt: skip

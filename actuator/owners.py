@@ -17,6 +17,7 @@ The directory is a YAML file::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -99,11 +100,17 @@ class OwnerDirectory(BaseModel):
                 config_errors.describe(error, data, os.fspath(path), "owner directory")
             ) from None
 
-    def resolve(self, user: str | None, project: str | None, configured: set[str]
-                ) -> Recipient | None:  # fmt: skip
-        """The first of user, project contact, SRE route reachable on a configured channel."""
+    def resolve(
+        self, user: str | None, project: str | None, configured: set[str],
+        lookup: Callable[[str], Contact | None] | None = None,
+    ) -> Recipient | None:  # fmt: skip
+        """The first of user, project contact, SRE route reachable on a configured channel.
+        A user listed in the file wins over `lookup` (the LDAP source) for the same name."""
+        person = self.users.get(user or "")
+        if person is None and lookup is not None and user:
+            person = lookup(user)
         candidates: list[tuple[Literal["user", "project", "sre"], Contact | None]] = [
-            ("user", self.users.get(user or "")),
+            ("user", person),
             ("project", self.projects.get(project or "")),
             ("sre", self.sre),
         ]

@@ -21,6 +21,7 @@ from actuator.channels import (
     WeComChannel,
 )
 from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
+from actuator.ldap_owners import LdapOwners
 from actuator.live import Evidence
 from actuator.messages import Renderer
 from actuator.node import LocalNode, Node
@@ -60,12 +61,24 @@ def build_channels(settings: NotifierSettings) -> dict[str, Channel]:
     return channels
 
 
+def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
+    if settings.ldap is None:
+        return None
+    s = settings.ldap
+    return LdapOwners(
+        s.url, s.base, user_filter=s.filter, bind_dn=s.bind_dn, password=_secret(s.password_file),
+        attributes=s.attributes, timezone=s.timezone, cache_ttl=s.cache_ttl, timeout=s.timeout,
+    )  # fmt: skip
+
+
 def build_notifier(config: ActuatorConfig) -> Notifier:
     settings = config.notifier
-    if settings.directory:
+    if settings.owner_channels():
+        directory = OwnerDirectory.load(settings.directory) if settings.directory else (
+            OwnerDirectory())  # fmt: skip
         return OwnerNotifier(
-            OwnerDirectory.load(settings.directory), build_channels(settings),
-            Renderer(settings.templates_dir, sre=settings.sre_contact),
+            directory, build_channels(settings),
+            Renderer(settings.templates_dir, sre=settings.sre_contact), ldap=build_ldap(settings),
         )  # fmt: skip
     hook = settings.webhook
     if hook is None:
