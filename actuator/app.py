@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from actuator.audit import AuditError, AuditLog
 from actuator.clock import boottime
 from actuator.config import ActuatorConfig
+from actuator.keeplinks import KeepLinks
 from actuator.metrics import ActuatorCollector
 from actuator.models import (
     AlertmanagerPayload,
@@ -47,6 +48,7 @@ class Runtime:
     store: Store
     audit: AuditLog
     token: str
+    links: KeepLinks | None = None  # "keep my job" links, when notifier.public_url is set
     clock: Callable[[], float] = time.time
     mono: Callable[[], float] = boottime
     started_mono: float = field(default_factory=boottime)
@@ -74,9 +76,8 @@ def _unknown_args(allowed: frozenset[str]) -> tuple[Response, int] | None:
     return _error(400, f"unknown query parameter(s) {unknown}", allowed=sorted(allowed))
 
 
-def _not_snoozable(case: Case) -> tuple[Response, int]:
-    return _error(409, f"case {case.id} is {case.state}; only live cases before any signal "
-                  "can be snoozed")  # fmt: skip
+def _not_snoozable(case: Case) -> str:
+    return f"case {case.id} is {case.state}; only live cases before any signal can be snoozed"
 
 
 def _error(code: int, message: str, **extra: Any) -> tuple[Response, int]:
@@ -139,6 +140,8 @@ def create_app(rt: Runtime) -> Flask:
     def _auth() -> tuple[Response, int] | None:
         if request.path in ("/metrics", "/-/healthy", "/-/ready"):
             return None
+        if rt.links is not None and request.path.startswith("/keep/"):
+            return None  # the signed link is the credential (actuator/keep_page.py)
         denied = check_auth()
         if denied is not None and request.path == "/api/v1/alerts":
             count(denied[1])
@@ -251,39 +254,56 @@ def create_app(rt: Runtime) -> Flask:
             body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
         except ValidationError as exc:
             return _error(422, "invalid snooze request", details=_validation_details(exc))
+        status, result = snooze_case(case_id, body.duration, body.by or "API", body.reason,
+                                     body.model_dump())  # fmt: skip
+        if isinstance(result, Case):
+            return jsonify(result.to_json()), status
+        return _error(status, result)
+
+    def snooze_case(
+        case_id: int, duration: float, by: str, why: str, evidence: dict[str, Any] | None = None
+    ) -> tuple[int, Case | str]:
+        """Snooze a live case before any signal: (200, case), or (status, why not). One audit
+        record, written before the change; the API and the keep page share it."""
         found = rt.store.get_case(case_id)
         if found is None:
-            return _error(404, f"no case {case_id}")
+            return 404, f"no case {case_id}"
         if found.state not in SNOOZABLE:
-            return _not_snoozable(found)
+            return 409, _not_snoozable(found)
         try:
             rt.audit.write(
-                {"event": "snooze", "case": case_id, "until": rt.clock() + body.duration,
-                 "duration": body.duration,
-                 "by": body.by, "reason": body.reason}
+                {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
+                 "duration": duration, "by": by, "reason": why}
             )  # fmt: skip
         except AuditError as exc:
-            return _error(503, str(exc))
-        reason = f"snoozed for {body.duration:g}s by {body.by or 'API'}: {body.reason}".rstrip(": ")
+            return 503, str(exc)
+        reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
         # The reconciler saves samples on every tick, which moves the row's version: re-read
         # and try again rather than hand the operator a conflict that is only bookkeeping.
         for _ in range(SNOOZE_ATTEMPTS):
             now = rt.clock()
-            found.snoozed_until = now + body.duration
-            found.snoozed_until_mono = rt.mono() + body.duration
+            found.snoozed_until = now + duration
+            found.snoozed_until_mono = rt.mono() + duration
             found.cpu_seconds = found.cpu_rate = found.cpu_at = None
             updated = rt.store.transition(
-                found, State.SNOOZED, reason=reason, evidence=body.model_dump(), now=now,
+                found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
                 reason_code=Reason.SNOOZED,
             )  # fmt: skip
             if updated is not None:
-                return jsonify(updated.to_json()), 200
+                return 200, updated
             found = rt.store.get_case(case_id)
             if found is None or found.state not in SNOOZABLE:
                 break
         if found is not None and found.state not in SNOOZABLE:
-            return _not_snoozable(found)
-        return _error(409, f"case {case_id} kept changing; retry")
+            return 409, _not_snoozable(found)
+        return 409, f"case {case_id} kept changing; retry"
+
+    if rt.links is not None:
+        from actuator.keep_page import keep_blueprint
+
+        app.register_blueprint(
+            keep_blueprint(rt, rt.links, snooze_case, rt.config.notifier.keep_max)
+        )
 
     @app.get("/api/v1/audit")
     def audit() -> tuple[Response, int]:

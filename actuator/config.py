@@ -113,6 +113,15 @@ class NotifierSettings(Strict):
     directory: str | None = Field(None, description="owner directory (YAML, actuator/owners.py)")
     templates_dir: str | None = Field(None, description="site templates, searched first")
     sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
+    public_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="the actuator as owners reach it (https://reclaimer.example.com): notices "
+        "then carry a signed 'keep my job' link to its /keep page",
+    )  # fmt: skip
+    keep_link_ttl: Duration = Field(86400.0, ge=60, le=7 * 86400, description="links expire")
+    keep_max: Duration = Field(
+        86400.0, ge=3600, le=7 * 86400, description="the longest an owner keeps a job by link"
+    )
     email: EmailSettings | None = None
     wecom: RobotSettings | None = None
     dingtalk: RobotSettings | None = None

@@ -320,7 +320,8 @@ def decide_live(
         if case.notified_mono is None:
             pending = _notice_pending(case, notice, now, mono)
             return replace(pending, updates=CaseUpdate(**samples).then(pending.updates))
-        if mono < case.notified_mono + eff.grace + case.notice_extra_grace:
+        released = case.release_requested_mono is not None  # the owner said: go ahead
+        if not released and mono < case.notified_mono + eff.grace + case.notice_extra_grace:
             return wait(**samples)
         if eff.mode != Mode.ENFORCE:
             return move(

@@ -409,6 +409,7 @@ class Case:
     notice_extra_grace: float = 0.0  # added to the grace after an undelivered notice
     rearmed_from: int | None = None  # the activity-cancelled case this one re-arms
     followup: int | None = None  # the case that re-armed this one
+    release_requested_mono: float | None = None  # the owner chose "release now"
 
     @property
     def target(self) -> Target:

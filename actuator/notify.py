@@ -7,14 +7,16 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 
 from actuator.channels import Channel
-from actuator.ldap_owners import LdapOwners
 from actuator.messages import NoticeFacts, Renderer
 from actuator.owners import OwnerDirectory
+
+if TYPE_CHECKING:  # ldap3 loads only where LDAP is configured (actuator/server.py)
+    from actuator.ldap_owners import LdapOwners
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
 )
+from actuator.keeplinks import KeepLinks
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -75,8 +76,10 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         mono: Callable[[], float] = boottime,
         holder: str | None = None,
+        links: KeepLinks | None = None,
     ) -> None:
         self.config = config
+        self.links = links
         self.store = store
         self.audit = audit
         self.nodes = nodes
@@ -483,6 +486,7 @@ class Reconciler:
             "sigterm_at": sigterm_at,
             "term_timeout": eff.term_timeout,
             "freed_bytes": case.freed_bytes,
+            "keep_url": self.links.url(case.id) if self.links else "",
             "snooze": f"/api/v1/cases/{case.id}/snooze",
             "message": (
                 f"GPU process {case.pid} of {case.user} on {case.node} holds GPU memory and is "

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
@@ -21,7 +21,7 @@ from actuator.channels import (
     WeComChannel,
 )
 from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
-from actuator.ldap_owners import LdapOwners
+from actuator.keeplinks import KeepLinks, link_key
 from actuator.live import Evidence
 from actuator.messages import Renderer
 from actuator.node import LocalNode, Node
@@ -30,6 +30,9 @@ from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
 from actuator.store import Store, StoreUnavailable
 from exporter import ownprocs
+
+if TYPE_CHECKING:
+    from actuator.ldap_owners import LdapOwners
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,22 @@ def build_channels(settings: NotifierSettings) -> dict[str, Channel]:
 def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
     if settings.ldap is None:
         return None
+    from actuator.ldap_owners import LdapOwners
+
     s = settings.ldap
     return LdapOwners(
         s.url, s.base, user_filter=s.filter, bind_dn=s.bind_dn, password=_secret(s.password_file),
         attributes=s.attributes, timezone=s.timezone, cache_ttl=s.cache_ttl, timeout=s.timeout,
     )  # fmt: skip
+
+
+def build_links(config: ActuatorConfig, token: str) -> KeepLinks | None:
+    """Keep links when the actuator has a public URL; the key is derived from the token, so
+    every worker signs and checks alike."""
+    settings = config.notifier
+    if not settings.public_url:
+        return None
+    return KeepLinks(link_key(token), settings.public_url, ttl=settings.keep_link_ttl)
 
 
 def build_notifier(config: ActuatorConfig) -> Notifier:
@@ -112,11 +126,12 @@ class _Worker:
         self.config = config
         store = Store(config.storage.database)
         audit = open_audit(config)
-        self.runtime = Runtime(config=config, store=store, audit=audit, token=token)
+        links = build_links(config, token)
+        self.runtime = Runtime(config=config, store=store, audit=audit, token=token, links=links)
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         self.reconciler = Reconciler(
-            config, store, audit, build_nodes(config), build_notifier(config)
+            config, store, audit, build_nodes(config), build_notifier(config), links=links
         )
         self.thread: threading.Thread | None = None
         self.own: Path | None = None

@@ -13,6 +13,7 @@ from actuator.store.cases import CaseQueries
 from actuator.store.counters import CounterQueries
 from actuator.store.database import SCHEMA_VERSION, Database, StoreUnavailable
 from actuator.store.episodes import Episode, EpisodeQueries, Ingest
+from actuator.store.keep_links import KeepLinkQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
 from actuator.store.signals import SignalQueries
 
@@ -29,6 +30,7 @@ __all__ = [
 
 
 class Store(
-    EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries
-):
+    EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries,
+    KeepLinkQueries,
+):  # fmt: skip
     """The actuator's store on SQLite: every domain's queries over one Database."""

@@ -78,3 +78,10 @@ CREATE TABLE IF NOT EXISTS breaker (
     since     REAL,
     reason    TEXT NOT NULL DEFAULT ''
 );
+-- Keep links that acted once: a nonce is used at most once.
+CREATE TABLE IF NOT EXISTS keep_links (
+    nonce   TEXT PRIMARY KEY,
+    case_id INTEGER NOT NULL,
+    used_at REAL NOT NULL,
+    action  TEXT NOT NULL
+);

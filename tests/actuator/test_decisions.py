@@ -145,6 +145,19 @@ def test_grace_period_then_sigterm():
     assert d.action == Action.TERM and d.state == State.TERMINATING
 
 
+def test_release_now_skips_the_rest_of_the_grace_but_none_of_the_checks():
+    case = make_case(state=State.NOTIFIED, notified_at=T0, notified_mono=T0, cpu_seconds=10.0,
+                     cpu_at=T0, cpu_rate=0, release_requested_mono=T0 + 5)  # fmt: skip
+    e = eff(grace=600.0)
+    d = decide_live(case, make_live(T0 + 10), e, IDLE, LIMITS, GUARD, T0 + 10)
+    assert d.action == Action.TERM and d.state == State.TERMINATING
+    busy = decide_live(case, make_live(T0 + 10, sm_util=0.9), e, IDLE, LIMITS, GUARD, T0 + 10)
+    assert busy.action != Action.TERM  # working again: the owner's click is no licence
+    observing = decide_live(case, make_live(T0 + 10), eff(Mode.NOTIFY, grace=600.0), IDLE,
+                            LIMITS, GUARD, T0 + 10)  # fmt: skip
+    assert observing.action != Action.TERM
+
+
 def test_notify_mode_never_signals():
     case = make_case(
         state=State.NOTIFIED,

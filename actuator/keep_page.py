@@ -1,0 +1,193 @@
+"""The "keep my job" page: GET /keep/<link> shows the case, its evidence and deadline, with
+buttons to keep it for 1 h / 4 h / 24 h (bounded by `notifier.keep_max`) or release it now;
+POST acts once per link. The link is the only credential (no token, no cookie): its
+signature, age, single use and the form's CSRF value are checked before anything changes,
+and every action is audited with the link's identity (case, nonce) and the case's owner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import jinja2
+from flask import Blueprint, Response, request
+
+from actuator.audit import AuditError
+from actuator.keeplinks import KeepLinks, LinkError
+from actuator.messages import BUILTIN_TEMPLATES, size
+from actuator.models import Case, State
+from actuator.store import StoreUnavailable
+
+if TYPE_CHECKING:
+    from actuator.app import Runtime
+
+Snooze = Callable[[int, float, str, str], tuple[int, "Case | str"]]
+
+KEEP_HOURS = (1, 4, 24)
+TEXT = {
+    "zh-CN": {
+        "title": "保留 GPU 任务", "case": "工单号", "process": "进程", "where": "位置",
+        "memory": "占用显存", "owner": "所有者", "state": "状态", "why": "依据",
+        "choose": "如任务仍在进行，请选择保留时长；如已不需要，可立即释放 GPU。",
+        "keep_for": "保留 {} 小时", "release": "立即释放",
+        "deadline": "若无操作，将于 {} 发送 SIGTERM。",
+        "kept": "已保留到 {}。感谢确认！", "released": "已确认释放，GPU 将很快回收。",
+        "idle": "无 SM 计算、进程树 CPU 空闲、无日志或心跳写入",
+        "stalled": "心跳和日志不再更新（GPU 利用率可能显示 100%）",
+        "closed": "该工单已是“{}”状态，不能再保留。", "used": "此链接已使用过（{}）。",
+        "csrf": "表单已失效，请从通知中的链接重新打开本页。",
+    },
+    "en": {
+        "title": "Keep a GPU job", "case": "Case", "process": "Process", "where": "Where",
+        "memory": "GPU memory held", "owner": "Owner", "state": "State", "why": "Why",
+        "choose": "If the job is still working, choose how long to keep it; if you are done, "
+        "release the GPU now.",
+        "keep_for": "Keep for {} h", "release": "Release now",
+        "deadline": "Unless you act: SIGTERM at {}.",
+        "kept": "Kept until {}. Thank you!", "released": "Release confirmed: the GPU will be "
+        "reclaimed shortly.",
+        "idle": "no SM work, an idle process tree, no log or heartbeat writes",
+        "stalled": "its heartbeat and log stopped moving (utilisation may read 100 %)",
+        "closed": "This case is {} now: it can no longer be kept.",
+        "used": "This link was already used ({}).",
+        "csrf": "This form has expired: open the page again from the link in your notice.",
+    },
+}  # fmt: skip
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",  # the link is a credential: never leak it onward
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+NOTIFIED_OR_SNOOZED = {State.NOTIFIED, State.SNOOZED, State.PENDING, State.DEFERRED}
+
+
+def language() -> str:
+    asked = request.args.get("lang") or request.accept_languages.best_match(["zh-CN", "zh", "en"])
+    return "zh-CN" if (asked or "").lower().startswith("zh") else "en"
+
+
+def keep_blueprint(rt: Runtime, links: KeepLinks, snooze: Snooze, keep_max: float) -> Blueprint:
+    """`snooze(case_id, seconds, by, reason)` is the API's own snooze."""
+    page = Blueprint("keep", __name__)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(BUILTIN_TEMPLATES)),
+                             autoescape=True)  # fmt: skip
+    template = env.get_template("keep.html.j2")
+    hours = tuple(h for h in KEEP_HOURS if h * 3600 <= keep_max) or (int(keep_max // 3600),)
+
+    def render(status: int, lang: str, case: Case | None = None, token: str = "",
+               problem: str = "", done: str = "") -> tuple[Response, int]:  # fmt: skip
+        t = TEXT[lang]
+        values: dict[str, object] = {"lang": lang, "t": t, "problem": problem, "done": done,
+                                     "case": case}  # fmt: skip
+        if case is not None:
+            deadline = ""
+            if case.state == State.NOTIFIED and case.term_at is None and case.notified_at:
+                grace = (case.effective or {}).get("grace", 0) + case.notice_extra_grace
+                deadline = t["deadline"].format(_local(case.notified_at + grace))
+            values |= {
+                "command": case.labels.get("command", "?"), "gpu": case.labels.get("gpu", "?"),
+                "memory": size(case.gpu_memory_bytes or 0),
+                "why": t["stalled" if "Stalled" in case.alertname else "idle"],
+                "deadline": deadline, "csrf": links.csrf(token), "keep_hours": hours,
+                "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
+                "can_release": case.state == State.NOTIFIED,
+            }  # fmt: skip
+        response = Response(template.render(values), status=status, mimetype="text/html")
+        response.headers.update(SECURITY_HEADERS)
+        return response, status
+
+    def load(token: str, lang: str) -> tuple[Case | None, str, tuple[Response, int] | None]:
+        try:
+            claim = links.verify(token)
+        except LinkError as exc:
+            return None, "", render(403, lang, problem=str(exc))
+        case = rt.store.get_case(claim.case_id)
+        if case is None:
+            return None, "", render(404, lang, problem=f"no case {claim.case_id}")
+        used = rt.store.keep_link_use(claim.nonce)
+        if used is not None:
+            problem = TEXT[lang]["used"].format(f"{used[1]}, {_local(used[0])}")
+            return case, claim.nonce, render(409, lang, case, token, problem=problem)
+        return case, claim.nonce, None
+
+    @page.get("/keep/<token>")
+    def show(token: str) -> tuple[Response, int]:
+        lang = language()
+        case, _, refused = load(token, lang)
+        if refused is not None:
+            return refused
+        assert case is not None
+        if case.state not in NOTIFIED_OR_SNOOZED:
+            return render(200, lang, case, token, problem=TEXT[lang]["closed"].format(case.state))
+        return render(200, lang, case, token)
+
+    @page.post("/keep/<token>")
+    def act(token: str) -> tuple[Response, int]:
+        lang = language()
+        t = TEXT[lang]
+        case, nonce, refused = load(token, lang)
+        if refused is not None:
+            return refused
+        assert case is not None
+        origin = request.headers.get("Origin")
+        ours = {request.host_url.rstrip("/"), links.origin}  # direct, or behind its proxy
+        if not links.check_csrf(token, request.form.get("csrf", "")) or (
+            origin not in (None, "null") and origin not in ours
+        ):
+            return render(403, lang, case, token, problem=t["csrf"])
+        action = request.form.get("action", "")
+        try:
+            keep_hours = int(request.form.get("hours", "0"))
+        except ValueError:
+            keep_hours = 0
+        if action == "keep" and keep_hours not in hours:
+            return render(422, lang, case, token, problem=f"hours must be one of {hours}")
+        if action not in ("keep", "release"):
+            return render(422, lang, case, token, problem="unknown action")
+        if action == "release" and case.state != State.NOTIFIED:
+            return render(409, lang, case, token, problem=t["closed"].format(case.state))
+        if case.state not in NOTIFIED_OR_SNOOZED:
+            return render(409, lang, case, token, problem=t["closed"].format(case.state))
+        who = f"keep link {nonce[:8]} (owner {case.user})"
+        try:
+            if not rt.store.use_keep_link(nonce, case.id, rt.clock(), action):
+                return render(409, lang, case, token, problem=t["used"].format(action))
+            rt.audit.write({"event": "keep_link", "case": case.id, "action": action,
+                            "hours": keep_hours if action == "keep" else None,
+                            "link": nonce, "owner": case.user})  # fmt: skip
+        except (AuditError, StoreUnavailable) as exc:
+            return render(503, lang, case, token, problem=str(exc))
+        if action == "keep":
+            status, kept = snooze(case.id, keep_hours * 3600.0, who, "kept by its owner")
+            if not isinstance(kept, Case):
+                return render(status, lang, case, token, problem=kept)
+            return render(200, lang, kept, token,
+                          done=t["kept"].format(_local(kept.snoozed_until or 0)))  # fmt: skip
+        released = release(rt, case.id)
+        if released is None:
+            return render(409, lang, case, token, problem=t["closed"].format(case.state))
+        return render(200, lang, released, token, done=t["released"])
+
+    return page
+
+
+def release(rt: Runtime, case_id: int, attempts: int = 20) -> Case | None:
+    """Mark a notified case "release now": the reconciler skips the rest of the grace (every
+    other check still runs). Compare-and-set, retried like the snooze."""
+    for _ in range(attempts):
+        case = rt.store.get_case(case_id)
+        if case is None or case.state != State.NOTIFIED:
+            return None
+        case.release_requested_mono = rt.mono()
+        if rt.store.save_samples(case):
+            return case
+    return None
+
+
+def _local(ts: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))

@@ -1,0 +1,158 @@
+"""The "keep my job" page: signed, expiring, single-case, single-use links; CSRF-safe posts;
+every action audited with the link's identity."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actuator.app import Runtime, create_app
+from actuator.keeplinks import KeepLinks, LinkError, link_key
+from actuator.models import State
+from actuator.store.cases import insert_case
+from tests.actuator.test_decisions import make_case
+from tests.actuator.test_webhook import TOKEN, make_runtime
+
+PUBLIC = "https://reclaimer.example.com"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    import time
+
+    return Clock(time.time())
+
+
+@pytest.fixture
+def rt(tmp_path: Path, clock: Clock) -> Runtime:
+    runtime = make_runtime(tmp_path)
+    runtime.links = KeepLinks(link_key(TOKEN), PUBLIC, ttl=3600, clock=clock)
+    return runtime
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Any:
+    return create_app(rt).test_client()
+
+
+def notified_case(rt: Runtime, **over: Any) -> int:
+    case = make_case(id=0, state=State.NOTIFIED, user="lilei", labels={"command": "python t.py",
+                     "gpu": "2"}, gpu_memory_bytes=8 << 30, notified_at=rt.clock(),
+                     notified_mono=rt.mono(), effective={"grace": 600}, **over)  # fmt: skip
+    with rt.store._tx() as conn:
+        insert_case(conn, case, {})
+    return case.id
+
+
+def path_of(url: str) -> str:
+    assert url.startswith(PUBLIC + "/keep/")
+    return url[len(PUBLIC) :]
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', page)
+    assert found, page
+    return found.group(1)
+
+
+def audit(rt: Runtime) -> list[dict[str, Any]]:
+    path = Path(rt.config.storage.audit_log)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_page_shows_the_case_in_the_owners_language_without_the_api_token(rt, client):
+    case_id = notified_case(rt)
+    path = path_of(rt.links.url(case_id))
+    page = client.get(path, headers={"Accept-Language": "zh-CN,zh;q=0.9"})
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert "保留 GPU 任务" in html and "python t.py (PID 4242)" in html and "8.0 GiB" in html
+    assert 'id="keep-4h"' in html and 'id="release"' in html and "发送 SIGTERM" in html
+    assert "Keep for 4 h" in client.get(path + "?lang=en").get_data(as_text=True)
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["Cache-Control"] == "no-store"
+    assert client.get("/api/v1/cases").status_code == 401  # the API still wants the token
+
+
+def test_keep_for_4h_snoozes_the_case_once_and_audits_the_link(rt, client):
+    case_id = notified_case(rt)
+    path = path_of(rt.links.url(case_id))
+    csrf = csrf_of(client.get(path).get_data(as_text=True))
+    done = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "4"})
+    assert done.status_code == 200, done.get_data(as_text=True)
+    case = rt.store.get_case(case_id)
+    assert case.state == State.SNOOZED
+    assert case.snoozed_until == pytest.approx(rt.clock() + 4 * 3600, abs=5)
+    records = [r for r in audit(rt) if r.get("case") == case_id]
+    (used,) = [r for r in records if r["event"] == "keep_link"]
+    assert used["action"] == "keep" and used["hours"] == 4 and used["owner"] == "lilei"
+    (snooze,) = [r for r in records if r["event"] == "snooze"]
+    assert snooze["by"].startswith("keep link ") and snooze["duration"] == 4 * 3600
+    again = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "24"})
+    assert again.status_code == 409 and "already used" in again.get_data(as_text=True)
+    assert rt.store.get_case(case_id).snoozed_until == case.snoozed_until  # unchanged
+
+
+def test_release_now_lets_the_reconciler_skip_the_rest_of_the_grace(rt, client):
+    case_id = notified_case(rt)
+    path = path_of(rt.links.url(case_id))
+    csrf = csrf_of(client.get(path).get_data(as_text=True))
+    done = client.post(path, data={"csrf": csrf, "action": "release"})
+    assert done.status_code == 200
+    assert rt.store.get_case(case_id).release_requested_mono is not None
+
+
+def test_tampered_expired_foreign_and_forged_posts_change_nothing(rt, client, clock):
+    case_id = notified_case(rt)
+    url = rt.links.url(case_id)
+    path = path_of(url)
+    csrf = csrf_of(client.get(path).get_data(as_text=True))
+    token = path.rsplit("/", 1)[1]
+    tampered = path[:-3] + ("aaa" if not path.endswith("aaa") else "bbb")
+    assert client.get(tampered).status_code == 403
+    other = KeepLinks(link_key("another-actuator-token-0123456789"), PUBLIC).token(case_id)
+    assert client.get(f"/keep/{other}").status_code == 403  # not signed by us
+    bad = [
+        ({"csrf": "0" * 64, "action": "keep", "hours": "4"}, {}, 403),  # no page served it
+        ({"csrf": csrf, "action": "keep", "hours": "4"}, {"Origin": "https://evil.example"},
+         403),
+        ({"csrf": csrf, "action": "keep", "hours": "999"}, {}, 422),  # beyond keep_max
+        ({"csrf": csrf, "action": "delete"}, {}, 422),
+    ]  # fmt: skip
+    for form, headers, status in bad:
+        assert client.post(path, data=form, headers=headers).status_code == status, form
+    assert rt.store.get_case(case_id).state == State.NOTIFIED
+    assert not [r for r in audit(rt) if r.get("event") in ("keep_link", "snooze")]
+    clock.now += 3601  # the link's age is over its ttl
+    expired = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "1"})
+    assert expired.status_code == 403 and "expired" in expired.get_data(as_text=True)
+    with pytest.raises(LinkError):
+        rt.links.verify(token)
+    assert rt.store.get_case(case_id).state == State.NOTIFIED
+
+
+def test_a_case_already_signalled_cannot_be_kept(rt, client):
+    case_id = notified_case(rt, term_at=rt.clock())
+    case = rt.store.get_case(case_id)
+    rt.store.transition(case, State.TERMINATING, reason="grace over", evidence={},
+                        now=rt.clock())  # fmt: skip
+    path = path_of(rt.links.url(case_id))
+    page = client.get(path + "?lang=en").get_data(as_text=True)
+    assert "can no longer be kept" in page and 'id="keep-1h"' not in page
+    csrf = rt.links.csrf(path.rsplit("/", 1)[1])  # what a page would have carried
+    refused = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "1"})
+    assert refused.status_code == 409
+    assert rt.store.get_case(case_id).state == State.TERMINATING
