@@ -1,0 +1,123 @@
+"""The owner's whole path in a real browser: the owner is found in LDAP (slapd), the
+actuator mails a Chinese warning through a real SMTP server (aiosmtpd), the test opens the
+mail's link in headless Chromium (Debian's chromium with its driver, through Selenium),
+chooses "keep for 4 h", and the case is snoozed; the page is screenshotted in both
+languages (docs/keep-page.*.png come from this test with GPU_RECLAIMER_SCREENSHOTS=docs)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import getpass
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiosmtpd.controller import Controller
+
+from tests.actuator.conftest import alert_for, payload
+from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD, slapd
+from tests.support import REPO, free_port, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(email.message_from_bytes(envelope.content,
+                                                      policy=email.policy.default))  # fmt: skip
+        return "250 OK"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.fail("chromium and chromedriver not found: `make setup` installs Debian's "
+                    "chromium and chromium-driver")  # fmt: skip
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                 "--window-size=900,900", "--lang=zh-CN"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
+    tmp_path: Path, workloads, actuator_factory, browser
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    inbox = Inbox()
+    smtp_port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=smtp_port)
+    controller.start()
+    shots = Path(os.environ.get("GPU_RECLAIMER_SCREENSHOTS", tmp_path))
+    if not shots.is_absolute():
+        shots = REPO / shots
+    try:
+        with slapd(tmp_path / "slapd") as ldap:
+            ldap.add_person(getpass.getuser(), displayName="李雷", mail="lilei@example.com",
+                            preferredLanguage="zh-CN")  # fmt: skip
+            password = tmp_path / "ldap-password"
+            password.write_text(READER_PASSWORD)
+            actuator = actuator_factory(
+                workloads.node_dir,
+                start=False,
+                defaults={"grace": "60s"},
+                notice={"required": True},
+                notifier={
+                    "ldap": {"url": ldap.url, "base": PEOPLE, "bind_dn": READER_DN,
+                             "password_file": str(password), "timezone": "Asia/Shanghai"},
+                    "email": {"host": "127.0.0.1", "port": smtp_port, "security": "none",
+                              "sender": "gpu-reclaimer@example.com"},
+                    "sre_contact": "GPU 运维",
+                },
+            )  # fmt: skip
+            config = yaml.safe_load(actuator.config_file.read_text())
+            config["notifier"]["public_url"] = actuator.url  # links point at this actuator
+            actuator.config_file.write_text(yaml.safe_dump(config))
+            actuator.start()
+            w = workloads.spawn()
+            alert = alert_for(w, command="python train.py", gpu="0")
+            assert actuator.post(payload(alert)).status_code == 200
+            wait_until(lambda: inbox.messages, 30)
+    finally:
+        controller.stop()
+    (mail,) = inbox.messages
+    assert mail["To"].endswith("<lilei@example.com>") and "将于" in mail["Subject"]
+    text = mail.get_body(("plain",)).get_content()
+    (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+", text)
+    browser.get(link)
+    assert "保留 GPU 任务" in browser.title
+    assert f"python train.py (PID {w.pid})" in browser.page_source
+    shots.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(shots / "keep-page.zh-CN.png"))
+    browser.get(link + "?lang=en")
+    browser.save_screenshot(str(shots / "keep-page.en.png"))
+    browser.get(link)
+    browser.find_element(By.ID, "keep-4h").click()
+    done = browser.find_element(By.ID, "done").text
+    assert done.startswith("已保留到"), done
+    case = actuator.case_for(w)
+    assert case is not None and case["state"] == "snoozed", case
+    browser.back()
+    browser.refresh()  # the same link again: it has acted once
+    assert "此链接已使用过" in browser.page_source
+    assert w.alive()
