@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -30,6 +30,7 @@ from actuator.models import (
     reject_duplicate_keys,
     split_alerts,
 )
+from actuator.operators import AuthError, OidcVerifier, Principal, Role
 from actuator.policy import Duration
 from actuator.store import Store, StoreUnavailable
 from exporter.procfs import PID_MAX_LIMIT
@@ -49,6 +50,7 @@ class Runtime:
     audit: AuditLog
     token: str
     links: KeepLinks | None = None  # "keep my job" links, when notifier.public_url is set
+    operators: OidcVerifier | None = None  # people at the API, when `operators` is set
     clock: Callable[[], float] = time.time
     mono: Callable[[], float] = boottime
     started_mono: float = field(default_factory=boottime)
@@ -136,16 +138,63 @@ def create_app(rt: Runtime) -> Flask:
             return _error(403, "invalid token")
         return None
 
+    def auth_failed(reason: str, message: str, code: int = 401) -> tuple[Response, int]:
+        """Counted and audited (never the token itself)."""
+        with contextlib.suppress(StoreUnavailable):
+            rt.store.count("auth_failures", reason)
+        with contextlib.suppress(AuditError):
+            rt.audit.write({"event": "auth_failed", "reason": reason, "path": request.path,
+                            "method": request.method, "remote": request.remote_addr})  # fmt: skip
+        resp, status = _error(code, message)
+        if code == 401:
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="gpu-reclaimer"'
+        return resp, status
+
+    def check_person(role: Role) -> tuple[Response, int] | None:
+        """With operators configured: a person's OIDC token with the role, not the shared one."""
+        assert rt.operators is not None
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            return auth_failed("missing", "sign in: an OIDC bearer token is needed")
+        if hmac.compare_digest(given.encode(), expected):
+            return auth_failed("shared_token", "the shared token is for Alertmanager's alerts "
+                               "only; people use their own OIDC token", 403)  # fmt: skip
+        try:
+            principal = rt.operators.verify(given)
+        except AuthError as exc:
+            return auth_failed(exc.reason, str(exc))
+        if not principal.may(role):
+            return auth_failed("role", f"{principal.name} does not have the {role} role", 403)
+        g.principal = principal
+        return None
+
+    # Who may do what, with operators configured (endpoint -> role).
+    person_roles: dict[str, Role] = {"cases": "sre", "case": "sre", "snooze": "sre",
+                                     "audit": "sre", "breaker_reset": "admin"}  # fmt: skip
+
     @app.before_request
     def _auth() -> tuple[Response, int] | None:
         if request.path in ("/metrics", "/-/healthy", "/-/ready"):
             return None
         if rt.links is not None and request.path.startswith("/keep/"):
             return None  # the signed link is the credential (actuator/keep_page.py)
+        if rt.operators is not None and request.path != "/api/v1/alerts":
+            return check_person(person_roles.get(request.endpoint or "", "admin"))
         denied = check_auth()
         if denied is not None and request.path == "/api/v1/alerts":
             count(denied[1])
         return denied
+
+    def actor(declared: str) -> str:
+        """Who did it, for the audit: the authenticated person when there is one (what they
+        typed in `by` is kept beside it), else what the caller declared."""
+        principal: Principal | None = g.get("principal")
+        if principal is None:
+            return declared or "API"
+        return f"{principal.name} (oidc {principal.issuer})" + (
+            f", said {declared!r}" if declared and declared != principal.name else ""
+        )
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> tuple[Response, int]:
@@ -254,7 +303,7 @@ def create_app(rt: Runtime) -> Flask:
             body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
         except ValidationError as exc:
             return _error(422, "invalid snooze request", details=_validation_details(exc))
-        status, result = snooze_case(case_id, body.duration, body.by or "API", body.reason,
+        status, result = snooze_case(case_id, body.duration, actor(body.by), body.reason,
                                      body.model_dump())  # fmt: skip
         if isinstance(result, Case):
             return jsonify(result.to_json()), status
@@ -335,11 +384,11 @@ def create_app(rt: Runtime) -> Flask:
         try:
             rt.audit.write(
                 {"event": "breaker_reset", "was_open": was_open, "opened_reason": why,
-                 "by": body.by, "reason": body.reason}
+                 "by": actor(body.by), "reason": body.reason}
             )  # fmt: skip
         except AuditError as exc:
             return _error(503, str(exc))
-        rt.store.set_breaker(False, rt.clock(), f"reset by {body.by or 'API'}: {body.reason}")
+        rt.store.set_breaker(False, rt.clock(), f"reset by {actor(body.by)}: {body.reason}")
         return jsonify({"open": False, "was_open": was_open, "opened_at": since}), 200
 
     # -- metrics and health -------------------------------------------------------------

@@ -146,6 +146,24 @@ class NotifierSettings(Strict):
         return self.webhook is not None or bool(self.owner_channels())
 
 
+class OidcSettings(Strict):
+    issuer: str = Field(min_length=1, description="the tokens' `iss`, exactly")
+    audience: str = Field(min_length=1, description="the tokens' `aud` (this actuator's id)")
+    jwks_url: str = Field(min_length=1, description="the issuer's JWKS (keys) URL")
+    groups_claim: str = "groups"
+    leeway: Duration = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/iat")
+    timeout: Duration = Field(5.0, gt=0, le=30)
+
+
+class OperatorSettings(Strict):
+    """People at the API: with this set, the shared token is Alertmanager's only."""
+
+    oidc: OidcSettings
+    roles: dict[Literal["sre", "admin"], list[str]] = Field(
+        default_factory=dict, description="role -> the groups that have it"
+    )
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     lease_ttl: Duration = Field(10.0, gt=0)
@@ -160,6 +178,7 @@ class ActuatorConfig(Policy):
     node: NodeConfig = Field(default_factory=NodeConfig)
     notifier: NotifierSettings = NotifierSettings()
     reconciler: ReconcilerSettings = ReconcilerSettings()
+    operators: OperatorSettings | None = None
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:

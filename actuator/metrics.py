@@ -90,6 +90,14 @@ class ActuatorCollector(Collector):
         for reason, value in sorted(by_reason.items()):
             refusals.add_metric([reason], value)
         yield refusals
+        failures = CounterMetricFamily(
+            "gpu_reclaimer_auth_failures",
+            "Refused operator authentications, by reason (expired, audience, role, ...)",
+            labels=["reason"],
+        )
+        for reason, value in sorted(snap["auth_failures"].items()):
+            failures.add_metric([reason], value)
+        yield failures
         yield CounterMetricFamily(
             "gpu_reclaimer_notices",
             "Cases whose owner was warned (the notice recorded before the grace period)",

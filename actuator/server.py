@@ -26,6 +26,7 @@ from actuator.live import Evidence
 from actuator.messages import Renderer
 from actuator.node import LocalNode, Node
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
+from actuator.operators import OidcVerifier
 from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
 from actuator.store import Store, StoreUnavailable
@@ -73,6 +74,16 @@ def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
     return LdapOwners(
         s.url, s.base, user_filter=s.filter, bind_dn=s.bind_dn, password=_secret(s.password_file),
         attributes=s.attributes, timezone=s.timezone, cache_ttl=s.cache_ttl, timeout=s.timeout,
+    )  # fmt: skip
+
+
+def build_operators(config: ActuatorConfig) -> OidcVerifier | None:
+    if config.operators is None:
+        return None
+    o = config.operators.oidc
+    return OidcVerifier(
+        o.issuer, o.audience, o.jwks_url, groups_claim=o.groups_claim,
+        roles=config.operators.roles, leeway=o.leeway, timeout=o.timeout,
     )  # fmt: skip
 
 
@@ -127,7 +138,8 @@ class _Worker:
         store = Store(config.storage.database)
         audit = open_audit(config)
         links = build_links(config, token)
-        self.runtime = Runtime(config=config, store=store, audit=audit, token=token, links=links)
+        self.runtime = Runtime(config=config, store=store, audit=audit, token=token, links=links,
+                               operators=build_operators(config))  # fmt: skip
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         self.reconciler = Reconciler(

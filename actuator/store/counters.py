@@ -53,6 +53,12 @@ class CounterQueries(Database):
                     "SELECT label, value FROM counters WHERE name = 'webhook_requests'"
                 )
             }
+            auth_failures = {
+                r["label"]: r["value"]
+                for r in conn.execute(
+                    "SELECT label, value FROM counters WHERE name = 'auth_failures'"
+                )
+            }
             rejected = conn.execute(
                 "SELECT COALESCE(SUM(value), 0) AS n FROM counters WHERE name = 'alerts_rejected'"
             ).fetchone()
@@ -73,6 +79,7 @@ class CounterQueries(Database):
             "signals": signals,
             "requests": requests,
             "alerts_rejected": int(rejected["n"]),
+            "auth_failures": auth_failures,
             "breaker_open": bool(breaker["open"]) if breaker else False,
             "notices": int(notices["n"]),
             "time_to_reclaim": to_reclaim,

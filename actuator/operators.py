@@ -1,0 +1,78 @@
+"""Operators as people: OIDC bearer tokens (JWTs checked against the issuer's JWKS with
+PyJWT: signature, issuer, audience, expiry), their groups mapped to roles.
+
+Roles: `sre` reads cases and the audit log and snoozes; `admin` also resets the circuit
+breaker. With operators configured, the shared bearer token is Alertmanager's alone: it
+delivers alerts and nothing else (actuator/app.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jwt
+
+Role = Literal["sre", "admin"]
+ROLES: tuple[Role, ...] = ("sre", "admin")
+ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "PS256")  # never "none" nor HS*
+
+
+class AuthError(Exception):
+    """Why a token is refused; `reason` is a short label for the metric."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str  # who, for the audit: preferred_username, email or sub
+    subject: str
+    roles: frozenset[str]
+    issuer: str
+
+    def may(self, role: Role) -> bool:
+        return "admin" in self.roles or role in self.roles
+
+
+class OidcVerifier:
+    def __init__(
+        self, issuer: str, audience: str, jwks_url: str, *, groups_claim: str = "groups",
+        roles: Mapping[str, Iterable[str]] | None = None, leeway: float = 30.0,
+        timeout: float = 5.0,
+    ) -> None:  # fmt: skip
+        self.issuer, self.audience, self.groups_claim = issuer, audience, groups_claim
+        self.roles = {role: set(groups) for role, groups in (roles or {}).items()}
+        self.leeway = leeway
+        self.jwks = jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=300, timeout=timeout)
+
+    def verify(self, token: str) -> Principal:
+        try:
+            key = self.jwks.get_signing_key_from_jwt(token)
+            claims: dict[str, Any] = jwt.decode(
+                token, key.key, algorithms=list(ALGORITHMS), audience=self.audience,
+                issuer=self.issuer, leeway=self.leeway,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )  # fmt: skip
+        except jwt.ExpiredSignatureError:
+            raise AuthError("expired", "the token has expired") from None
+        except jwt.InvalidAudienceError:
+            raise AuthError("audience", "the token is for another audience") from None
+        except jwt.InvalidIssuerError:
+            raise AuthError("issuer", "the token is from another issuer") from None
+        except jwt.PyJWKClientConnectionError as exc:
+            raise AuthError("jwks", f"cannot fetch the issuer's keys: {exc}") from None
+        except jwt.PyJWKClientError:
+            raise AuthError("key", "the token is signed with a key the issuer does not list") \
+                from None  # fmt: skip
+        except jwt.InvalidTokenError as exc:
+            raise AuthError("invalid", f"invalid token: {exc}") from None
+        groups = claims.get(self.groups_claim) or []
+        if isinstance(groups, str):
+            groups = [groups]
+        roles = frozenset(r for r, members in self.roles.items() if members & set(groups))
+        name = str(claims.get("preferred_username") or claims.get("email") or claims["sub"])
+        return Principal(name, str(claims["sub"]), roles, str(claims["iss"]))
