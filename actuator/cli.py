@@ -11,6 +11,7 @@ from actuator.config import (
     ConfigError,
     check_notifier,
     check_storage,
+    check_tls,
     config_warnings,
     idle_thresholds,
     load_config,
@@ -47,6 +48,7 @@ def run_actuator(args: argparse.Namespace) -> int:
         idle_thresholds(config)
         load_projects(config)
         check_notifier(config)
+        check_tls(config)
         if args.check_config:
             # At start an unwritable audit log only makes /-/ready fail (a full disk may
             # come back); a config check says so outright.

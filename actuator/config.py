@@ -21,6 +21,11 @@ from exporter.thresholds import load as load_thresholds
 DEFAULT_PORT = 9836
 
 
+class ServerTls(Strict):
+    certfile: str = Field(min_length=1, description="PEM certificate (chain)")
+    keyfile: str = Field(min_length=1, description="PEM private key")
+
+
 class Server(Strict):
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     workers: int = Field(2, ge=1, le=64)
@@ -37,6 +42,7 @@ class Server(Strict):
     keepalive: Duration = Field(5.0, ge=0)
     max_body: Size = Field(2**20, gt=0, description="larger request bodies get 413")
     token_file: str | None = None
+    tls: ServerTls | None = Field(None, description="HTTPS on the actuator itself")
 
 
 class Storage(Strict):
@@ -285,6 +291,15 @@ def idle_thresholds(config: ActuatorConfig) -> Thresholds:
 def open_audit(config: ActuatorConfig) -> AuditLog:
     storage = config.storage
     return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
+
+
+def check_tls(config: ActuatorConfig) -> None:
+    tls = config.server.tls
+    if tls is None:
+        return
+    for key, path in (("server.tls.certfile", tls.certfile), ("server.tls.keyfile", tls.keyfile)):
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{key}: {path} is not readable")
 
 
 def check_notifier(config: ActuatorConfig) -> None:

@@ -191,6 +191,9 @@ class ActuatorApplication(BaseApplication):  # type: ignore[misc]
             "post_worker_init": self._post_worker_init,
             "worker_exit": self._worker_exit,
         }
+        if server.tls is not None:  # gunicorn serves HTTPS itself
+            settings["certfile"] = server.tls.certfile
+            settings["keyfile"] = server.tls.keyfile
         if "control_socket_disable" in self.cfg.settings:
             settings["control_socket_disable"] = True  # gunicorn >= 24: no socket in $HOME
         for key, value in settings.items():

@@ -203,7 +203,7 @@ class Actuator:
         if self.proc.poll() is not None:
             raise AssertionError(f"actuator exited: {self.log.read_text()[-3000:]}")
         try:
-            return requests.get(self.url + "/-/healthy", timeout=1).status_code == 200
+            return self.session.get(self.url + "/-/healthy", timeout=1).status_code == 200
         except requests.ConnectionError:
             return False
 

@@ -60,3 +60,33 @@ def test_an_oversized_body_is_refused_before_it_is_read(
         except OSError:
             pass  # the server may close the connection while we send
         assert s.recv(64).startswith(b"HTTP/1.1 413")
+
+
+def test_the_actuator_serves_https_itself(tmp_path, workloads) -> None:
+    """server.tls: gunicorn terminates TLS; plain HTTP on the same port gets nothing."""
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+    )  # fmt: skip
+    actuator = Actuator(
+        tmp_path / "a",
+        workloads.node_dir,
+        {"server": {"tls": {"certfile": str(cert), "keyfile": str(key)}}},
+    )
+    actuator.url = actuator.url.replace("http://", "https://")
+    actuator.session.verify = str(cert)
+    actuator.session.trust_env = False  # else $REQUESTS_CA_BUNDLE overrides `verify`
+    actuator.start()
+    try:
+        assert actuator.session.get(actuator.url + "/-/healthy", timeout=5).status_code == 200
+        assert actuator.get("/api/v1/cases")["cases"] == []
+        with pytest.raises(requests.ConnectionError):
+            requests.get(actuator.url.replace("https://", "http://") + "/-/healthy", timeout=5)
+        with pytest.raises(requests.exceptions.SSLError):  # an untrusted client refuses it
+            requests.get(actuator.url + "/-/healthy", timeout=5)
+    finally:
+        actuator.stop()
