@@ -170,6 +170,15 @@ class OperatorSettings(Strict):
     )
 
 
+class AlertmanagerSettings(Strict):
+    """Where the actuator posts its own decision alerts (actuator/decision_alerts.py)."""
+
+    urls: list[str] = Field(min_length=1, description="Alertmanager base URLs (all of an HA set)")
+    external_url: str = Field("", description="the actuator's URL, for case links in alerts")
+    runbook_url: str = Field("", description="an absolute runbook link for every alert")
+    timeout: Duration = Field(5.0, gt=0, le=30)
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     lease_ttl: Duration = Field(10.0, gt=0)
@@ -185,6 +194,7 @@ class ActuatorConfig(Policy):
     notifier: NotifierSettings = NotifierSettings()
     reconciler: ReconcilerSettings = ReconcilerSettings()
     operators: OperatorSettings | None = None
+    alertmanager: AlertmanagerSettings | None = None
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:

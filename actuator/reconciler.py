@@ -27,6 +27,7 @@ from typing import Any
 from actuator.audit import AuditError, AuditLog
 from actuator.clock import boottime
 from actuator.config import ActuatorConfig, idle_thresholds
+from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
     Action,
     Decision,
@@ -77,9 +78,11 @@ class Reconciler:
         mono: Callable[[], float] = boottime,
         holder: str | None = None,
         links: KeepLinks | None = None,
+        alerts: DecisionAlerts | None = None,
     ) -> None:
         self.config = config
         self.links = links
+        self.alerts = alerts
         self.store = store
         self.audit = audit
         self.nodes = nodes
@@ -136,6 +139,9 @@ class Reconciler:
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
+        if self.alerts is not None:
+            is_open, _, why = self.store.breaker()
+            self.alerts.breaker(is_open, why, self.mono())
         self._prune()
         self.store.mark_progress(self.holder, self.mono())
         return True
@@ -451,6 +457,8 @@ class Reconciler:
             self._signal(case, node, sig, dry_run=False)
         elif d.state == State.RECLAIMED and case.notified_at is not None:
             self._followup(case, eff)
+        if self.alerts is not None and d.state in (State.RECLAIMED, State.FAILED):
+            (self.alerts.reclaimed if d.state == State.RECLAIMED else self.alerts.failed)(case)
         elif d.state == State.OBSERVED and live is not None:
             # Observe/notify mode: exercise the same side-effect functions as a dry run.
             if eff.mode == "observe":
@@ -509,6 +517,8 @@ class Reconciler:
         after_notice(
             case, result.delivered, self.config.notice, self.clock(), self.mono()
         ).apply_to(case)
+        if self.alerts is not None and case.notified_mono is not None:  # the grace started
+            self.alerts.scheduled(case, notice["sigterm_at"])
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {"event": "notice", "case": case.id, "delivered": result.delivered,

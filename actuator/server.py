@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from actuator.channels import (
     WeComChannel,
 )
 from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
+from actuator.decision_alerts import DecisionAlerts
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.live import Evidence
 from actuator.messages import Renderer
@@ -75,6 +77,14 @@ def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
         s.url, s.base, user_filter=s.filter, bind_dn=s.bind_dn, password=_secret(s.password_file),
         attributes=s.attributes, timezone=s.timezone, cache_ttl=s.cache_ttl, timeout=s.timeout,
     )  # fmt: skip
+
+
+def build_decision_alerts(config: ActuatorConfig) -> DecisionAlerts | None:
+    am = config.alertmanager
+    if am is None:
+        return None
+    return DecisionAlerts(am.urls, external_url=am.external_url, runbook_url=am.runbook_url,
+                          timeout=am.timeout, clock=time.time)  # fmt: skip
 
 
 def build_operators(config: ActuatorConfig) -> OidcVerifier | None:
@@ -143,8 +153,9 @@ class _Worker:
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         self.reconciler = Reconciler(
-            config, store, audit, build_nodes(config), build_notifier(config), links=links
-        )
+            config, store, audit, build_nodes(config), build_notifier(config), links=links,
+            alerts=build_decision_alerts(config),
+        )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
 

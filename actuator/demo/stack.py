@@ -383,6 +383,12 @@ class Stack:
                 "audit_log": str(self.audit_log),
             },
             "reconciler": {"interval": "0.25s", "lease_ttl": "5s"},
+            # The actuator's decisions go to Alertmanager, which routes them to chat.
+            "alertmanager": {
+                "urls": [self.url("alertmanager")],
+                "external_url": self.url("actuator"),
+                "runbook_url": (self.options.repo_root / "docs" / "runbook.md").as_uri(),
+            },
         }
         return merge_config(base, options.policy)
 

@@ -69,6 +69,31 @@ def test_amtool_check_config() -> None:
     run([amtool, "check-config", str(REPO / "deploy" / "alertmanager.yml")])
 
 
+@pytest.mark.parametrize(
+    ("labels", "receivers"),
+    [
+        # The rules' reclaim alerts reach the actuator only (chat hears its decisions).
+        (["alertname=GpuProcessIdle", "reclaim=true", "severity=warning"],
+         "gpu-reclaimer-actuator"),
+        (["alertname=GpuProcessStalled", "reclaim=true", "severity=warning"],
+         "gpu-reclaimer-actuator"),
+        (["alertname=GpuReclaimScheduled", "severity=info", "case=7"], "chat"),
+        (["alertname=GpuProcessReclaimed", "severity=info", "case=7"], "chat"),
+        (["alertname=GpuReclaimFailed", "severity=warning", "case=7"], "chat"),
+        (["alertname=GpuReclaimerCircuitBreakerOpen", "severity=critical"], "chat"),
+        (["alertname=GpuExporterDown", "severity=critical", "class=health"], "chat"),
+    ],
+)  # fmt: skip
+def test_the_reference_routes_as_alertmanager_evaluates_them(
+    labels: list[str], receivers: str
+) -> None:
+    """`amtool config routes test`: Alertmanager's own routing code on the reference file."""
+    amtool = require_binary("amtool")
+    result = run([amtool, "config", "routes", "test", "--config.file",
+                  str(REPO / "deploy" / "alertmanager.yml"), *labels])  # fmt: skip
+    assert result.stdout.strip() == receivers, result.stdout
+
+
 def test_promtool_check_prometheus_config() -> None:
     promtool = require_binary("promtool")
     result = run([promtool, "check", "config", str(REPO / "deploy" / "prometheus.yml")])
@@ -84,9 +109,9 @@ def test_reference_config_timings() -> None:
     route = am["route"]
     assert (route["group_wait"], route["group_interval"]) == ("10s", "30s")
     assert {"node", "gpu", "pid", "alertname"} <= set(route["group_by"])
-    chat, reclaim = route["routes"]
-    assert chat["continue"] is True
-    assert reclaim["matchers"] == ['reclaim="true"']
+    reclaim, decisions, chat = route["routes"]
+    assert reclaim["matchers"] == ['reclaim="true"'] and "continue" not in reclaim
+    assert decisions["receiver"] == chat["receiver"] == "chat"
     (receiver,) = [r for r in am["receivers"] if r["name"] == reclaim["receiver"]]
     (hook,) = receiver["webhook_configs"]
     assert hook["url"].endswith(":9836/api/v1/alerts")

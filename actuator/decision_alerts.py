@@ -1,0 +1,123 @@
+"""The actuator's own alerts, posted to Alertmanager's API (`POST /api/v2/alerts`), so chat is
+routed on decisions rather than on the raw rule alerts:
+
+- `GpuReclaimScheduled` (info): the owner was warned; the reclaim is due at `deadline`;
+- `GpuProcessReclaimed` (info): the process tree exited and its memory was freed;
+- `GpuReclaimFailed` (warning): signalled, but the memory was not freed;
+- `GpuReclaimerCircuitBreakerOpen` (critical): enforcement paused; re-sent while open,
+  resolved when it closes.
+
+Labels are what SREs route on: user, project, node, gpu, severity, case, case_url; the
+runbook is an absolute link. Posting is best effort (bounded timeout, every configured
+Alertmanager tried, failures counted); it never holds a decision back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+
+from actuator.models import Case
+
+log = logging.getLogger(__name__)
+HOLD_S = 3600.0  # how long an info alert stays active in Alertmanager
+BREAKER_RESEND_S = 60.0
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+class DecisionAlerts:
+    def __init__(
+        self, urls: Sequence[str], *, external_url: str = "", runbook_url: str = "",
+        timeout: float = 5.0, clock: Callable[[], float],
+    ) -> None:  # fmt: skip
+        self.urls = [u.rstrip("/") for u in urls]
+        self.external_url, self.runbook_url = external_url.rstrip("/"), runbook_url
+        self.timeout, self.clock = timeout, clock
+        self.session = requests.Session()
+        self.failures = 0
+        self._breaker_sent: float | None = None
+        self._breaker_open = False
+
+    def post(self, alerts: list[dict[str, Any]]) -> bool:
+        """To every Alertmanager (an HA pair deduplicates); True when one accepted."""
+        accepted = False
+        for url in self.urls:
+            try:
+                r = self.session.post(f"{url}/api/v2/alerts", json=alerts, timeout=self.timeout)
+                accepted |= r.status_code == 200
+                if r.status_code != 200:
+                    log.warning("alertmanager %s: HTTP %s %s", url, r.status_code, r.text[:200])
+            except requests.RequestException as exc:
+                log.warning("alertmanager %s: %s", url, exc)
+        if not accepted:
+            self.failures += 1
+        return accepted
+
+    def _case_alert(self, name: str, severity: str, case: Case, summary: str,
+                    ends: float, **extra: str) -> dict[str, Any]:  # fmt: skip
+        now = self.clock()
+        labels = {
+            "alertname": name, "severity": severity, "node": case.node,
+            "gpu": case.labels.get("gpu", ""), "user": case.user or "",
+            "project": case.project or case.labels.get("project", ""),
+            "case": str(case.id), "pid": str(case.pid),
+        }  # fmt: skip
+        annotations = {"summary": summary, **extra}
+        if self.external_url:
+            labels["case_url"] = f"{self.external_url}/api/v1/cases/{case.id}"
+        if self.runbook_url:
+            annotations["runbook_url"] = self.runbook_url
+        return {"labels": {k: v for k, v in labels.items() if v}, "annotations": annotations,
+                "startsAt": _iso(now), "endsAt": _iso(ends),
+                "generatorURL": labels.get("case_url", "")}  # fmt: skip
+
+    def scheduled(self, case: Case, deadline: float) -> bool:
+        who = case.user or "?"
+        return self.post([self._case_alert(
+            "GpuReclaimScheduled", "info", case,
+            f"{who}'s {case.labels.get('command', 'process')} (PID {case.pid}) on {case.node} "
+            f"GPU {case.labels.get('gpu', '?')} will be reclaimed at {_iso(deadline)} unless kept",
+            deadline + HOLD_S, deadline=_iso(deadline),
+        )])  # fmt: skip
+
+    def reclaimed(self, case: Case) -> bool:
+        return self.post([self._case_alert(
+            "GpuProcessReclaimed", "info", case,
+            f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
+            f"{case.freed_bytes / 2**30:.1f} GiB freed", self.clock() + HOLD_S,
+        )])  # fmt: skip
+
+    def failed(self, case: Case) -> bool:
+        return self.post([self._case_alert(
+            "GpuReclaimFailed", "warning", case,
+            f"PID {case.pid} on {case.node} was signalled but its GPU memory was not freed: "
+            f"{case.reason}", self.clock() + HOLD_S,
+        )])  # fmt: skip
+
+    def breaker(self, is_open: bool, reason: str, mono: float) -> None:
+        """Called every pass: firing (re-sent each minute) while open, resolved once closed."""
+        if not is_open and not self._breaker_open:
+            return
+        if is_open and self._breaker_sent is not None and mono - self._breaker_sent < \
+                BREAKER_RESEND_S:  # fmt: skip
+            return
+        now = self.clock()
+        summary = f"enforcement paused: {reason}" if is_open else "the circuit breaker was reset"
+        alert = {
+            "labels": {"alertname": "GpuReclaimerCircuitBreakerOpen", "severity": "critical"},
+            "annotations": {"summary": summary},
+            "startsAt": _iso(now),
+            "endsAt": _iso(now + 5 * BREAKER_RESEND_S if is_open else now),
+        }
+        if self.runbook_url:
+            alert["annotations"]["runbook_url"] = self.runbook_url
+        if self.post([alert]):
+            self._breaker_sent = mono if is_open else None
+            self._breaker_open = is_open

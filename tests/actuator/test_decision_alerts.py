@@ -1,0 +1,114 @@
+"""The actuator's own alerts through a real Alertmanager running the reference config (its
+timings rescaled, chat pointed at a local receiver): decisions reach chat, each once per
+case, with the labels SREs route on; the breaker alert resolves when the breaker closes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from actuator.decision_alerts import DecisionAlerts
+from actuator.demo.ruleset import render_deploy
+from actuator.models import State
+from tests.actuator.test_decisions import make_case
+from tests.helpers.prom import Server, start_alertmanager
+from tests.support import REPO, wait_until
+
+
+class Chat:
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    def alerts(self, status: str = "firing") -> list[dict[str, Any]]:
+        return [a for p in self.posts for a in p["alerts"] if a["status"] == status]
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Chat]]:
+    chat = Chat()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            chat.posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    work = tmp_path_factory.mktemp("am")
+    token = work / "token"
+    token.write_text("decision-alerts-token-0123456789\n")
+    render_deploy(REPO, work / "run", scale=1 / 30, chat_url=f"http://127.0.0.1:"
+                  f"{server.server_address[1]}/chat", token_file=token)  # fmt: skip
+    try:
+        with start_alertmanager(work / "run" / "deploy" / "alertmanager.yml", work) as am:
+            yield am, chat
+    finally:
+        server.shutdown()
+
+
+def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
+    am, chat = routed
+    alerts = DecisionAlerts([am.url], external_url="https://reclaimer.example.com",
+                            runbook_url="https://wiki.example.com/gpu-reclaimer",
+                            clock=time.time)  # fmt: skip
+    case = make_case(
+        id=7,
+        state=State.NOTIFIED,
+        user="lilei",
+        project="vision",
+        labels={"command": "python train.py", "gpu": "2"},
+        freed_bytes=8 << 30,
+    )
+    assert alerts.scheduled(case, time.time() + 600)
+    assert alerts.reclaimed(case)
+    wait_until(lambda: {a["labels"]["alertname"] for a in chat.alerts()} >= {
+        "GpuReclaimScheduled", "GpuProcessReclaimed"}, 20)  # fmt: skip
+    (scheduled,) = [a for a in chat.alerts() if a["labels"]["alertname"] == "GpuReclaimScheduled"]
+    assert scheduled["labels"] | {"alertname": "x"} == {
+        "alertname": "x", "severity": "info", "node": "n", "gpu": "2", "user": "lilei",
+        "project": "vision", "case": "7", "pid": "4242",
+        "case_url": "https://reclaimer.example.com/api/v1/cases/7",
+    }  # fmt: skip
+    assert scheduled["annotations"]["runbook_url"] == "https://wiki.example.com/gpu-reclaimer"
+    assert "python train.py (PID 4242)" in scheduled["annotations"]["summary"]
+    (reclaimed,) = [a for a in chat.alerts() if a["labels"]["alertname"] == "GpuProcessReclaimed"]
+    assert "8.0 GiB freed" in reclaimed["annotations"]["summary"]
+
+
+def test_the_breaker_alert_fires_while_open_and_resolves_on_reset(routed) -> None:
+    am, chat = routed
+    alerts = DecisionAlerts([am.url], clock=time.time)
+    alerts.breaker(True, "5 of 6 processes flagged at once", mono=100.0)
+    alerts.breaker(True, "still", mono=110.0)  # within the resend interval: nothing sent
+    wait_until(
+        lambda: [
+            a for a in chat.alerts() if a["labels"]["alertname"] == "GpuReclaimerCircuitBreakerOpen"
+        ],
+        20,
+    )
+    alerts.breaker(False, "", mono=120.0)
+    wait_until(
+        lambda: [
+            a
+            for a in chat.alerts("resolved")
+            if a["labels"]["alertname"] == "GpuReclaimerCircuitBreakerOpen"
+        ],
+        20,
+    )
+    alerts.breaker(False, "", mono=130.0)  # closed and already resolved: nothing more
+
+
+def test_an_unreachable_alertmanager_is_counted_not_raised() -> None:
+    alerts = DecisionAlerts(["http://127.0.0.1:9"], clock=time.time, timeout=1)
+    case = make_case(id=8)
+    assert not alerts.failed(case) and alerts.failures == 1
