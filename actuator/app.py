@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -113,6 +114,50 @@ def _reconciler_stalled(rt: Runtime) -> str | None:
             f"(limit {limit:g}s): cases are not being advanced"
         )
     return None
+
+
+def snooze_case(
+    rt: Runtime,
+    case_id: int,
+    duration: float,
+    by: str,
+    why: str,
+    evidence: dict[str, Any] | None = None,
+) -> tuple[int, Case | str]:
+    """Snooze a live case before any signal: (200, case), or (status, why not). One audit
+    record, written before the change; the API and the keep page share it."""
+    found = rt.store.get_case(case_id)
+    if found is None:
+        return 404, f"no case {case_id}"
+    if found.state not in SNOOZABLE:
+        return 409, _not_snoozable(found)
+    try:
+        rt.audit.write(
+            {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
+             "duration": duration, "by": by, "reason": why}
+        )  # fmt: skip
+    except AuditError as exc:
+        return 503, str(exc)
+    reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
+    # The reconciler saves samples on every tick, which moves the row's version: re-read
+    # and try again rather than hand the operator a conflict that is only bookkeeping.
+    for _ in range(SNOOZE_ATTEMPTS):
+        now = rt.clock()
+        found.snoozed_until = now + duration
+        found.snoozed_until_mono = rt.mono() + duration
+        found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+        updated = rt.store.transition(
+            found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
+            reason_code=Reason.SNOOZED,
+        )  # fmt: skip
+        if updated is not None:
+            return 200, updated
+        found = rt.store.get_case(case_id)
+        if found is None or found.state not in SNOOZABLE:
+            break
+    if found is not None and found.state not in SNOOZABLE:
+        return 409, _not_snoozable(found)
+    return 409, f"case {case_id} kept changing; retry"
 
 
 def create_app(rt: Runtime) -> Flask:
@@ -303,55 +348,19 @@ def create_app(rt: Runtime) -> Flask:
             body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
         except ValidationError as exc:
             return _error(422, "invalid snooze request", details=_validation_details(exc))
-        status, result = snooze_case(case_id, body.duration, actor(body.by), body.reason,
+        status, result = snooze_case(rt, case_id, body.duration, actor(body.by), body.reason,
                                      body.model_dump())  # fmt: skip
         if isinstance(result, Case):
             return jsonify(result.to_json()), status
         return _error(status, result)
 
-    def snooze_case(
-        case_id: int, duration: float, by: str, why: str, evidence: dict[str, Any] | None = None
-    ) -> tuple[int, Case | str]:
-        """Snooze a live case before any signal: (200, case), or (status, why not). One audit
-        record, written before the change; the API and the keep page share it."""
-        found = rt.store.get_case(case_id)
-        if found is None:
-            return 404, f"no case {case_id}"
-        if found.state not in SNOOZABLE:
-            return 409, _not_snoozable(found)
-        try:
-            rt.audit.write(
-                {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
-                 "duration": duration, "by": by, "reason": why}
-            )  # fmt: skip
-        except AuditError as exc:
-            return 503, str(exc)
-        reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
-        # The reconciler saves samples on every tick, which moves the row's version: re-read
-        # and try again rather than hand the operator a conflict that is only bookkeeping.
-        for _ in range(SNOOZE_ATTEMPTS):
-            now = rt.clock()
-            found.snoozed_until = now + duration
-            found.snoozed_until_mono = rt.mono() + duration
-            found.cpu_seconds = found.cpu_rate = found.cpu_at = None
-            updated = rt.store.transition(
-                found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
-                reason_code=Reason.SNOOZED,
-            )  # fmt: skip
-            if updated is not None:
-                return 200, updated
-            found = rt.store.get_case(case_id)
-            if found is None or found.state not in SNOOZABLE:
-                break
-        if found is not None and found.state not in SNOOZABLE:
-            return 409, _not_snoozable(found)
-        return 409, f"case {case_id} kept changing; retry"
-
     if rt.links is not None:
         from actuator.keep_page import keep_blueprint
 
         app.register_blueprint(
-            keep_blueprint(rt, rt.links, snooze_case, rt.config.notifier.keep_max)
+            keep_blueprint(
+                rt, rt.links, functools.partial(snooze_case, rt), rt.config.notifier.keep_max
+            )
         )
 
     @app.get("/api/v1/audit")

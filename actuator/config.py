@@ -43,6 +43,13 @@ class Server(Strict):
     max_body: Size = Field(2**20, gt=0, description="larger request bodies get 413")
     token_file: str | None = None
     tls: ServerTls | None = Field(None, description="HTTPS on the actuator itself")
+    keep_socket: str | None = Field(
+        None, description="unix socket for `gpu-reclaimer keep` on the node (SO_PEERCRED), "
+        "e.g. /run/gpu-reclaimer/keep.sock",
+    )  # fmt: skip
+    keep_socket_groups: tuple[str, ...] = Field(
+        (), description="unix groups whose members may keep anyone's process"
+    )
 
 
 class Storage(Strict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
-from actuator.app import Runtime, create_app
+from actuator.app import Runtime, create_app, snooze_case
 from actuator.asgi import asgi_app
 from actuator.channels import (
     Channel,
@@ -23,6 +24,8 @@ from actuator.channels import (
 )
 from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
 from actuator.decision_alerts import DecisionAlerts
+from actuator.keep_page import release
+from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.live import Evidence
 from actuator.messages import Renderer
@@ -165,6 +168,15 @@ class _Worker:
             target=self.reconciler.run, args=(self.stop,), name="reconciler", daemon=True
         )
         self.thread.start()
+        server = self.config.server
+        if server.keep_socket:
+            keep = KeepSocket(
+                self.runtime, server.keep_socket, functools.partial(snooze_case, self.runtime),
+                release, sre_groups=server.keep_socket_groups,
+                max_seconds=self.config.notifier.keep_max, node=self.config.node.name,
+            )  # fmt: skip
+            threading.Thread(target=keep.run, args=(self.stop,), name="keep-socket",
+                             daemon=True).start()  # fmt: skip
 
     def shutdown(self) -> None:
         self.stop.set()

@@ -156,3 +156,65 @@ def test_a_case_already_signalled_cannot_be_kept(rt, client):
     refused = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "1"})
     assert refused.status_code == 409
     assert rt.store.get_case(case_id).state == State.TERMINATING
+
+
+# -- on the node: `gpu-reclaimer keep` through the keep socket (SO_PEERCRED) ---------------
+
+
+def test_keep_on_the_node_knows_the_caller_from_the_kernel(
+    tmp_path, workloads, actuator_factory, request
+) -> None:
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.actuator.conftest import alert_for, payload
+    from tests.support import gpu_reclaimer_command, wait_until
+
+    # Where another uid can reach it (pytest's own directories are private to root).
+    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    sock = shared / "keep.sock"
+    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
+                                server={"keep_socket": str(sock)})  # fmt: skip
+    w = workloads.spawn()
+    assert actuator.post(payload(alert_for(w))).status_code == 200
+    wait_until(lambda: (actuator.case_for(w) or {}).get("state") == "notified", 20)
+    wait_until(sock.exists, 10)
+    # The stranger's client: the same one line of JSON, with the standard library only.
+    client = (
+        "import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+        "s.sendall(json.dumps({'pid': int(sys.argv[2]), 'action': 'keep', 'seconds': 3600})"
+        ".encode() + bytes([10])); print(s.makefile().readline())"
+    )
+    # Another uid (nobody) may not keep root's process: the kernel says who is asking.
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    stranger = subprocess.run([python, "-c", client, str(sock), str(w.pid)], user=65534,
+                              group=65534, extra_groups=[], capture_output=True, text=True,
+                              timeout=30, cwd="/")  # fmt: skip
+    assert stranger.returncode == 0, stranger.stderr
+    refused = json.loads(stranger.stdout)
+    assert not refused["ok"] and "is not yours" in refused["error"]
+    assert actuator.case_for(w)["state"] == "notified"
+    # The owner (here root) keeps it with the command.
+    done = subprocess.run(
+        [*gpu_reclaimer_command(), "keep", str(w.pid), "--for", "2h", "--socket", str(sock)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"process {w.pid} kept until" in done.stdout
+    assert actuator.case_for(w)["state"] == "snoozed"
+    events = [r for r in (json.loads(line) for line in (actuator.workdir / "audit.jsonl")
+              .read_text().splitlines()) if r.get("event") == "keep_socket"]  # fmt: skip
+    assert [(e["uid"], e["result"]) for e in events] == [(65534, "refused: not the owner"),
+                                                         (0, "accepted")]  # fmt: skip
+    no_case = subprocess.run(
+        [*gpu_reclaimer_command(), "keep", "1", "--for", "1h", "--socket", str(sock)],
+        capture_output=True,
+        text=True,
+    )
+    assert no_case.returncode == 2 and "no open case" in no_case.stderr

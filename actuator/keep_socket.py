@@ -1,0 +1,187 @@
+"""`gpu-reclaimer keep PID --for 2h` on the node: the owner proves who they are by being the
+process's uid. The actuator listens on a unix socket anyone may connect to and reads the
+caller's credentials from the kernel (SO_PEERCRED), never from the request: a caller acts
+only on processes of their own uid; root and members of `server.keep_socket_groups` on any.
+
+Protocol: one JSON line each way, `{"pid": 4242, "action": "keep", "seconds": 7200}` (or
+`"action": "release"`) -> `{"ok": true, "case": 7, "state": "snoozed", "until": ...}`.
+
+One worker serves the socket at a time (it holds a flock next to it; the others retry), so
+every worker can take over when the serving one exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import grp
+import json
+import logging
+import os
+import pwd
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actuator.models import LIVE_STATES, Case
+from exporter import procfs
+
+if TYPE_CHECKING:
+    from actuator.app import Runtime
+
+log = logging.getLogger(__name__)
+MAX_REQUEST = 4096
+RETRY_S = 5.0
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, as the kernel recorded it."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid of a live process (from /proc/PID/status), or None."""
+    try:
+        for line in (procfs.PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
+    if not groups:
+        return False
+    try:
+        name = pwd.getpwuid(uid).pw_name
+        member_of = {grp.getgrgid(g).gr_name for g in os.getgrouplist(name, gid)}
+    except (KeyError, OSError):
+        return False
+    return bool(member_of & set(groups))
+
+
+class KeepSocket:
+    def __init__(
+        self, rt: Runtime, path: str, snooze: Callable[..., tuple[int, Case | str]],
+        release: Callable[[Runtime, int], Case | None], *, sre_groups: tuple[str, ...] = (),
+        max_seconds: float = 86400.0, node: str = "",
+    ) -> None:  # fmt: skip
+        self.rt, self.path, self.snooze, self.release = rt, Path(path), snooze, release
+        self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
+        self._sock: socket.socket | None = None
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve while this worker holds the lock; otherwise retry now and then."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            while not stop.is_set():
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    stop.wait(RETRY_S)
+                    continue
+                self._serve(stop)
+        finally:
+            os.close(lock)
+
+    def _serve(self, stop: threading.Event) -> None:
+        self.path.unlink(missing_ok=True)  # a stale socket of a dead holder
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # anyone connects; the kernel says who they are
+        sock.listen(16)
+        sock.settimeout(0.5)
+        self._sock = sock
+        log.info("keep socket listening on %s", self.path)
+        try:
+            while not stop.is_set():
+                try:
+                    conn, _ = sock.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.settimeout(5)
+                    self._handle(conn)
+        finally:
+            sock.close()
+            self.path.unlink(missing_ok=True)
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            caller = peer_credentials(conn)
+            raw = conn.makefile("rb").readline(MAX_REQUEST)
+            answer = self.answer(caller, raw)
+        except (OSError, ValueError) as exc:
+            answer = {"ok": False, "error": f"bad request: {exc}"}
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def answer(self, caller: tuple[int, int, int], raw: bytes) -> dict[str, Any]:
+        _, uid, gid = caller
+        try:
+            request = json.loads(raw)
+            pid, action = int(request["pid"]), str(request["action"])
+            seconds = float(request.get("seconds", 0))
+        except (ValueError, KeyError, TypeError):
+            return {"ok": False, "error": 'send {"pid": N, "action": "keep", "seconds": S}'}
+        if action not in ("keep", "release"):
+            return {"ok": False, "error": "action is keep or release"}
+        if action == "keep" and not 0 < seconds <= self.max_seconds:
+            return {"ok": False, "error": f"keep for at most {self.max_seconds:g}s"}
+        owner = process_uid(pid)
+        if owner is None:
+            return {"ok": False, "error": f"no process {pid} on this node"}
+        allowed = uid == owner or uid == 0 or in_groups(uid, gid, self.sre_groups)
+        if not allowed:
+            self._audit(uid, pid, action, None, "refused: not the owner")
+            return {"ok": False, "error": f"process {pid} is not yours (uid {owner})"}
+        case = self._live_case(pid)
+        if case is None:
+            return {"ok": False, "error": f"process {pid} has no open case: nothing to keep"}
+        who = f"uid {uid} on the node (peer credentials)"
+        self._audit(uid, pid, action, case.id, "accepted")
+        if action == "keep":
+            status, kept = self.snooze(case.id, seconds, who, "kept by its owner on the node")
+            if not isinstance(kept, Case):
+                return {"ok": False, "error": str(kept), "status": status}
+            return {"ok": True, "case": kept.id, "state": str(kept.state),
+                    "until": kept.snoozed_until}  # fmt: skip
+        released = self.release(self.rt, case.id)
+        if released is None:
+            return {"ok": False, "error": f"case {case.id} is {case.state}: only a notified "
+                    "case can be released"}  # fmt: skip
+        return {"ok": True, "case": released.id, "state": str(released.state), "released": True}
+
+    def _live_case(self, pid: int) -> Case | None:
+        for case in self.rt.store.list_cases(pid=pid, limit=20):
+            if case.state in LIVE_STATES and (not self.node or case.node == self.node):
+                return case  # the snooze itself says when it is too late
+        return None
+
+    def _audit(self, uid: int, pid: int, action: str, case_id: int | None, result: str) -> None:
+        with contextlib.suppress(Exception):
+            self.rt.audit.write({"event": "keep_socket", "uid": uid, "pid": pid,
+                                 "action": action, "case": case_id, "result": result})  # fmt: skip
+
+
+def request_keep(path: str, pid: int, action: str, seconds: float = 0.0,
+                 timeout: float = 10.0) -> dict[str, Any]:  # fmt: skip
+    """The client side (`gpu-reclaimer keep`)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(json.dumps({"pid": pid, "action": action, "seconds": seconds}).encode()
+                     + b"\n")  # fmt: skip
+        answer: dict[str, Any] = json.loads(sock.makefile("rb").readline(MAX_REQUEST))
+        return answer
