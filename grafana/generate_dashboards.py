@@ -472,6 +472,24 @@ def dashboard(
     }
 
 
+# The idle-time bars: title, description, grouped by, *_over_time, in GiB, unit.
+IDLE_BARS = [
+    ("Idle GPU-hours by user",
+     "Over the dashboard's time range: for each user, the hours their processes held a GPU "
+     "while meeting the idle or stalled condition (one process on one GPU for one hour = 1).",
+     "user", "count_over_time", False, "h"),
+    ("Idle GPU-hours by project",
+     "As by user, per project (the exporter's project mapping; empty when none matched).",
+     "project", "count_over_time", False, "h"),
+    ("Idle memory by user (GiB-hours)",
+     "Over the dashboard's time range: GPU memory held by idle or stalled processes, times "
+     "the hours it was held (8 GiB for 2 h = 16).",
+     "user", "sum_over_time", True, "short"),
+    ("Idle memory by project (GiB-hours)", "As by user, per project.",
+     "project", "sum_over_time", True, "short"),
+]  # fmt: skip
+
+
 def idle_hours(by: str, over_time: str, *, gib: bool = False) -> str:
     """Hours (or GiB-hours) of idle processes over the dashboard's range, per `by`: samples
     of the idle condition at the panel's interval, times the interval. The identity is the
@@ -647,74 +665,25 @@ def fleet() -> dict[str, Any]:
             12,
             8,
         ),
-        (
-            bargauge(
-                "Idle GPU-hours by user",
-                "Over the dashboard's time range: for each user, the hours their processes "
-                "held a GPU while meeting the idle or stalled condition (one process on one GPU "
-                "for one hour = 1).",
-                [
-                    target(
-                        idle_hours("user", f"count_over_time({IDLE_PROCESSES}"),
-                        "{{user}}",
-                        instant=True,
-                    )
-                ],
-                "h",
-            ),
-            6,
-            8,
-        ),
-        (
-            bargauge(
-                "Idle GPU-hours by project",
-                "As by user, per project (the exporter's project mapping; empty when none "
-                "matched).",
-                [
-                    target(
-                        idle_hours("project", f"count_over_time({IDLE_PROCESSES}"),
-                        "{{project}}",
-                        instant=True,
-                    )
-                ],
-                "h",
-            ),
-            6,
-            8,
-        ),
-        (
-            bargauge(
-                "Idle memory by user (GiB-hours)",
-                "Over the dashboard's time range: GPU memory held by idle or stalled "
-                "processes, times the hours it was held (8 GiB for 2 h = 16).",
-                [
-                    target(
-                        idle_hours("user", f"sum_over_time({IDLE_PROCESSES}", gib=True),
-                        "{{user}}",
-                        instant=True,
-                    )
-                ],
-                "short",
-            ),
-            6,
-            8,
-        ),
-        (
-            bargauge(
-                "Idle memory by project (GiB-hours)",
-                "As by user, per project.",
-                [
-                    target(
-                        idle_hours("project", f"sum_over_time({IDLE_PROCESSES}", gib=True),
-                        "{{project}}",
-                        instant=True,
-                    )
-                ],
-                "short",
-            ),
-            6,
-            8,
-        ),
+        *[
+            (
+                bargauge(
+                    title,
+                    description,
+                    [
+                        target(
+                            idle_hours(by, f"{over_time}({IDLE_PROCESSES}", gib=gib),
+                            "{{" + by + "}}",
+                            instant=True,
+                        )
+                    ],
+                    unit,
+                ),
+                6,
+                8,
+            )
+            for title, description, by, over_time, gib, unit in IDLE_BARS
+        ],
         (
             table(
                 "Top idle holders now",

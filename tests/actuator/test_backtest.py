@@ -14,7 +14,7 @@ import pytest
 
 from actuator.backtest import BacktestError, RuleSet
 from actuator.backtest_cli import SHIPPED_RULES
-from tests.helpers.prom import Server, require_binary, start_prometheus
+from tests.helpers.prom import Server, backfilled_prometheus
 from tests.support import gpu_reclaimer_command
 
 GiB = 1024**3
@@ -72,16 +72,7 @@ def _history(start: int, end: int) -> str:
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, int]]:
     work = tmp_path_factory.mktemp("backtest")
     start = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on the hour
-    data = work / "history.om"
-    data.write_text(_history(start, start + 120 * M))
-    done = subprocess.run(
-        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(data),
-         str(work / "prom" / "data")], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    config = work / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 15s\n")
-    with start_prometheus(config, work / "prom") as prom:
+    with backfilled_prometheus(work, _history(start, start + 120 * M)) as prom:
         yield prom, start
 
 

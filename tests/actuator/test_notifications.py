@@ -7,7 +7,6 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -148,13 +147,9 @@ def _authenticator(server: Any, session: Any, envelope: Any, mechanism: str,
 
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
-    )  # fmt: skip
-    return key, cert
+    from tests.helpers.certs import self_signed
+
+    return self_signed(tmp_path)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.prom import Server, require_binary, start_prometheus
+from tests.helpers.prom import Server, backfilled_prometheus
 from tests.support import gpu_reclaimer_command
 
 GiB = 1024**3
@@ -88,16 +88,7 @@ def _history(s: int) -> str:
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, int]]:
     work = tmp_path_factory.mktemp("report")
     start = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on the hour
-    data = work / "history.om"
-    data.write_text(_history(start))
-    done = subprocess.run(
-        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(data),
-         str(work / "prom" / "data")], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    config = work / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 15s\n")
-    with start_prometheus(config, work / "prom") as prom:
+    with backfilled_prometheus(work, _history(start)) as prom:
         yield prom, start
 
 

@@ -64,14 +64,9 @@ def test_an_oversized_body_is_refused_before_it_is_read(
 
 def test_the_actuator_serves_https_itself(tmp_path, workloads) -> None:
     """server.tls: gunicorn terminates TLS; plain HTTP on the same port gets nothing."""
-    import subprocess
+    from tests.helpers.certs import self_signed
 
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
-    )  # fmt: skip
+    key, cert = self_signed(tmp_path)
     actuator = Actuator(
         tmp_path / "a",
         workloads.node_dir,

@@ -180,3 +180,20 @@ def background(command: Sequence[str], log: Path) -> Iterator[subprocess.Popen[b
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def backfilled_prometheus(work: Path, openmetrics: str) -> Iterator[Server]:
+    """A Prometheus holding `openmetrics` (written into blocks by `promtool tsdb
+    create-blocks-from openmetrics`), scraping nothing."""
+    data = work / "history.om"
+    data.write_text(openmetrics)
+    done = subprocess.run(
+        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(data),
+         str(work / "prom" / "data")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = work / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 15s\n")
+    with start_prometheus(config, work / "prom") as prom:
+        yield prom
