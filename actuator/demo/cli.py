@@ -181,6 +181,16 @@ def _differences(cast: Sequence[tuple[Role, Workload]], verdicts: Sequence[Verdi
     return rows
 
 
+def _last_notice(stack: Stack) -> str:
+    """The latest owner notice as the robot got it, with its keep link."""
+    posts = [p.body for p in stack.sink.posts("/notice") if isinstance(p.body, dict)]
+    if not posts:
+        return "\nno owner notice was sent"
+    content = str(posts[-1].get("markdown", {}).get("content", posts[-1]))
+    return "\nthe last owner notice (WeCom markdown; open its keep link while the demo runs):\n" + (
+        "\n".join("  " + line for line in content.splitlines()))  # fmt: skip
+
+
 def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
     from actuator.demo.observe import Observer
     from actuator.demo.view import Style, render
@@ -201,6 +211,7 @@ def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, 
             break
         time.sleep(REFRESH_SECONDS)
     print(render(stack, cast, snap, verdicts, started=started, style=Style(False)), file=out)
+    print(_last_notice(stack), file=out)
     if all(v.done and not v.failed for v in verdicts):
         print(f"\ndemo check passed in {time.time() - started:.0f}s", file=out)
         return 0
@@ -262,6 +273,7 @@ def _footer(
     lines += [
         f"  {'try':<{width}}  curl -H 'Authorization: Bearer {stack.token}' "
         f"{stack.url('actuator')}/api/v1/audit?limit=5",
+        *_last_notice(stack).splitlines(),
         "",
         "Still running. Ctrl-C stops everything the demo started.",
     ]

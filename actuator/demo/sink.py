@@ -49,9 +49,13 @@ class Sink:
                     body = None
                 with sink._lock:
                     sink.received.append(Received(self.path, time.time(), body))
+                # Answered as a WeCom/DingTalk robot does; chat relays ignore the body.
+                reply = b'{"errcode": 0, "errmsg": "ok"}'
                 self.send_response(200)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
+                self.wfile.write(reply)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the demo's screen is the live view, not an access log

@@ -15,6 +15,7 @@ A run directory keeps each service's log, the configs, the database and the audi
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import secrets
 import shutil
@@ -189,6 +190,10 @@ class Stack:
         return self.run_dir / "token"
 
     @property
+    def owner_directory(self) -> Path:
+        return self.run_dir / "actuator" / "owners.yml"
+
+    @property
     def audit_log(self) -> Path:
         return self.run_dir / "actuator" / "audit.jsonl"
 
@@ -247,6 +252,12 @@ class Stack:
         with os.fdopen(fd, "w") as handle:
             handle.write(self.token + "\n")
         self.sink.start()
+        self.owner_directory.parent.mkdir(parents=True, exist_ok=True)
+        self.owner_directory.write_text(
+            f"users:\n  {getpass.getuser()}: {{name: 演示用户, wecom: demo-owner, "
+            "language: zh-CN, timezone: Asia/Shanghai}\n",
+            encoding="utf-8",
+        )
 
         self.services["exporter"] = Managed("exporter", _gpu_reclaimer(
             "exporter", "--listen", f"127.0.0.1:{self.ports['exporter']}",
@@ -372,7 +383,14 @@ class Stack:
                 "sim_dir": str(self.node_dir),
                 "heartbeat_dir": str(self.heartbeat_dir),
             },
-            "notifier": {"webhook": {"url": f"{self.sink.url}/notice", "timeout": "2s"}},
+            # The owner (whoever runs the demo) is warned in Chinese on a WeCom-format robot
+            # that the sink stands in for; the warning carries a keep link to this actuator.
+            "notifier": {
+                "directory": str(self.owner_directory),
+                "wecom": {"url": f"{self.sink.url}/notice", "timeout": "2s"},
+                "public_url": self.url("actuator"),
+                "sre_contact": "GPU 运维（演示）",
+            },
             "server": {
                 "listen": f"127.0.0.1:{self.ports['actuator']}",
                 "workers": options.workers,
