@@ -11,7 +11,6 @@ import email.policy
 import getpass
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,24 +38,10 @@ class Inbox:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from tests.helpers.browser import chromium
 
-    binary = shutil.which("chromium")
-    driver_path = shutil.which("chromedriver")
-    if not binary or not driver_path:
-        pytest.fail("chromium and chromedriver not found: `make setup` installs Debian's "
-                    "chromium and chromium-driver")  # fmt: skip
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=900,900", "--lang=zh-CN"):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
