@@ -48,6 +48,7 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
     tmp_path: Path, workloads, actuator_factory, browser
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
     inbox = Inbox()
     smtp_port = free_port()
@@ -88,17 +89,17 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
     (mail,) = inbox.messages
     assert mail["To"].endswith("<lilei@example.com>") and "将于" in mail["Subject"]
     text = mail.get_body(("plain",)).get_content()
-    (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+", text)
+    (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN", text)
     browser.get(link)
     assert "保留 GPU 任务" in browser.title
     assert f"python train.py (PID {w.pid})" in browser.page_source
     shots.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(shots / "keep-page.zh-CN.png"))
-    browser.get(link + "?lang=en")
+    browser.get(link.replace("lang=zh-CN", "lang=en"))
     browser.save_screenshot(str(shots / "keep-page.en.png"))
     browser.get(link)
     browser.find_element(By.ID, "keep-4h").click()
-    done = browser.find_element(By.ID, "done").text
+    done = WebDriverWait(browser, 15).until(lambda b: b.find_element(By.ID, "done")).text
     assert done.startswith("已保留到"), done
     case = actuator.case_for(w)
     assert case is not None and case["state"] == "snoozed", case

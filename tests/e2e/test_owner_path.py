@@ -44,6 +44,7 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
     system_tools: None, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
     from tests.helpers.browser import chromium
 
@@ -75,10 +76,14 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
                 wait_until(lambda: inbox.about(kept.pid, "将于") and inbox.about(left.pid, "将于"),
                            120)  # fmt: skip
                 (warning,) = inbox.about(kept.pid, "将于")
-                (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+", warning)
+                (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN", warning)
                 browser.get(link)
                 browser.find_element(By.ID, "keep-4h").click()
-                assert browser.find_element(By.ID, "done").text.startswith("已保留到")
+                assert (
+                    WebDriverWait(browser, 15)
+                    .until(lambda b: b.find_element(By.ID, "done"))
+                    .text.startswith("已保留到")
+                )
 
                 def state(w: Any) -> str:
                     cases = stack.actuator_api("/api/v1/cases", pid=w.pid)["cases"]

@@ -24,6 +24,7 @@ def chromium(language: str = "zh-CN") -> Iterator[Any]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                  "--window-size=900,900", f"--lang={language}"):  # fmt: skip
         options.add_argument(flag)
+    options.add_experimental_option("prefs", {"intl.accept_languages": language})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         yield driver
