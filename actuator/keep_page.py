@@ -6,8 +6,9 @@ and every action is audited with the link's identity (case, nonce) and the case'
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from flask import Blueprint, Response, request
@@ -188,6 +189,12 @@ def release(rt: Runtime, case_id: int, attempts: int = 20) -> Case | None:
 
 
 def _local(ts: float) -> str:
-    import time
+    """In the owner's time zone when the link says it (`?tz=`, added with `?lang=` by the
+    notice; display only), else the actuator's."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))
+    zone: Any = None
+    with contextlib.suppress(ZoneInfoNotFoundError, ValueError):
+        zone = ZoneInfo(request.args.get("tz", "")) if request.args.get("tz") else None
+    return datetime.fromtimestamp(ts, zone).astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")

@@ -127,7 +127,9 @@ class Renderer:
             "deadline": local(facts.deadline), "timezone": contact.timezone,
             "term_timeout": duration(facts.term_timeout, language),
             # The page opens in the owner's language whatever their browser says.
-            "keep_url": f"{facts.keep_url}?lang={language}" if facts.keep_url else "",
+            "keep_url": f"{facts.keep_url}?lang={language}&tz={contact.timezone}"
+            if facts.keep_url
+            else "",
             "sre": self.sre or ("GPU 运维团队" if language == "zh-CN" else "the GPU SRE team"),
         }  # fmt: skip
         body = template.render(values)

@@ -76,7 +76,9 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
                 wait_until(lambda: inbox.about(kept.pid, "将于") and inbox.about(left.pid, "将于"),
                            120)  # fmt: skip
                 (warning,) = inbox.about(kept.pid, "将于")
-                (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN", warning)
+                (link,) = re.findall(
+                    r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN&tz=Asia/Shanghai", warning
+                )
                 browser.get(link)
                 browser.find_element(By.ID, "keep-4h").click()
                 assert (
