@@ -6,8 +6,6 @@ languages (docs/keep-page.*.png come from this test with GPU_RECLAIMER_SCREENSHO
 
 from __future__ import annotations
 
-import email
-import email.policy
 import getpass
 import os
 import re
@@ -20,20 +18,11 @@ import yaml
 from aiosmtpd.controller import Controller
 
 from tests.actuator.conftest import alert_for, payload
+from tests.helpers.mail import Inbox
 from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD, slapd
 from tests.support import REPO, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(email.message_from_bytes(envelope.content,
-                                                      policy=email.policy.default))  # fmt: skip
-        return "250 OK"
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ the actuator mails a warning for each; the owner opens one mail's link and keeps
 
 from __future__ import annotations
 
-import email
-import email.policy
 import getpass
 import re
 from pathlib import Path
@@ -19,25 +17,11 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from actuator.demo.stack import Stack, StackOptions
+from tests.helpers.mail import Inbox
 from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD, slapd
 from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(email.message_from_bytes(envelope.content,
-                                                      policy=email.policy.default))  # fmt: skip
-        return "250 OK"
-
-    def about(self, pid: int, word: str) -> list[str]:
-        """Plain-text bodies of the mails about `pid` whose subject has `word`."""
-        return [m.get_body(("plain",)).get_content() for m in self.messages
-                if f"PID {pid}" in m["Subject"] and word in m["Subject"]]  # fmt: skip
 
 
 def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow_up(
