@@ -146,6 +146,7 @@ def snooze_case(
         found.snoozed_until = now + duration
         found.snoozed_until_mono = rt.mono() + duration
         found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+        found.release_requested_mono = None  # a keep overrides an earlier "release now"
         updated = rt.store.transition(
             found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
             reason_code=Reason.SNOOZED,

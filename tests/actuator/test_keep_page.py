@@ -113,6 +113,12 @@ def test_release_now_lets_the_reconciler_skip_the_rest_of_the_grace(rt, client):
     done = client.post(path, data={"csrf": csrf, "action": "release"})
     assert done.status_code == 200
     assert rt.store.get_case(case_id).release_requested_mono is not None
+    # A later keep overrides it: a re-notified case must get its whole grace again.
+    other = path_of(rt.links.url(case_id))
+    page = client.get(other).get_data(as_text=True)
+    kept = client.post(other, data={"csrf": csrf_of(page), "action": "keep", "hours": "1"})
+    assert kept.status_code == 200
+    assert rt.store.get_case(case_id).release_requested_mono is None
 
 
 def test_tampered_expired_foreign_and_forged_posts_change_nothing(rt, client, clock):
