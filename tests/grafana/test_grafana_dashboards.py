@@ -16,7 +16,7 @@ Workloads (node `simnode`, leak mode on so an exited process's memory stays used
   leaker   GPU 1, 6 GiB, killed at once                      -> orphaned memory
   victim   GPU 1, idle; an alert for it is posted to the actuator (enforce, fast timings),
            which terminates it                               -> released, memory freed
-  flip     GPU 1, busy 1 s with log lines, idle 8 s, then util 100 % -> idle, then stalled:
+  flip     GPU 1, busy 1 s with log lines, idle 10 s, then util 100 % -> idle, then stalled:
            both conditions for one process within the range
 """
 
@@ -444,8 +444,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             ("idle", workload("busy=1s,idle", gpu=1, memory="6GiB"), tmp / "idle.log"),
             ("hang", workload("busy=1s,hang", *hb, gpu=1), tmp / "hang.log"),
             ("victim", workload("idle", gpu=1, memory="2GiB"), Path(os.devnull)),
-            # idle for a while, then hung: one process meets both conditions in the range
-            ("flip", workload("busy=1s,idle=8s,hang", gpu=1, memory="1GiB"), tmp / "flip.log"),
         ]:
             pids[name] = stack.enter_context(background(command, log)).pid
         for pid in pids.values():
@@ -459,6 +457,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
         started = time.time()
         prom = stack.enter_context(start_prometheus(prom_config, tmp / "prom"))
+        # Idle for a while, then hung: one process meets both conditions in the range. It starts
+        # only now, so its idle phase falls where Prometheus scrapes (a slow start-up under
+        # load once let the whole phase pass before the first scrape).
+        flip = workload("busy=1s,idle=10s,hang", gpu=1, memory="1GiB")
+        pids["flip"] = stack.enter_context(background(flip, tmp / "flip.log")).pid
         live = Stack(prom, actuator_url, started, pids, uuids, tmp)
         try:
             # A few scrapes of the actuator first, so increase() sees the counters move.
@@ -483,6 +486,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # The victim is terminated and its memory released; Prometheus scrapes that.
             wait_until(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
             wait_until(lambda: _instant(prom, 'gpu_reclaimer_refusals_total{reason!=""}'), 15)
+            # The flip process's idle phase is recorded before it turns stalled.
+            wait_until(
+                lambda: _instant(prom, f'gpu_process:idle_condition{{pid="{pids["flip"]}"}}'),
+                timeout=30,
+            )
             # The idle and hung processes' alerts are pending.
             for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang"),
                                     ("GpuProcessStalled", "flip")):  # fmt: skip
