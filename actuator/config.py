@@ -186,6 +186,50 @@ class AlertmanagerSettings(Strict):
     timeout: Duration = Field(5.0, gt=0, le=30)
 
 
+class AgentClientTls(Strict):
+    ca_file: str = Field(min_length=1, description="CA that signed the agents' certificates")
+    certfile: str = Field(min_length=1, description="the actuator's client certificate")
+    keyfile: str = Field(min_length=1, description="its private key")
+
+
+class PrometheusAgentDiscovery(Strict):
+    """Agents beside the exporters Prometheus scrapes: node -> https://HOST:agent_port."""
+
+    url: str = Field(min_length=1, description="Prometheus that scrapes the exporters")
+    job: str = Field("gpu-exporter", pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    agent_port: int = Field(9837, ge=1, le=65535)
+    refresh: Duration = Field(30.0, gt=0)
+
+
+class AgentsSettings(Strict):
+    """The fleet: node agents this actuator drives over mutual TLS (docs/deployment.md)."""
+
+    tls: AgentClientTls
+    static: dict[str, str] = Field(default_factory=dict, description="node -> agent URL")
+    url_template: str | None = Field(None, description="e.g. https://{node}:9837")
+    prometheus: PrometheusAgentDiscovery | None = None
+    local_node: bool = Field(False, description="also act on this node in-process (node:)")
+    timeout: Duration = Field(5.0, gt=0, le=60, description="per agent call")
+    unreachable_wait: Duration = Field(
+        30.0, ge=0, description="a case whose agent does not answer is deferred after this"
+    )
+    unreachable_give_up: Duration = Field(3600.0, gt=0, description="... and refused after this")
+
+    @model_validator(mode="after")
+    def _https_only(self) -> AgentsSettings:
+        urls = dict(self.static)
+        if self.url_template is not None:
+            if "{node}" not in self.url_template:
+                raise ValueError("url_template must contain {node}")
+            urls["url_template"] = self.url_template
+        for name, url in urls.items():
+            if not url.startswith("https://"):
+                raise ValueError(f"{name}: agents are reached over HTTPS only, not {url!r}")
+        if not (self.static or self.url_template or self.prometheus):
+            raise ValueError("name the agents: static, url_template or prometheus")
+        return self
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     lease_ttl: Duration = Field(10.0, gt=0)
@@ -202,6 +246,7 @@ class ActuatorConfig(Policy):
     reconciler: ReconcilerSettings = ReconcilerSettings()
     operators: OperatorSettings | None = None
     alertmanager: AlertmanagerSettings | None = None
+    agents: AgentsSettings | None = None
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:
@@ -346,10 +391,14 @@ def check_notifier(config: ActuatorConfig) -> None:
 
 def load_projects(config: ActuatorConfig) -> ProjectMapping | None:
     """The exporter's project mapping (node.projects_file), or None."""
-    if config.node.projects_file is None:
+    return load_node_projects(config.node)
+
+
+def load_node_projects(node: NodeConfig) -> ProjectMapping | None:
+    if node.projects_file is None:
         return None
     try:
-        return ProjectMapping.load(config.node.projects_file)
+        return ProjectMapping.load(node.projects_file)
     except ProjectMappingError as exc:
         raise ConfigError(f"node.projects_file: {exc}") from None
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from actuator.models import Case, CaseUpdate, LiveState, Member, Reason, State
+from actuator.models import SIGNALLED_STATES, Case, CaseUpdate, LiveState, Member, Reason, State
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice
 from exporter.thresholds import SHIPPED, Thresholds
 
@@ -194,6 +194,25 @@ def defer(case: Case, why: tuple[Reason, str], samples: dict[str, Any]) -> Decis
     return move(
         State.DEFERRED, code, f"deferred: {reason}", deferred_from=str(case.state), **samples
     )
+
+
+def decide_unreachable(
+    case: Case, why: str, *, mono: float, wait_for: float, give_up: float
+) -> Decision:
+    """The node's agent gave no usable answer: wait, then defer, then give up; never act on
+    a guess. A case already signalled is only ended (failed) when the agent stays away."""
+    since = case.unreachable_since_mono
+    if since is None:
+        return wait(unreachable_since_mono=mono)
+    away = mono - since
+    reason = f"the node's agent has not answered for {away:.0f}s: {why}"[:500]
+    if away >= give_up:
+        if case.state in SIGNALLED_STATES:
+            return move(State.FAILED, Reason.AGENT_UNREACHABLE, reason)
+        return move(State.REFUSED, Reason.AGENT_UNREACHABLE, reason)
+    if away >= wait_for and case.state not in SIGNALLED_STATES | {State.DEFERRED}:
+        return defer(case, (Reason.AGENT_UNREACHABLE, reason), {})
+    return wait()
 
 
 def would_do(eff: Effective) -> str:

@@ -154,6 +154,7 @@ class Reason(StrEnum):
     IDENTITY_MISMATCH = "identity_mismatch"
     UNKNOWN_EVIDENCE = "unknown_evidence"
     UNKNOWN_NODE = "unknown_node"
+    AGENT_UNREACHABLE = "agent_unreachable"  # deferred, then refused, while it lasts
     BAD_TARGET = "bad_target"
     NOTICE_UNDELIVERED = "notice_undelivered"
     # deferred: held back by the breaker or a blast-radius limit
@@ -178,9 +179,10 @@ class Reason(StrEnum):
 
 REFUSALS = frozenset(
     {Reason.PROTECTED, Reason.IDENTITY_MISMATCH, Reason.UNKNOWN_EVIDENCE, Reason.UNKNOWN_NODE,
-     Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED}
+     Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED, Reason.AGENT_UNREACHABLE}
 )  # fmt: skip
-HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE})
+HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE,
+                   Reason.AGENT_UNREACHABLE})  # fmt: skip
 
 
 # Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and
@@ -410,6 +412,7 @@ class Case:
     rearmed_from: int | None = None  # the activity-cancelled case this one re-arms
     followup: int | None = None  # the case that re-armed this one
     release_requested_mono: float | None = None  # the owner chose "release now"
+    unreachable_since_mono: float | None = None  # the node's agent has not answered since
 
     @property
     def target(self) -> Target:
@@ -482,6 +485,7 @@ class CaseUpdate:
     exited_at: float | _Unset | None = UNSET
     exited_mono: float | _Unset | None = UNSET
     freed_bytes: int | _Unset = UNSET
+    unreachable_since_mono: float | _Unset | None = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,7 @@
 `Node` is the narrow interface the reconciler uses. `LocalNode` implements it for the node
 the actuator runs on by composing the live inspection (actuator/live.py, on the exporter's
 readers), the protection (actuator/protect.py) and pidfd signalling (actuator/pidfds.py).
-A remote node agent will serve the same interface over authenticated HTTP.
+A node agent serves the same interface over mutual TLS (actuator/fleet/).
 """
 
 from __future__ import annotations
@@ -41,8 +41,17 @@ class Node(Protocol):
     def monitored_count(self) -> int | None: ...
 
     def signal_tree(
-        self, target: Target, members: Iterable[Member], sig: signal.Signals, *, dry_run: bool
-    ) -> list[SignalResult]: ...
+        self,
+        target: Target,
+        members: Iterable[Member],
+        sig: signal.Signals,
+        *,
+        dry_run: bool,
+        key: str | None = None,
+    ) -> list[SignalResult]:
+        """Signal the tree; `key` names the escalation step, so a remote node carries a
+        retried step out once."""
+        ...
 
     def wait_exit(self, timeout: float) -> None: ...
 
@@ -152,7 +161,13 @@ class LocalNode:
         return descendants + [m for m in found.values() if m.pid == target.pid]
 
     def signal_tree(
-        self, target: Target, members: Iterable[Member], sig: signal.Signals, *, dry_run: bool
+        self,
+        target: Target,
+        members: Iterable[Member],
+        sig: signal.Signals,
+        *,
+        dry_run: bool,
+        key: str | None = None,
     ) -> list[SignalResult]:
         """Signal every member (children first, root last), each verified before sending:
         same start ticks, same uid as the target, not protected."""

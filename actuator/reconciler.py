@@ -21,7 +21,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from actuator.audit import AuditError, AuditLog
@@ -36,11 +37,15 @@ from actuator.decisions import (
     breaker_should_open,
     decide_live,
     decide_signalled,
+    decide_unreachable,
 )
+from actuator.fleet.directory import NodeDirectory
+from actuator.fleet.remote import NodeUnreachable
 from actuator.keeplinks import KeepLinks
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
+    CaseUpdate,
     LiveState,
     Member,
     Reason,
@@ -61,7 +66,7 @@ _RESET_ON_REARM = (
     "user", "rule", "effective", "notified_at", "term_at", "kill_at", "exited_at",
     "ended_at", "snoozed_until", "cpu_seconds", "cpu_at", "cpu_rate", "gpu_memory_bytes",
     "notified_mono", "term_mono", "kill_mono", "exited_mono", "snoozed_until_mono",
-    "ended_mono", "deferred_from", "next_notice_mono", "followup",
+    "ended_mono", "deferred_from", "next_notice_mono", "followup", "unreachable_since_mono",
 )  # fmt: skip
 
 
@@ -71,7 +76,7 @@ class Reconciler:
         config: ActuatorConfig,
         store: Store,
         audit: AuditLog,
-        nodes: dict[str, Node],
+        nodes: Mapping[str, Node] | NodeDirectory,
         notifier: Notifier,
         *,
         clock: Callable[[], float] = time.time,
@@ -85,7 +90,7 @@ class Reconciler:
         self.alerts = alerts
         self.store = store
         self.audit = audit
-        self.nodes = nodes
+        self.nodes = nodes if isinstance(nodes, NodeDirectory) else NodeDirectory(nodes)
         self.notifier = notifier
         self.clock = clock
         self.mono = mono
@@ -111,8 +116,7 @@ class Reconciler:
             except Exception:
                 log.exception("reconciler tick failed")
             if tracking and not stop.is_set():
-                for node in self.nodes.values():
-                    node.wait_exit(interval)  # wakes early when a signalled process exits
+                self.nodes.wait_exit(interval)  # wakes early when a signalled process exits
             else:
                 stop.wait(interval)
         if self.holding:
@@ -350,6 +354,29 @@ class Reconciler:
         if node is None:
             return
         now, mono = self.clock(), self.mono()
+        try:
+            decision, live, eff = self._decide(case, node, now, mono)
+        except NodeUnreachable as exc:
+            agents = self.config.agents
+            decision = decide_unreachable(
+                case, str(exc), mono=mono,
+                wait_for=agents.unreachable_wait if agents else 0.0,
+                give_up=agents.unreachable_give_up if agents else 0.0,
+            )  # fmt: skip
+            live, eff = (
+                None,
+                (Effective.model_validate(case.effective) if case.effective else self._eff(case)),
+            )
+        else:
+            if case.unreachable_since_mono is not None:
+                decision = replace(
+                    decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
+                )
+        self.apply(case, decision, live, eff, node, now, mono)
+
+    def _decide(
+        self, case: Case, node: Node, now: float, mono: float
+    ) -> tuple[Decision, LiveState | None, Effective]:
         live: LiveState | None = None
         if case.state in SIGNALLED_STATES:
             eff = Effective.model_validate(case.effective) if case.effective else self._eff(case)
@@ -372,7 +399,7 @@ class Reconciler:
                 mono=mono,
                 notice=self.config.notice,
             )
-        self.apply(case, decision, live, eff, node, now, mono)
+        return decision, live, eff
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""
@@ -463,7 +490,9 @@ class Reconciler:
             # Observe/notify mode: exercise the same side-effect functions as a dry run.
             if eff.mode == "observe":
                 self._notify(case, eff, now, dry_run=True)
-            node.signal_tree(case.target, live.members, signal.SIGTERM, dry_run=True)
+            node.signal_tree(
+                case.target, live.members, signal.SIGTERM, dry_run=True, key=f"case-{case.id}"
+            )
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""
@@ -528,7 +557,9 @@ class Reconciler:
         self.store.save_samples(case, self.fence())
 
     def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
-        results = node.signal_tree(case.target, case.members, sig, dry_run=dry_run)
+        results = node.signal_tree(
+            case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
+        )
         now = self.clock()
         for r in results:
             if r.sent:

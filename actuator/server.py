@@ -22,17 +22,25 @@ from actuator.channels import (
     SlackChannel,
     WeComChannel,
 )
-from actuator.config import ActuatorConfig, NotifierSettings, load_projects, open_audit
+from actuator.config import (
+    ActuatorConfig,
+    NodeConfig,
+    NotifierSettings,
+    load_node_projects,
+    open_audit,
+)
 from actuator.decision_alerts import DecisionAlerts
+from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_page import release
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.live import Evidence
 from actuator.messages import Renderer
-from actuator.node import LocalNode, Node
+from actuator.node import LocalNode
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
 from actuator.operators import OidcVerifier
 from actuator.owners import OwnerDirectory
+from actuator.policy import Protect
 from actuator.reconciler import Reconciler
 from actuator.store import Store, StoreUnavailable
 from exporter import ownprocs
@@ -124,23 +132,29 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
     return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)
 
 
-def build_nodes(config: ActuatorConfig) -> dict[str, Node]:
-    settings = config.node
-    projects = load_projects(config)
+def local_node(settings: NodeConfig, protect: Protect, sm_window: float) -> LocalNode:
+    """The node this process runs on, reading its evidence where its exporter does."""
     evidence = Evidence(
         heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
         log_globs=settings.log_globs,
-        projects=projects,
+        projects=load_node_projects(settings),
     )
-    node = LocalNode(
+    return LocalNode(
         settings.name,
-        config.protect,
+        protect,
         sim_dir=settings.sim_dir,
-        sm_window=config.idle.sm_window,
+        sm_window=sm_window,
         nvml_timeout=settings.nvml_timeout,
         evidence=evidence,
     )
-    return {node.name: node}
+
+
+def build_nodes(config: ActuatorConfig) -> NodeDirectory:
+    """This node (unless agents do all the work) and the fleet's agents."""
+    local = None
+    if config.agents is None or config.agents.local_node:
+        local = local_node(config.node, config.protect, config.idle.sm_window)
+    return NodeDirectory(local, build_agents(config.agents) if config.agents else None)
 
 
 class _Worker:

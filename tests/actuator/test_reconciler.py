@@ -65,7 +65,7 @@ class ScriptedNode:
     def monitored_count(self) -> int | None:
         return 100
 
-    def signal_tree(self, target, members, sig, *, dry_run):  # type: ignore[no-untyped-def]
+    def signal_tree(self, target, members, sig, *, dry_run, key=None):  # type: ignore[no-untyped-def]
         if dry_run:
             return []
         if not self.allow_signals:

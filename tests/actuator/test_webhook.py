@@ -43,7 +43,7 @@ class LoudNode:
     def monitored_count(self):
         return 10
 
-    def signal_tree(self, target, members, sig, *, dry_run):
+    def signal_tree(self, target, members, sig, *, dry_run, key=None):
         if not dry_run:
             raise AssertionError(f"signal {sig} sent to {target}")
         return []

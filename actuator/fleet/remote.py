@@ -1,0 +1,173 @@
+"""`RemoteNode`: the `Node` interface of another node, through its agent over mutual TLS.
+
+Whatever goes wrong on the way (refused connection, timeout, a certificate that does not
+verify, an answer from the wrong node or in the wrong shape) is `NodeUnreachable`: the case
+waits and is then deferred or refused, never decided on a guess. The agent's timestamps are
+rebased onto this actuator's clock with the clock reading in each answer, so nodes whose
+clocks differ are judged alike (identity itself is boot id and start ticks, clock-free).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+import requests
+from pydantic import ValidationError
+
+from actuator.fleet import wire
+from actuator.models import LiveState, Member, SignalResult, Target
+
+SIGNAL_ATTEMPTS = 3
+
+
+class NodeUnreachable(Exception):
+    """The node's agent did not give a usable answer."""
+
+
+class ClientTls:
+    """The actuator's side of mutual TLS: its client certificate, and the CA that signed
+    the agents' certificates (nothing else is trusted, whatever the environment says)."""
+
+    def __init__(self, ca_file: str, certfile: str, keyfile: str) -> None:
+        self.ca_file, self.certfile, self.keyfile = ca_file, certfile, keyfile
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False  # no proxies, no REQUESTS_CA_BUNDLE
+        session.verify = self.ca_file
+        session.cert = (self.certfile, self.keyfile)
+        return session
+
+
+class RemoteNode:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        tls: ClientTls,
+        *,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.clock = clock
+        self._session = tls.session()
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            resp = self._session.request(
+                method, f"{self.url}{path}", json=body, timeout=self.timeout
+            )
+        except requests.RequestException as exc:
+            raise NodeUnreachable(f"agent {self.url}: {type(exc).__name__}: {exc}"[:300]) from exc
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise NodeUnreachable(f"agent {self.url}: HTTP {resp.status_code}, not JSON")
+        if resp.status_code != 200:
+            raise NodeUnreachable(
+                f"agent {self.url}: HTTP {resp.status_code}: {str(data.get('error'))[:200]}"
+            )
+        if data.get("node") != self.name:
+            raise NodeUnreachable(
+                f"agent {self.url} serves node {str(data.get('node'))[:80]!r}, not {self.name!r}"
+            )
+        now = data.get("now")
+        if not isinstance(now, (int, float)) or isinstance(now, bool):
+            raise NodeUnreachable(f"agent {self.url}: no clock reading in the answer")
+        data["_offset"] = self.clock() - float(now)
+        return data
+
+    # -- evidence ------------------------------------------------------------------------
+
+    def inspect(self, target: Target) -> LiveState:
+        data = self._call("POST", "/v1/inspect", {"target": wire.dump_target(target)})
+        try:
+            live = wire.load_live(data.get("live"))
+        except ValidationError as exc:
+            raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
+        return rebase(live, data["_offset"])
+
+    def alive(self, members: Iterable[Member]) -> list[Member]:
+        data = self._call("POST", "/v1/alive", {"members": wire.dump_members(list(members))})
+        try:
+            return wire.load_members(data.get("members"))
+        except ValidationError as exc:
+            raise NodeUnreachable(f"agent {self.url}: malformed members: {exc}"[:300]) from exc
+
+    def gpu_processes(self, uuid: str) -> dict[int, int] | None:
+        try:
+            data = self._call("GET", f"/v1/gpus/{requests.utils.quote(uuid, safe='')}/processes")
+        except NodeUnreachable:
+            return None  # unknown: the caller treats it as "cannot tell"
+        listed = data.get("processes")
+        if not isinstance(listed, dict):
+            return None
+        try:
+            return {int(pid): int(mem) for pid, mem in listed.items()}
+        except (TypeError, ValueError):
+            return None
+
+    def monitored_count(self) -> int | None:
+        try:
+            count = self._call("GET", "/v1/monitored").get("count")
+        except NodeUnreachable:
+            return None  # unknown never trips the breaker
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    # -- signals -------------------------------------------------------------------------
+
+    def signal_tree(
+        self,
+        target: Target,
+        members: Iterable[Member],
+        sig: signal.Signals,
+        *,
+        dry_run: bool,
+        key: str | None = None,
+    ) -> list[SignalResult]:
+        """One escalation step, retried with the same key: the agent carries it out once."""
+        members = list(members)
+        body = {
+            "key": key or f"adhoc-{uuid.uuid4().hex}",
+            "target": wire.dump_target(target),
+            "members": wire.dump_members(members),
+            "signal": sig.name,
+            "dry_run": dry_run,
+        }
+        problem = ""
+        for attempt in range(SIGNAL_ATTEMPTS):
+            try:
+                data = self._call("POST", "/v1/signal", body)
+                return wire.load_results(data.get("results"))
+            except (NodeUnreachable, ValidationError) as exc:
+                problem = str(exc)
+                time.sleep(0.2 * (attempt + 1))
+        return [SignalResult(m.pid, sig.name, False, f"not sent: {problem}") for m in members]
+
+    def wait_exit(self, timeout: float) -> None:
+        """Exits on another node are seen by polling (the next tick), not waited for here."""
+
+
+def rebase(live: LiveState, offset: float) -> LiveState:
+    """The node's wall-clock readings on this actuator's clock."""
+
+    def shift(ts: float | None) -> float | None:
+        return None if ts is None else ts + offset
+
+    return replace(
+        live,
+        sampled_at=live.sampled_at + offset,
+        log_mtime=shift(live.log_mtime),
+        heartbeat=shift(live.heartbeat),
+        start_time=shift(live.start_time),
+    )

@@ -1,0 +1,77 @@
+"""The agent protocol's bodies: the `Node` interface's arguments and answers as JSON.
+
+Both sides validate with pydantic against the same dataclasses, so a field added to
+`LiveState` travels without a second definition and a malformed body is refused whole.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from actuator.models import LiveState, Member, SignalResult, Target
+
+PROTOCOL = "gpu-reclaimer-agent/1"
+MAX_MEMBERS = 10_000
+
+_live = TypeAdapter(LiveState)
+_target = TypeAdapter(Target)
+_members = TypeAdapter(list[Member])
+_results = TypeAdapter(list[SignalResult])
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InspectRequest(_Body):
+    target: Target
+
+
+class AliveRequest(_Body):
+    members: list[Member] = Field(max_length=MAX_MEMBERS)
+
+
+class SignalRequest(_Body):
+    """One escalation step. `key` (case id and step) makes a retried or replayed request
+    change nothing: the agent answers what it did the first time."""
+
+    key: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
+    target: Target
+    members: list[Member] = Field(max_length=MAX_MEMBERS)
+    signal: str = Field(pattern=r"^(SIGTERM|SIGKILL)$")
+    dry_run: bool = False
+
+    @property
+    def signum(self) -> signal.Signals:
+        return signal.Signals[self.signal]
+
+
+def dump_live(live: LiveState) -> dict[str, Any]:
+    return _live.dump_python(live, mode="json")  # type: ignore[no-any-return]
+
+
+def load_live(data: Any) -> LiveState:
+    return _live.validate_python(data)
+
+
+def dump_target(target: Target) -> dict[str, Any]:
+    return _target.dump_python(target, mode="json")  # type: ignore[no-any-return]
+
+
+def dump_members(members: list[Member]) -> list[dict[str, Any]]:
+    return _members.dump_python(members, mode="json")  # type: ignore[no-any-return]
+
+
+def load_members(data: Any) -> list[Member]:
+    return _members.validate_python(data)
+
+
+def dump_results(results: list[SignalResult]) -> list[dict[str, Any]]:
+    return _results.dump_python(results, mode="json")  # type: ignore[no-any-return]
+
+
+def load_results(data: Any) -> list[SignalResult]:
+    return _results.validate_python(data)
