@@ -53,7 +53,11 @@ class Server(Strict):
 
 
 class Storage(Strict):
-    database: str = "/var/lib/gpu-reclaimer/actuator.db"
+    database: str = Field(
+        "/var/lib/gpu-reclaimer/actuator.db",
+        description="a SQLite file (one actuator), or a postgresql:// URL that replicas share "
+        "(password from ~/.pgpass or PGPASSFILE, not the URL)",
+    )
     audit_log: str = "/var/log/gpu-reclaimer/audit.jsonl"
     audit_max_bytes: Size = Field(
         100 * 2**20, ge=2**16, description="rotate the audit log past this"
@@ -300,11 +304,26 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
     return out
 
 
+def _check_postgres(dsn: str) -> None:
+    import psycopg
+
+    from actuator.store.postgres import redacted
+
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        raise ConfigError(f"storage.database: cannot connect to {redacted(dsn)}: {exc}") from None
+
+
 def check_storage(config: ActuatorConfig) -> None:
     """Raise ConfigError unless the database and the audit log could be created or written
     (checked without creating anything)."""
-    for key, name in (("storage.database", config.storage.database),
-                      ("storage.audit_log", config.storage.audit_log)):  # fmt: skip
+    files = [("storage.audit_log", config.storage.audit_log)]
+    if config.storage.database.startswith(("postgresql://", "postgres://")):
+        _check_postgres(config.storage.database)
+    else:
+        files.insert(0, ("storage.database", config.storage.database))
+    for key, name in files:
         path = Path(name).absolute()
         if path.exists():
             ok, where = path.is_file() and os.access(path, os.W_OK), path

@@ -399,6 +399,7 @@ class Case:
     # Waits are measured on the boot-time clock (actuator/clock.py); the *_at fields above
     # are wall time, for records.
     created_mono: float = 0.0
+    clock: str = ""  # the domain of the *_mono values (Database.clock_id)
     notified_mono: float | None = None
     term_mono: float | None = None
     kill_mono: float | None = None

@@ -254,6 +254,7 @@ class Reconciler:
             project=ep.labels.get("project") or None,
             mode=str(self.config.mode),
             created_mono=self.mono(),
+            clock=self.store.clock_id,
         )
 
     def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
@@ -325,6 +326,7 @@ class Reconciler:
             created=now,
             updated=now,
             created_mono=self.mono(),
+            clock=self.store.clock_id,
             reason=f"re-armed: the alert still fires {window:g}s after the activity that "
             f"cancelled case {old.id}",
             reason_code=Reason.REARMED,
@@ -419,9 +421,9 @@ class Reconciler:
             unresolved=self.store.unresolved_episodes(case.id),
             breaker_open=self.store.breaker()[0],
             terminations_node_hour=self.store.terminations_since(
-                mono - 3600, self.boot_id, case.node
+                mono - 3600, self.store.clock_id, case.node
             ),
-            terminations_minute=self.store.terminations_since(mono - 60, self.boot_id),
+            terminations_minute=self.store.terminations_since(mono - 60, self.store.clock_id),
         )
 
     def apply(

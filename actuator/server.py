@@ -42,7 +42,7 @@ from actuator.operators import OidcVerifier
 from actuator.owners import OwnerDirectory
 from actuator.policy import Protect
 from actuator.reconciler import Reconciler
-from actuator.store import Store, StoreUnavailable
+from actuator.store import StoreUnavailable, open_store
 from exporter import ownprocs
 
 if TYPE_CHECKING:
@@ -162,16 +162,23 @@ class _Worker:
 
     def __init__(self, config: ActuatorConfig, token: str) -> None:
         self.config = config
-        store = Store(config.storage.database)
+        store = open_store(config.storage.database)
         audit = open_audit(config)
         links = build_links(config, token)
+        # Every wait is measured on the store's clock: this host's boot-time clock for
+        # SQLite, the database server's for replicas sharing PostgreSQL.
+        try:
+            started = store.mono()
+        except StoreUnavailable:
+            started = float("-inf")  # the database is away: /-/ready says so meanwhile
         self.runtime = Runtime(config=config, store=store, audit=audit, token=token, links=links,
-                               operators=build_operators(config))  # fmt: skip
+                               operators=build_operators(config), mono=store.mono,
+                               started_mono=started)  # fmt: skip
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         self.reconciler = Reconciler(
             config, store, audit, build_nodes(config), build_notifier(config), links=links,
-            alerts=build_decision_alerts(config),
+            alerts=build_decision_alerts(config), mono=store.mono,
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
@@ -261,7 +268,7 @@ class ActuatorApplication(BaseApplication):  # type: ignore[misc]
 
 def serve(config: ActuatorConfig, token: str, listen: str) -> int:
     try:
-        Store(config.storage.database).init()
+        open_store(config.storage.database).init()
     except StoreUnavailable as exc:
         log.error("%s", exc)
         return 1

@@ -8,6 +8,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,3 +81,20 @@ def children() -> Iterator[Children]:
     started = Children()
     yield started
     started.stop_all()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real PostgreSQL server for the session; each test takes a new database."""
+    from tests.helpers.postgres import postgres_server
+
+    with postgres_server(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store's database on each backend: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "db.sqlite")
+    return str(request.getfixturevalue("pg_server").new_database())

@@ -8,6 +8,8 @@ both win. `database` holds the SQLite mechanics; each other module one domain's 
 
 from __future__ import annotations
 
+import os
+
 from actuator.store.breaker import BreakerQueries
 from actuator.store.cases import CaseQueries
 from actuator.store.counters import CounterQueries
@@ -26,6 +28,8 @@ __all__ = [
     "LeaseLost",
     "Store",
     "StoreUnavailable",
+    "is_postgres",
+    "open_store",
 ]
 
 
@@ -34,3 +38,17 @@ class Store(
     KeepLinkQueries,
 ):  # fmt: skip
     """The actuator's store on SQLite: every domain's queries over one Database."""
+
+
+def is_postgres(database: str) -> bool:
+    return database.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(database: str | os.PathLike[str]) -> Store:
+    """SQLite for a path (the single-node default), PostgreSQL for a postgresql:// URL
+    (replicas sharing one database)."""
+    if isinstance(database, str) and is_postgres(database):
+        from actuator.store.postgres import PostgresStore
+
+        return PostgresStore(database)
+    return Store(database)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from actuator.models import LIVE_STATES, Case, Member, State, Target
-from actuator.store.database import Database
+from actuator.store.database import DUPLICATE, Conn, Database, Row
 from actuator.store.lease import Fence, check_fence
 
 # Case fields kept in their own columns (queried or indexed); every other field of the
@@ -18,7 +17,7 @@ from actuator.store.lease import Fence, check_fence
 CASE_COLUMNS = (
     "id", "state", "version", "node", "pid", "start_time", "start_ticks", "boot_id", "uuid",
     "created", "updated", "term_at", "reason_code", "user", "freed_bytes", "created_mono",
-    "term_mono", "followup",
+    "term_mono", "followup", "clock",
 )  # fmt: skip
 CASE_DATA_FIELDS = tuple(
     f.name for f in dataclasses.fields(Case) if f.name not in CASE_COLUMNS and f.name != "members"
@@ -29,7 +28,7 @@ class _Conflict(Exception):
     """The row's version moved: someone else changed the case first."""
 
 
-def row_to_case(row: sqlite3.Row) -> Case:
+def row_to_case(row: Row) -> Case:
     data = json.loads(row["data"])
     members = [Member(**m) for m in data.pop("members", [])]
     fields = {k: row[k] for k in CASE_COLUMNS}
@@ -44,17 +43,17 @@ def case_data(case: Case) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-def insert_case(conn: sqlite3.Connection, case: Case, evidence: dict[str, Any]) -> None:
+def insert_case(conn: Conn, case: Case, evidence: dict[str, Any]) -> None:
     row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
     row["state"] = str(case.state)
     row["live"] = 1 if case.state in LIVE_STATES else 0
     row["data"] = case_data(case)
-    names = ", ".join(row)
+    names = ", ".join(f'"{k}"' for k in row)
     cur = conn.execute(
-        f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)})",
+        f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)}) RETURNING id",
         tuple(row.values()),
     )
-    case.id = int(cur.lastrowid or 0)
+    case.id = int(cur.fetchone()["id"])
     conn.execute(
         "INSERT INTO timeline (case_id, ts, state, reason, evidence) VALUES (?,?,?,?,?)",
         (case.id, case.created, str(case.state), case.reason, json.dumps(evidence)),
@@ -90,7 +89,7 @@ class CaseQueries(Database):
         params: list[Any] = []
         for column, value in (("state", state), ("node", node), ("user", user), ("pid", pid)):
             if value is not None:
-                sql += f" AND {column} = ?"
+                sql += f' AND "{column}" = ?'
                 params.append(value)
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
@@ -108,12 +107,12 @@ class CaseQueries(Database):
             for r in rows
         ]
 
-    def _update_case(self, conn: sqlite3.Connection, case: Case, old_version: int) -> bool:
+    def _update_case(self, conn: Conn, case: Case, old_version: int) -> bool:
         row = {k: getattr(case, k) for k in CASE_COLUMNS if k not in ("id", "version")}
         row["state"] = str(case.state)
         row["live"] = 1 if case.state in LIVE_STATES else 0
         row["data"] = case_data(case)
-        assignments = ", ".join(f"{k} = ?" for k in row)
+        assignments = ", ".join(f'"{k}" = ?' for k in row)
         cur = conn.execute(
             f"UPDATE cases SET {assignments}, version = version + 1 WHERE id = ? AND version = ?",
             (*row.values(), case.id, old_version),
@@ -193,11 +192,16 @@ class CaseQueries(Database):
             )
             if claimed.rowcount != 1:
                 return False
+            # A savepoint: after a failed statement PostgreSQL accepts no other in the
+            # transaction until it is rolled back to one.
+            conn.execute("SAVEPOINT rearm")
             try:
                 insert_case(conn, new, {"rearmed_from": old.id})
-            except sqlite3.IntegrityError:  # one live case per target already
+            except DUPLICATE:  # one live case per target already
+                conn.execute("ROLLBACK TO SAVEPOINT rearm")
                 conn.execute("UPDATE cases SET followup = NULL WHERE id = ?", (old.id,))
                 return False
+            conn.execute("RELEASE SAVEPOINT rearm")
             conn.execute("UPDATE cases SET followup = ? WHERE id = ?", (new.id, old.id))
             conn.execute(
                 "UPDATE episodes SET case_id = ? WHERE case_id = ? AND status = 'firing'",

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import suppress
 from typing import Any
 
-from actuator.store.database import Database, StoreUnavailable
+from actuator.store.database import Conn, Database
 
 
-def bump(conn: sqlite3.Connection, name: str, label: str, by: int = 1) -> None:
+def bump(conn: Conn, name: str, label: str, by: int = 1) -> None:
     conn.execute(
         "INSERT INTO counters (name, label, value) VALUES (?, ?, ?) "
-        "ON CONFLICT (name, label) DO UPDATE SET value = value + excluded.value",
+        "ON CONFLICT (name, label) DO UPDATE SET value = counters.value + excluded.value",
         (name, label, by),
     )
 
@@ -28,9 +26,7 @@ class CounterQueries(Database):
 
     def metric_snapshot(self) -> dict[str, Any]:
         """Everything /metrics needs, in one read transaction."""
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN")
+        with self._snapshot() as conn:
             states = {
                 r["state"]: r["n"]
                 for r in conn.execute("SELECT state, COUNT(*) AS n FROM cases GROUP BY state")
@@ -67,11 +63,6 @@ class CounterQueries(Database):
                 "SELECT COUNT(DISTINCT case_id) AS n FROM timeline WHERE state = 'notified'"
             ).fetchone()
             to_reclaim = _time_to_reclaim(conn)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            with suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise StoreUnavailable(f"cannot read {self.path}: {exc}") from exc
         return {
             "states": states,
             "freed_bytes": int(freed["b"]),
@@ -92,18 +83,21 @@ TIME_TO_RECLAIM_BUCKETS = (5.0, 15.0, 30.0, 60.0, 300.0, 600.0, 900.0, 1200.0, 1
                            7200.0, 21600.0, 86400.0)  # fmt: skip
 
 
-def _time_to_reclaim(conn: sqlite3.Connection) -> dict[str, Any]:
+def _time_to_reclaim(conn: Conn) -> dict[str, Any]:
     """The histogram of reclaimed cases' durations, counted in SQL (one row back however many
     cases the database holds). A wall-clock step cannot make a duration negative."""
     durations = (
-        "SELECT MAX(t.ts - c.created, 0) AS d FROM timeline t JOIN cases c ON c.id = t.case_id "
-        "WHERE t.state = 'reclaimed'"
+        "SELECT CASE WHEN t.ts > c.created THEN t.ts - c.created ELSE 0 END AS d "
+        "FROM timeline t JOIN cases c ON c.id = t.case_id WHERE t.state = 'reclaimed'"
     )
-    columns = ", ".join(f"COALESCE(SUM(d <= {b!r}), 0)" for b in TIME_TO_RECLAIM_BUCKETS)
+    columns = ", ".join(
+        f"COALESCE(SUM(CASE WHEN d <= {b!r} THEN 1 ELSE 0 END), 0) AS b{i}"
+        for i, b in enumerate(TIME_TO_RECLAIM_BUCKETS)
+    )
     row = conn.execute(
-        f"SELECT {columns}, COUNT(*), COALESCE(SUM(d), 0) FROM ({durations})"
+        f"SELECT {columns}, COUNT(*) AS n, COALESCE(SUM(d), 0) AS total FROM ({durations}) AS x"
     ).fetchone()
-    counts = list(row)
+    counts = [row[f"b{i}"] for i in range(len(TIME_TO_RECLAIM_BUCKETS))] + [row["n"], row["total"]]
     return {
         "buckets": list(zip(TIME_TO_RECLAIM_BUCKETS, counts[:-2], strict=True)),
         "count": int(counts[-2]),

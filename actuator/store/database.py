@@ -1,6 +1,7 @@
 """The database mechanics: one SQLite (WAL) connection per thread and process, short
 `BEGIN IMMEDIATE` transactions with `synchronous=FULL`, the schema, and recovery after a
-failed write. The domain queries (the other modules of this package) build on it."""
+failed write. The domain queries (the other modules of this package) build on it, in SQL
+both SQLite and PostgreSQL run (postgres.py holds the other mechanics)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from actuator.clock import boottime
+from exporter import procfs
 
 SCHEMA_VERSION = 2  # 2: process identity is (boot_id, start_ticks)
+Row = Any  # a row by column name: sqlite3.Row, or psycopg's dict_row
+
+
+class Conn(Protocol):
+    """What the queries use of a connection (sqlite3's, or postgres.py's adapter)."""
+
+    def execute(self, sql: str, params: Any = ...) -> Any: ...
+
+
+def _duplicate_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [sqlite3.IntegrityError]
+    with suppress(ImportError):
+        import psycopg
+
+        errors.append(psycopg.IntegrityError)
+    return tuple(errors)
+
+
+# A unique constraint said no, on either backend.
+DUPLICATE = _duplicate_errors()
 # The write-ahead log is checkpointed every WAL_PAGES pages and cut back to that size, so
 # it never holds more than about 400 KiB: on a small volume the log itself must not take
 # the space a full disk needs to recover (SQLite's default lets it grow to 4 MiB and keep it).
@@ -45,6 +69,10 @@ class Database:
         self.busy_timeout = busy_timeout
         self._local = threading.local()
         self._pid = os.getpid()
+        # The clock every stored wait (`*_mono`) is measured on, and its domain: one host's
+        # boot-time clock, valid within this boot only.
+        self.mono = boottime
+        self.clock_id = f"boot:{procfs.boot_id()}"
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -102,6 +130,19 @@ class Database:
             with suppress(sqlite3.Error):
                 conn.close()
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """Several reads that see one state of the database."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")
+            yield conn
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"cannot read {self.path}: {exc}") from exc
+
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:
             return self._conn().execute(sql, params).fetchall()
@@ -126,7 +167,12 @@ class Database:
                 for statement in schema().split(";"):
                     if statement.strip():
                         conn.execute(statement)
-                conn.execute("INSERT OR IGNORE INTO breaker (id, open) VALUES (1, 0)")
+                columns = {r["name"] for r in conn.execute("PRAGMA table_info(cases)")}
+                if "clock" not in columns:  # added after schema 2: a column, no new version
+                    conn.execute("ALTER TABLE cases ADD COLUMN clock TEXT NOT NULL DEFAULT ''")
+                conn.execute(
+                    "INSERT INTO breaker (id, open) VALUES (1, 0) ON CONFLICT (id) DO NOTHING"
+                )
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot initialise {self.path}: {exc}") from exc
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
-
-from actuator.store.database import Database
+from actuator.store.database import DUPLICATE, Database
 
 
 class KeepLinkQueries(Database):
@@ -16,7 +14,7 @@ class KeepLinkQueries(Database):
                     "INSERT INTO keep_links (nonce, case_id, used_at, action) VALUES (?,?,?,?)",
                     (nonce, case_id, now, action),
                 )
-        except sqlite3.IntegrityError:
+        except DUPLICATE:
             return False
         return True
 

@@ -3,10 +3,9 @@ makes a write by a holder that lost it change nothing."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
-from actuator.store.database import Database
+from actuator.store.database import Conn, Database
 
 
 class LeaseLost(Exception):
@@ -22,7 +21,7 @@ class Fence:
     ttl: float
 
 
-def check_fence(conn: sqlite3.Connection, fence: Fence | None, name: str = "reconciler") -> None:
+def check_fence(conn: Conn, fence: Fence | None, name: str = "reconciler") -> None:
     """Renew the lease in this transaction, or raise LeaseLost (the caller must not act)."""
     if fence is None:
         return

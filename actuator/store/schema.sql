@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS cases (
     updated     REAL NOT NULL,
     term_at     REAL,
     reason_code TEXT NOT NULL DEFAULT '',
-    user        TEXT,
+    "user"      TEXT,  -- quoted: a reserved word in PostgreSQL
     freed_bytes INTEGER NOT NULL DEFAULT 0,
     created_mono REAL NOT NULL DEFAULT 0,
     term_mono   REAL,

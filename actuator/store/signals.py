@@ -19,10 +19,12 @@ class SignalQueries(Database):
         rows = self._read("SELECT * FROM signals WHERE case_id = ? ORDER BY id", (case_id,))
         return [{"ts": r["ts"], "pid": r["pid"], "signal": r["signal"]} for r in rows]
 
-    def terminations_since(self, since_mono: float, boot_id: str, node: str | None = None) -> int:
-        """SIGTERMs sent since `since_mono` (boot-time clock of this boot)."""
-        sql = "SELECT COUNT(*) AS n FROM cases WHERE term_mono >= ? AND boot_id = ?"
-        params: tuple[Any, ...] = (since_mono, boot_id)
+    def terminations_since(self, since_mono: float, clock: str, node: str | None = None) -> int:
+        """SIGTERMs sent since `since_mono` on the clock `clock` (Database.clock_id): a
+        reading of another clock (an earlier boot) says nothing about "since". Not the
+        target's boot id: a central actuator's cases are on other nodes' boots."""
+        sql = "SELECT COUNT(*) AS n FROM cases WHERE term_mono >= ? AND clock = ?"
+        params: tuple[Any, ...] = (since_mono, clock)
         if node is not None:
             sql += " AND node = ?"
             params += (node,)
@@ -31,7 +33,7 @@ class SignalQueries(Database):
     def flagged_since(self, since_mono: float, node: str) -> int:
         rows = self._read(
             "SELECT COUNT(DISTINCT pid || ':' || start_ticks) AS n FROM cases "
-            "WHERE created_mono >= ? AND node = ?",
-            (since_mono, node),
+            "WHERE created_mono >= ? AND node = ? AND clock = ?",
+            (since_mono, node, self.clock_id),
         )
         return int(rows[0]["n"])

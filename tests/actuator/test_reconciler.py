@@ -17,7 +17,7 @@ from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notify import NoticeResult
 from actuator.reconciler import Reconciler
-from actuator.store import Store
+from actuator.store import open_store
 from tests.actuator.test_decisions import BOOT, TICKS
 from tests.actuator.test_webhook import AUTH, TOKEN, alert, body
 
@@ -110,7 +110,7 @@ def labels(pid: int) -> dict[str, str]:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, **policy: Any) -> None:
+    def __init__(self, tmp_path: Path, database: str | None = None, **policy: Any) -> None:
         self.clock = ManualClock()
         self.config = ActuatorConfig.model_validate(
             merge_config(
@@ -121,13 +121,13 @@ class Harness:
                     "idle": {"cpu_window": "1s", "rearm_after": "300s"},
                     "protect": {"protect_root": False, "protected_uid_below": 0},
                     "reconciler": {"lease_ttl": "10s", "stall_after": "30s"},
-                    "storage": {"database": str(tmp_path / "db"),
+                    "storage": {"database": database or str(tmp_path / "db"),
                                 "audit_log": str(tmp_path / "audit.jsonl")},
                 },
                 policy,
             )
         )  # fmt: skip
-        self.store = Store(self.config.storage.database)
+        self.store = open_store(self.config.storage.database)
         self.store.init()
         self.audit = AuditLog(self.config.storage.audit_log)
         self.node = ScriptedNode(self.clock)
@@ -170,8 +170,8 @@ class Harness:
 
 
 @pytest.mark.reliability(13)
-def test_one_case_that_fails_never_blocks_the_others(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_one_case_that_fails_never_blocks_the_others(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {p: idle_live(h.clock, p) for p in (101, 102)}
     h.node.raises = {101}
     h.fire(101, 102)
@@ -184,8 +184,8 @@ def test_one_case_that_fails_never_blocks_the_others(tmp_path: Path) -> None:
     assert h.client.get("/-/ready").status_code == 200  # ticks still finish
 
 
-def test_ready_reports_a_reconciler_that_makes_no_progress(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_ready_reports_a_reconciler_that_makes_no_progress(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database)
     r = h.reconciler()
     h.run(r)
     assert h.client.get("/-/ready").status_code == 200
@@ -197,8 +197,10 @@ def test_ready_reports_a_reconciler_that_makes_no_progress(tmp_path: Path) -> No
 
 
 @pytest.mark.reliability(36)
-def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {101: idle_live(h.clock, 101)}
     h.fire(101)
     slow, fast = h.reconciler("slow"), h.reconciler("fast")
@@ -222,8 +224,10 @@ def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(tmp_path: Path) 
     assert len(carried) == len(h.notifier.sent)  # every decision not aborted was carried out
 
 
-def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {101: idle_live(h.clock, 101)}
     h.fire(101)
     r = h.reconciler()
@@ -251,8 +255,8 @@ def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(tmp_path: Path
 
 
 @pytest.mark.reliability(39)
-def test_an_undelivered_notice_never_starts_the_grace(tmp_path: Path) -> None:
-    h = Harness(tmp_path, notice={"retries": 2, "retry_interval": "30s"})
+def test_an_undelivered_notice_never_starts_the_grace(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database, notice={"retries": 2, "retry_interval": "30s"})
     h.notifier.delivered = False
     h.node.live = {101: idle_live(h.clock, 101)}
     h.fire(101)
@@ -263,8 +267,8 @@ def test_an_undelivered_notice_never_starts_the_grace(tmp_path: Path) -> None:
     assert len(h.notifier.sent) == 3 and h.node.signalled == []
 
 
-def test_a_delivered_notice_after_a_failure_starts_the_grace(tmp_path: Path) -> None:
-    h = Harness(tmp_path, notice={"retries": 2, "retry_interval": "30s"})
+def test_a_delivered_notice_after_a_failure_starts_the_grace(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database, notice={"retries": 2, "retry_interval": "30s"})
     h.notifier.delivered = False
     h.node.live = {101: idle_live(h.clock, 101)}
     h.node.allow_signals = True
@@ -281,8 +285,8 @@ def test_a_delivered_notice_after_a_failure_starts_the_grace(tmp_path: Path) -> 
 
 
 @pytest.mark.reliability(42)
-def test_a_wall_clock_step_changes_no_wait(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_a_wall_clock_step_changes_no_wait(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database)
     h.notifier.delivered = True
     h.node.live = {101: idle_live(h.clock, 101)}
     h.node.allow_signals = True
@@ -298,8 +302,8 @@ def test_a_wall_clock_step_changes_no_wait(tmp_path: Path) -> None:
 
 
 @pytest.mark.reliability(9)
-def test_an_alert_for_another_node_is_refused(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_an_alert_for_another_node_is_refused(tmp_path: Path, database: str) -> None:
+    h = Harness(tmp_path, database)
     other = {**labels(101), "node": "gpu-node-99"}
     r = h.client.post("/api/v1/alerts", json=body(alert(labels=other)), headers=AUTH)
     assert r.status_code == 200
@@ -309,8 +313,10 @@ def test_an_alert_for_another_node_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.reliability(10, 11)
-def test_unknown_fields_are_accepted_and_truncation_resolves_nothing(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_unknown_fields_are_accepted_and_truncation_resolves_nothing(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {101: idle_live(h.clock, 101)}
     extra = alert(labels=labels(101), fingerprint="fp101", routeLabels={"a": "b"})
     payload = body(extra, truncatedAlerts=7, notification_reason="new", futureField=[1])
@@ -325,8 +331,10 @@ def test_unknown_fields_are_accepted_and_truncation_resolves_nothing(tmp_path: P
 
 
 @pytest.mark.reliability(43)
-def test_every_decision_record_carries_trace_target_evidence_and_timing(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_every_decision_record_carries_trace_target_evidence_and_timing(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {101: idle_live(h.clock, 101)}
     h.fire(101)
     h.run(h.reconciler(), ticks=3)
@@ -345,8 +353,10 @@ def test_every_decision_record_carries_trace_target_evidence_and_timing(tmp_path
         assert record["live"]["gpu_memory_bytes"] == 2 << 30 and "thresholds" in record
 
 
-def test_the_created_record_names_its_case_and_no_case_exists_without_one(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+def test_the_created_record_names_its_case_and_no_case_exists_without_one(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
     h.node.live = {p: idle_live(h.clock, p) for p in (101, 102)}
     h.fire(101, 102)
     h.run(h.reconciler())

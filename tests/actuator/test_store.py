@@ -1,4 +1,5 @@
-"""The SQLite store: idempotent ingest, concurrency, the reconciler lease."""
+"""The store on both backends (SQLite, a real PostgreSQL): idempotent ingest, concurrency,
+the reconciler lease."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 import pytest
 
 from actuator.models import AlertmanagerAlert, State
-from actuator.store import Store
+from actuator.store import Store, open_store
 from actuator.store.cases import insert_case
 from tests.actuator.test_webhook import alert, body
 
@@ -17,10 +18,9 @@ def payload(*alerts):
 
 
 @pytest.mark.reliability(1, 36)
-def test_concurrent_duplicate_deliveries_make_one_episode(tmp_path):
-    path = tmp_path / "db.sqlite"
-    Store(path).init()
-    stores = [Store(path) for _ in range(4)]
+def test_concurrent_duplicate_deliveries_make_one_episode(database):
+    open_store(database).init()
+    stores = [open_store(database) for _ in range(4)]
     p = payload(alert(), alert(fingerprint="other"))
     threads = [
         threading.Thread(target=lambda s=s: [s.record_alerts(p, 0, 1.0) for _ in range(10)])
@@ -35,8 +35,8 @@ def test_concurrent_duplicate_deliveries_make_one_episode(tmp_path):
     assert stores[0].metric_snapshot()["requests"] == {"200": 40}
 
 
-def test_non_reclaim_alerts_are_not_recorded(tmp_path):
-    store = Store(tmp_path / "db")
+def test_non_reclaim_alerts_are_not_recorded(database):
+    store = open_store(database)
     store.init()
     other = alert(labels={"alertname": "GpuExporterDown"})
     result = store.record_alerts(payload(other, alert()), 0, 1.0)
@@ -44,8 +44,8 @@ def test_non_reclaim_alerts_are_not_recorded(tmp_path):
 
 
 @pytest.mark.reliability(36)
-def test_lease_has_one_holder_until_it_expires(tmp_path):
-    store = Store(tmp_path / "db")
+def test_lease_has_one_holder_until_it_expires(database):
+    store = open_store(database)
     store.init()
     assert store.acquire_lease("a", mono=100, ttl=10)
     assert not store.acquire_lease("b", mono=105, ttl=10)
@@ -57,11 +57,11 @@ def test_lease_has_one_holder_until_it_expires(tmp_path):
 
 
 @pytest.mark.reliability(36)
-def test_a_write_fenced_by_a_lost_lease_changes_nothing(tmp_path):
+def test_a_write_fenced_by_a_lost_lease_changes_nothing(database):
     from actuator.store import Fence, LeaseLost
     from tests.actuator.test_decisions import make_case
 
-    store = Store(tmp_path / "db")
+    store = open_store(database)
     store.init()
     case = make_case(id=0)
     with store._tx() as conn:
@@ -77,8 +77,8 @@ def test_a_write_fenced_by_a_lost_lease_changes_nothing(tmp_path):
     assert store.progress()[0] == "b"
 
 
-def test_breaker_toggles(tmp_path):
-    store = Store(tmp_path / "db")
+def test_breaker_toggles(database):
+    store = open_store(database)
     store.init()
     assert store.breaker()[0] is False
     assert store.set_breaker(True, 1.0, "too many")
