@@ -173,11 +173,12 @@ def held_back(case: Case, guard: FleetState, limits: Limits) -> tuple[Reason, st
     """(code, why) when the breaker or a blast-radius limit holds enforcement back."""
     if guard.breaker_open:
         return Reason.CIRCUIT_BREAKER_OPEN, "circuit breaker open: not enforcing"
-    if guard.terminations_node_hour >= limits.terminations_per_node_per_hour:
+    per_node = limits.per_node_hour(case.node)
+    if guard.terminations_node_hour >= per_node:
         return (
             Reason.LIMIT_NODE_HOUR,
             f"{guard.terminations_node_hour} terminations on {case.node} in the last hour "
-            f"(limit {limits.terminations_per_node_per_hour})",
+            f"(limit {per_node})",
         )
     if guard.terminations_minute >= limits.terminations_per_minute:
         return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -126,17 +127,24 @@ class Match(Strict):
 
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = Field(
+        (), description="node name globs: a node pool (the node answered as itself)"
+    )
     namespaces: tuple[str, ...] = ()
     projects: tuple[str, ...] = Field((), description="project names of the node's mapping")
     labels: tuple[str, ...] = Field((), description="values of the alert's `project` label")
 
     def is_empty(self) -> bool:
-        return not (self.users or self.groups or self.namespaces or self.projects or self.labels)
+        return not (
+            self.users or self.groups or self.nodes or self.namespaces or self.projects
+            or self.labels
+        )  # fmt: skip
 
     def matches_facts(self, facts: Facts) -> bool:
         return (
             (facts.user is not None and facts.user in self.users)
             or any(g in self.groups for g in facts.groups)
+            or (bool(facts.node) and any(fnmatchcase(facts.node, n) for n in self.nodes))
             or (bool(facts.namespace) and facts.namespace in self.namespaces)
             or (bool(facts.project) and facts.project in self.projects)
         )
@@ -157,13 +165,27 @@ class ProjectRule(Timing):
     @classmethod
     def _non_empty(cls, value: Match) -> Match:
         if value.is_empty():
-            raise ValueError("match must name at least one user, group, namespace or label")
+            raise ValueError("match must name at least one user, group, node, namespace or label")
         return value
+
+
+class NodePoolLimit(Strict):
+    nodes: tuple[str, ...] = Field(min_length=1, description="node name globs (dgx-*)")
+    terminations_per_node_per_hour: int = Field(ge=0)
 
 
 class Limits(Strict):
     terminations_per_node_per_hour: int = Field(10, ge=0)
-    terminations_per_minute: int = Field(5, ge=0)
+    terminations_per_minute: int = Field(5, ge=0, description="fleet-wide")
+    pools: tuple[NodePoolLimit, ...] = Field(
+        (), description="per node pool: the first pool whose globs match the node wins"
+    )
+
+    def per_node_hour(self, node: str) -> int:
+        for pool in self.pools:
+            if any(fnmatchcase(node, glob) for glob in pool.nodes):
+                return pool.terminations_per_node_per_hour
+        return self.terminations_per_node_per_hour
 
 
 class Breaker(Strict):
@@ -221,6 +243,7 @@ class Facts:
     groups: tuple[str, ...] = ()
     namespace: str = ""
     project: str = ""
+    node: str = ""  # the node whose agent (or this host) answered the re-check
 
 
 @dataclass(frozen=True)

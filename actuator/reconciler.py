@@ -410,6 +410,7 @@ class Reconciler:
             groups=live.groups if live else (),
             namespace=live.namespace if live else "",
             project=live.project if live else "",
+            node=case.node if live and live.exists else "",
         )
         claims = Claims(
             project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")

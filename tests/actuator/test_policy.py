@@ -176,3 +176,22 @@ def test_units():
     for bad in ("", "5 minutes", "-1s"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+def test_a_node_pool_rule_applies_by_the_node_and_pools_have_their_own_limits() -> None:
+    from actuator.policy import Limits
+
+    policy = Policy.model_validate(
+        {"mode": "observe",
+         "projects": [{"name": "dgx", "match": {"nodes": ["dgx-*"]}, "mode": "enforce",
+                       "grace": "2m"}],
+         "limits": {"terminations_per_node_per_hour": 10,
+                    "pools": [{"nodes": ["dgx-*"], "terminations_per_node_per_hour": 2}]}}
+    )  # fmt: skip
+    on_pool = resolve(policy, Facts(user="alice", node="dgx-07"))
+    assert (on_pool.mode, on_pool.grace, on_pool.rule) == ("enforce", 120.0, "projects #1 (dgx)")
+    assert resolve(policy, Facts(user="alice", node="a100-01")).mode == "observe"
+    assert resolve(policy, Facts(user="alice")).mode == "observe"  # node not confirmed live
+    assert policy.limits.per_node_hour("dgx-07") == 2
+    assert policy.limits.per_node_hour("a100-01") == 10
+    assert Limits().per_node_hour("x") == 10
