@@ -59,8 +59,22 @@ class RemoteNode:
         self.timeout = timeout
         self.clock = clock
         self._session = tls.session()
+        # After a failure, calls fail fast for a while: one silent host must not cost every
+        # tick a timeout per case (the reconciler advances all nodes' cases in turn).
+        self.backoff = min(30.0, 2 * timeout)
+        self._down_until = float("-inf")
+        self._down_why = ""
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        if time.monotonic() < self._down_until:
+            raise NodeUnreachable(f"{self._down_why} (not retried for {self.backoff:g}s)")
+        try:
+            return self._answer(method, path, body)
+        except NodeUnreachable as exc:
+            self._down_until, self._down_why = time.monotonic() + self.backoff, str(exc)
+            raise
+
+    def _answer(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         try:
             resp = self._session.request(
                 method, f"{self.url}{path}", json=body, timeout=self.timeout
@@ -146,6 +160,8 @@ class RemoteNode:
         }
         problem = ""
         for attempt in range(SIGNAL_ATTEMPTS):
+            if attempt:
+                self._down_until = float("-inf")  # a step is retried, not backed off
             try:
                 data = self._call("POST", "/v1/signal", body)
                 return wire.load_results(data.get("results"))

@@ -61,3 +61,25 @@ def test_agents_are_found_beside_the_exporters_prometheus_scrapes(tmp_path: Path
         "node-a": "https://10.1.2.3:9837",
         "node-b": "https://gpu-b.dc:9837",
     }
+
+
+def test_the_reference_agent_config_and_the_actuator_s_agents_block_validate() -> None:
+    import re
+
+    import yaml
+
+    from actuator.config import ActuatorConfig
+    from actuator.fleet.agent_config import load_agent_config
+    from tests.support import REPO
+
+    agent = load_agent_config(REPO / "deploy" / "agent.yml")
+    assert agent.tls is not None and agent.listen.endswith(":9837")
+    assert agent.protect.protect_root  # the reference protects root
+    text = (REPO / "deploy" / "actuator.yml").read_text()
+    block = text[text.index("# agents:") :]
+    uncommented = "\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines())
+    data = yaml.safe_load(text)
+    data["agents"] = yaml.safe_load(uncommented)["agents"]
+    config = ActuatorConfig.model_validate(data)
+    assert config.agents is not None and config.agents.prometheus is not None
+    assert config.agents.unreachable_give_up == 3600

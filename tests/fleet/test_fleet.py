@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -211,3 +212,36 @@ def test_a_node_whose_clock_differs_is_read_on_the_actuator_s_clock(fleet: Fleet
 
     with pytest.raises(NodeUnreachable, match="serves node 'node-b'"):
         wrong.alive([])
+
+
+def test_a_silent_agent_costs_one_timeout_then_fails_fast(fleet: Fleet) -> None:
+    import socket
+
+    from actuator.fleet.remote import ClientTls, NodeUnreachable, RemoteNode
+    from actuator.models import Member
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepts connections into the backlog, never answers
+    try:
+        tls = ClientTls(str(fleet.certs / "ca.pem"), str(fleet.certs / "actuator.pem"),
+                        str(fleet.certs / "actuator.key"))  # fmt: skip
+        node = RemoteNode("node-z", f"https://127.0.0.1:{silent.getsockname()[1]}", tls,
+                          timeout=1.0)  # fmt: skip
+        began = time.monotonic()
+        with pytest.raises(NodeUnreachable, match="Timeout"):
+            node.alive([Member(1, 1)])
+        assert 0.9 <= time.monotonic() - began < 5
+        began = time.monotonic()
+        with pytest.raises(NodeUnreachable, match="not retried"):
+            node.inspect(_target_on("node-z"))
+        assert time.monotonic() - began < 0.1
+        assert node.monitored_count() is None  # unknown, and fast
+    finally:
+        silent.close()
+
+
+def _target_on(name: str) -> Any:
+    from actuator.models import Target
+
+    return Target(name, 1, 1, "0" * 8 + "-0000-0000-0000-" + "0" * 12, "GPU-x")
