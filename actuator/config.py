@@ -236,6 +236,9 @@ class AgentsSettings(Strict):
 
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
+    parallel: int = Field(
+        8, ge=1, le=64, description="nodes whose cases are re-checked at once (agents)"
+    )
     lease_ttl: Duration = Field(10.0, gt=0)
     stall_after: Duration = Field(
         30.0, gt=0, description="/-/ready fails when no reconciler finished a pass for this long"

@@ -22,7 +22,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actuator.audit import AuditError, AuditLog
@@ -60,6 +61,19 @@ from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Signalled:
+    """What the node says of a signalled case: members still alive, and (once none is) the
+    GPU's process list, or None when unknown."""
+
+    alive: list[Member]
+    listed: dict[int, int] | None
+
+
+Observation = LiveState | Signalled
+
 PRUNE_EVERY = 600.0  # seconds between retention passes
 # Fields a re-armed case starts afresh with (its target and alert stay).
 _RESET_ON_REARM = (
@@ -100,6 +114,8 @@ class Reconciler:
         self.holding = False
         self.thresholds = idle_thresholds(config)
         self.pid_max = procfs.pid_max()
+        self._acting = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -122,6 +138,8 @@ class Reconciler:
         if self.holding:
             with contextlib.suppress(StoreUnavailable):
                 self.store.release_lease(self.holder)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def fence(self) -> Fence:
         return Fence(self.holder, self.mono(), self.config.reconciler.lease_ttl)
@@ -133,13 +151,7 @@ class Reconciler:
         try:
             self.ingest()
             self.rearm()
-            for case in self.store.live_cases():
-                try:
-                    self.advance(case)
-                except (StoreUnavailable, LeaseLost):
-                    raise
-                except Exception as exc:  # one broken case never blocks the others
-                    self._step_failed(case, exc)
+            self._advance_all(self.store.live_cases())
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
@@ -149,6 +161,38 @@ class Reconciler:
         self._prune()
         self.store.mark_progress(self.holder, self.mono())
         return True
+
+    def _advance_all(self, cases: list[Case]) -> None:
+        """Every live case, one step each: a node's cases in turn, up to
+        `reconciler.parallel` nodes at once (a slow node does not hold the others up)."""
+        by_node: dict[str, list[Case]] = {}
+        for case in cases:
+            by_node.setdefault(case.node, []).append(case)
+        if len(by_node) <= 1 or self.config.reconciler.parallel == 1:
+            for group in by_node.values():
+                self._advance_group(group)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.config.reconciler.parallel, thread_name_prefix="reconciler-node"
+            )
+        futures = [self._pool.submit(self._advance_group, g) for g in by_node.values()]
+        failures = [f.exception() for f in futures]
+        for exc in failures:  # the lease first: a lost lease stops the tick
+            if isinstance(exc, LeaseLost):
+                raise exc
+        for exc in failures:
+            if exc is not None:
+                raise exc
+
+    def _advance_group(self, cases: list[Case]) -> None:
+        for case in cases:
+            try:
+                self.advance(case)
+            except (StoreUnavailable, LeaseLost):
+                raise
+            except Exception as exc:  # one broken case never blocks the others
+                self._step_failed(case, exc)
 
     def _prune(self) -> None:
         """Retention: now and then, forget ended cases older than storage.retention."""
@@ -352,56 +396,61 @@ class Reconciler:
             log.info("case %d re-armed as case %d", old.id, new.id)
 
     def advance(self, case: Case) -> None:
+        """One step of one case: observe the node (outside the lock, so several nodes are
+        observed at once), then decide and act under the lock (limits are counted and a
+        decision carried out by one step at a time, as if steps ran in turn)."""
         node = self.nodes.get(case.node)
         if node is None:
             return
-        now, mono = self.clock(), self.mono()
-        try:
-            decision, live, eff = self._decide(case, node, now, mono)
-        except NodeUnreachable as exc:
-            agents = self.config.agents
-            decision = decide_unreachable(
-                case, str(exc), mono=mono,
-                wait_for=agents.unreachable_wait if agents else 0.0,
-                give_up=agents.unreachable_give_up if agents else 0.0,
-            )  # fmt: skip
-            live, eff = (
-                None,
-                (Effective.model_validate(case.effective) if case.effective else self._eff(case)),
-            )
-        else:
-            if case.unreachable_since_mono is not None:
-                decision = replace(
-                    decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
+        seen = self._observe(case, node)
+        with self._acting:
+            now, mono = self.clock(), self.mono()
+            if isinstance(seen, NodeUnreachable):
+                agents = self.config.agents
+                decision = decide_unreachable(
+                    case, str(seen), mono=mono,
+                    wait_for=agents.unreachable_wait if agents else 0.0,
+                    give_up=agents.unreachable_give_up if agents else 0.0,
+                )  # fmt: skip
+                live = None
+                eff = (
+                    Effective.model_validate(case.effective) if case.effective else self._eff(case)
                 )
-        self.apply(case, decision, live, eff, node, now, mono)
+            else:
+                decision, live, eff = self._decide(case, seen, now, mono)
+                if case.unreachable_since_mono is not None:
+                    decision = replace(decision, updates=CaseUpdate(
+                        unreachable_since_mono=None).then(decision.updates))  # fmt: skip
+            self.apply(case, decision, live, eff, node, now, mono)
+
+    def _observe(self, case: Case, node: Node) -> Observation | NodeUnreachable:
+        """What the node says now: the recorded members still alive (and, once none is, the
+        GPU's process list) for a signalled case, else the live re-check."""
+        try:
+            if case.state in SIGNALLED_STATES:
+                members = case.members or [Member(case.pid, case.start_ticks, case.uid)]
+                alive = node.alive(members)
+                return Signalled(alive, None if alive else node.gpu_processes(case.uuid))
+            return node.inspect(case.target)
+        except NodeUnreachable as exc:
+            return exc
 
     def _decide(
-        self, case: Case, node: Node, now: float, mono: float
+        self, case: Case, seen: Observation, now: float, mono: float
     ) -> tuple[Decision, LiveState | None, Effective]:
-        live: LiveState | None = None
-        if case.state in SIGNALLED_STATES:
-            eff = Effective.model_validate(case.effective) if case.effective else self._eff(case)
-            members = case.members or [Member(case.pid, case.start_ticks, case.uid)]
-            alive = node.alive(members)
-            listed = None if alive else node.gpu_processes(case.uuid)
-            decision = decide_signalled(case, alive, listed, eff, now, mono=mono)
-        else:
-            live = node.inspect(case.target)
-            eff = self._eff(case, live)
-            decision = decide_live(
-                case,
-                live,
-                eff,
-                self.config.idle,
-                self.config.limits,
-                self._guard(case, mono),
-                now,
-                self.thresholds,
-                mono=mono,
-                notice=self.config.notice,
-            )
-        return decision, live, eff
+        if isinstance(seen, Signalled):
+            eff = self._recorded_eff(case)
+            return decide_signalled(case, seen.alive, seen.listed, eff, now, mono=mono), None, eff
+        eff = self._eff(case, seen)
+        decision = decide_live(
+            case, seen, eff, self.config.idle, self.config.limits, self._guard(case, mono), now,
+            self.thresholds, mono=mono, notice=self.config.notice,
+        )  # fmt: skip
+        return decision, seen, eff
+
+    def _recorded_eff(self, case: Case) -> Effective:
+        """The policy recorded when the case was signalled (without a live state to judge)."""
+        return Effective.model_validate(case.effective) if case.effective else self._eff(case)
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""

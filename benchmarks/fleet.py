@@ -26,6 +26,7 @@ import http.client
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,7 +60,9 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
     for name in names:
         init_node(base / name, gpus=gpus, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
         for gpu in load_node(base / name).gpus:
-            proc = subprocess.Popen(["sleep", "86400"])
+            # stdout/stderr to /dev/null: a file written meanwhile would be log activity
+            proc = subprocess.Popen(["sleep", "86400"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)  # fmt: skip
             procs.append(proc)
             ticks = start_ticks(proc.pid)
             write_proc(base / name, ProcState(proc.pid, ticks or 0, gpu.index, 4 * 1024**3, 0,
@@ -78,7 +81,9 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
     return targets, procs
 
 
-def start_actuator(base: Path, work: Path, database: str) -> tuple[subprocess.Popen[bytes], int]:
+def start_actuator(
+    base: Path, work: Path, database: str, parallel: int
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     token = work / "token"
     token.write_text(TOKEN)
@@ -94,7 +99,7 @@ def start_actuator(base: Path, work: Path, database: str) -> tuple[subprocess.Po
         "idle": {"cpu_window": "0.3s", "sm_window": "1s"},
         "protect": {"protect_root": False, "protected_uid_below": 0},
         "breaker": {"min_flagged": 100000},
-        "reconciler": {"interval": "0.1s"},
+        "reconciler": {"interval": "0.1s", "parallel": parallel},
     }  # fmt: skip
     (work / "actuator.yml").write_text(yaml.safe_dump(config))
     log = (work / "actuator.log").open("ab")
@@ -129,10 +134,12 @@ def request(port: int, method: str, path: str, body: bytes | None = None) -> tup
     return resp.status, json.loads(data) if data else None
 
 
-def one_round(base: Path, targets: list[dict[str, Any]], backend: str, pg: Any) -> dict[str, Any]:
+def one_round(
+    base: Path, targets: list[dict[str, Any]], backend: str, pg: Any, parallel: int
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"round-{backend}-", dir=base))
     database = str(work / "actuator.db") if backend == "sqlite" else pg.new_database()
-    proc, port = start_actuator(base, work, database)
+    proc, port = start_actuator(base, work, database, parallel)
     try:
         empty = _size(database, work, backend)
         starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
@@ -154,6 +161,10 @@ def one_round(base: Path, targets: list[dict[str, Any]], backend: str, pg: Any) 
             cases = listed["cases"]
             if len(cases) >= len(targets) and all(c["state"] == "observed" for c in cases):
                 break
+            ended = [c for c in cases if c["state"] not in ("pending", "deferred")]
+            if len(ended) >= len(targets):
+                states = sorted({f"{c['state']}: {c['reason'][:60]}" for c in ended})
+                raise SystemExit(f"{backend}: cases ended otherwise than observed: {states[:5]}")
             if time.monotonic() > deadline:
                 states = sorted({c["state"] for c in cases})
                 raise SystemExit(f"{backend}: cases did not all end: {len(cases)} {states}")
@@ -185,11 +196,14 @@ def _size(database: str, work: Path, backend: str) -> int:
 
 
 def main() -> int:
+    # `kill` or Ctrl-C: still stop the actuator, the agents and the sleepers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per backend")
     parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
     args = parser.parse_args()
     backends = args.backends.split(",")
     base = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
@@ -208,7 +222,7 @@ def main() -> int:
     try:
         for r in range(args.rounds):
             for backend in backends:  # interleaved
-                result = one_round(base, targets, backend, pg)
+                result = one_round(base, targets, backend, pg, args.parallel)
                 results.append(result)
                 print(f"round {r + 1} {backend}: " + json.dumps(
                     {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}),

@@ -20,6 +20,7 @@ from actuator.reconciler import Reconciler
 from actuator.store import open_store
 from tests.actuator.test_decisions import BOOT, TICKS
 from tests.actuator.test_webhook import AUTH, TOKEN, alert, body
+from tests.support import wait_until
 
 NODE = "n1"
 
@@ -375,3 +376,28 @@ def test_the_created_record_names_its_case_and_no_case_exists_without_one(
     h.audit.write_many = refuse  # type: ignore[method-assign]
     h.run(h.reconciler())
     assert h.cases(103) == []  # the audit write failed: the case was not created either
+
+
+def test_a_node_slow_to_answer_does_not_hold_the_other_nodes_up(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
+    slow = ScriptedNode(h.clock, name="a-slow-node", block=threading.Event())
+    h.node.live = {101: idle_live(h.clock, 101)}
+    slow.live = {102: idle_live(h.clock, 102)}
+    on_slow = alert(labels={**labels(102), "node": "a-slow-node"}, fingerprint="fp102")
+    assert h.client.post("/api/v1/alerts", json=body(on_slow), headers=AUTH).status_code == 200
+    h.fire(101)  # after the slow node's case: in turn, it would wait behind it
+    r = Reconciler(h.config, h.store, h.audit, {NODE: h.node, "a-slow-node": slow}, h.notifier,
+                   clock=lambda: h.clock.wall, mono=lambda: h.clock.mono)  # fmt: skip
+    ticking = threading.Thread(target=r.tick)
+    ticking.start()
+    try:
+        # While the slow node has not answered, the other node's case got its first sample.
+        wait_until(lambda: h.cases(101) and h.cases(101)[0].cpu_at is not None, 5)
+        assert ticking.is_alive() and h.cases(102)[0].cpu_at is None
+    finally:
+        assert slow.block is not None
+        slow.block.set()
+        ticking.join(10)
+    assert h.cases(102)[0].cpu_at is not None
