@@ -31,7 +31,7 @@ from actuator.models import (
     reject_duplicate_keys,
     split_alerts,
 )
-from actuator.operators import AuthError, OidcVerifier, Principal, Role
+from actuator.operators import AuthError, Operators, Principal, Role
 from actuator.policy import Duration
 from actuator.store import Store, StoreUnavailable
 from exporter.procfs import PID_MAX_LIMIT
@@ -51,7 +51,7 @@ class Runtime:
     audit: AuditLog
     token: str
     links: KeepLinks | None = None  # "keep my job" links, when notifier.public_url is set
-    operators: OidcVerifier | None = None  # people at the API, when `operators` is set
+    operators: Operators | None = None  # people at the API, when `operators` is set
     clock: Callable[[], float] = time.time
     mono: Callable[[], float] = boottime
     started_mono: float = field(default_factory=boottime)
@@ -197,17 +197,24 @@ def create_app(rt: Runtime) -> Flask:
         return resp, status
 
     def check_person(role: Role) -> tuple[Response, int] | None:
-        """With operators configured: a person's OIDC token with the role, not the shared one."""
+        """With operators configured: a person (OIDC token or directory password) with the
+        role, not the shared token."""
         assert rt.operators is not None
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()
-        if scheme.lower() != "bearer" or not given:
-            return auth_failed("missing", "sign in: an OIDC bearer token is needed")
+        if scheme.lower() not in ("bearer", "basic") or not given:
+            return auth_failed("missing", f"sign in: {rt.operators.schemes} is needed")
         if hmac.compare_digest(given.encode(), expected):
             return auth_failed("shared_token", "the shared token is for Alertmanager's alerts "
-                               "only; people use their own OIDC token", 403)  # fmt: skip
+                               "only; people sign in as themselves", 403)  # fmt: skip
         try:
-            principal = rt.operators.verify(given)
+            if scheme.lower() == "bearer":
+                principal = rt.operators.bearer(given)
+            else:
+                auth = request.authorization
+                if auth is None or auth.type != "basic" or auth.username is None:
+                    return auth_failed("invalid", "malformed Basic credentials")
+                principal = rt.operators.basic(auth.username, auth.password or "")
         except AuthError as exc:
             return auth_failed(exc.reason, str(exc))
         if not principal.may(role):
@@ -238,7 +245,7 @@ def create_app(rt: Runtime) -> Flask:
         principal: Principal | None = g.get("principal")
         if principal is None:
             return declared or "API"
-        return f"{principal.name} (oidc {principal.issuer})" + (
+        return f"{principal.name} ({principal.method} {principal.issuer})" + (
             f", said {declared!r}" if declared and declared != principal.name else ""
         )
 

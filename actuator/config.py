@@ -172,13 +172,33 @@ class OidcSettings(Strict):
     timeout: Duration = Field(5.0, gt=0, le=30)
 
 
+class LdapBindSettings(Strict):
+    """People sign in with their directory password (HTTP Basic; serve HTTPS: server.tls)."""
+
+    url: str = Field(min_length=1, description="ldap:// or ldaps://")
+    user_dn: str = Field(min_length=1, description="e.g. uid={user},ou=people,dc=example,dc=com")
+    group_base: str = Field(min_length=1, description="where groups are searched")
+    group_filter: str = "(&(objectClass=groupOfNames)(member={dn}))"
+    timeout: Duration = Field(5.0, gt=0, le=30)
+    cache_ttl: Duration = Field(60.0, ge=0, le=3600)
+
+
 class OperatorSettings(Strict):
     """People at the API: with this set, the shared token is Alertmanager's only."""
 
-    oidc: OidcSettings
+    oidc: OidcSettings | None = None
+    ldap: LdapBindSettings | None = None
     roles: dict[Literal["sre", "admin"], list[str]] = Field(
         default_factory=dict, description="role -> the groups that have it"
     )
+
+    @model_validator(mode="after")
+    def _a_way_in(self) -> OperatorSettings:
+        if self.oidc is None and self.ldap is None:
+            raise ValueError("operators: configure oidc, ldap, or both")
+        if self.ldap is not None and "{user}" not in self.ldap.user_dn:
+            raise ValueError("operators.ldap.user_dn must contain {user}")
+        return self
 
 
 class AlertmanagerSettings(Strict):

@@ -1,5 +1,5 @@
 """Operators as people: OIDC bearer tokens (JWTs checked against the issuer's JWKS with
-PyJWT: signature, issuer, audience, expiry), their groups mapped to roles.
+PyJWT: signature, issuer, audience, expiry) or an LDAP bind, their groups mapped to roles.
 
 Roles: `sre` reads cases and the audit log and snoozes; `admin` also resets the circuit
 breaker. With operators configured, the shared bearer token is Alertmanager's alone: it
@@ -32,10 +32,35 @@ class Principal:
     name: str  # who, for the audit: preferred_username, email or sub
     subject: str
     roles: frozenset[str]
-    issuer: str
+    issuer: str  # the OIDC issuer, or the directory's URL
+    method: str = "oidc"  # how they signed in: oidc, ldap
 
     def may(self, role: Role) -> bool:
         return "admin" in self.roles or role in self.roles
+
+
+class Operators:
+    """The ways a person signs in: an OIDC bearer token, and/or the directory password
+    (HTTP Basic, checked by an LDAP bind: actuator/ldap_operators.py)."""
+
+    def __init__(self, oidc: OidcVerifier | None = None, ldap: Any | None = None) -> None:
+        self.oidc, self.ldap = oidc, ldap
+
+    def bearer(self, token: str) -> Principal:
+        if self.oidc is None:
+            raise AuthError("scheme", "sign in with your directory user name and password")
+        return self.oidc.verify(token)
+
+    def basic(self, user: str, password: str) -> Principal:
+        if self.ldap is None:
+            raise AuthError("scheme", "sign in with an OIDC bearer token")
+        principal: Principal = self.ldap.verify(user, password)
+        return principal
+
+    @property
+    def schemes(self) -> str:
+        return " or ".join(n for n, v in (("an OIDC bearer token", self.oidc),
+                                          ("your directory password", self.ldap)) if v)  # fmt: skip
 
 
 class OidcVerifier:

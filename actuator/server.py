@@ -38,7 +38,7 @@ from actuator.live import Evidence
 from actuator.messages import Renderer
 from actuator.node import LocalNode
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
-from actuator.operators import OidcVerifier
+from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
 from actuator.policy import Protect
 from actuator.reconciler import Reconciler
@@ -98,14 +98,25 @@ def build_decision_alerts(config: ActuatorConfig) -> DecisionAlerts | None:
                           timeout=am.timeout, clock=time.time)  # fmt: skip
 
 
-def build_operators(config: ActuatorConfig) -> OidcVerifier | None:
+def build_operators(config: ActuatorConfig) -> Operators | None:
     if config.operators is None:
         return None
-    o = config.operators.oidc
-    return OidcVerifier(
-        o.issuer, o.audience, o.jwks_url, groups_claim=o.groups_claim,
-        roles=config.operators.roles, leeway=o.leeway, timeout=o.timeout,
-    )  # fmt: skip
+    settings, oidc, ldap = config.operators, None, None
+    if settings.oidc is not None:
+        o = settings.oidc
+        oidc = OidcVerifier(
+            o.issuer, o.audience, o.jwks_url, groups_claim=o.groups_claim,
+            roles=settings.roles, leeway=o.leeway, timeout=o.timeout,
+        )  # fmt: skip
+    if settings.ldap is not None:
+        from actuator.ldap_operators import LdapBindVerifier
+
+        b = settings.ldap
+        ldap = LdapBindVerifier(
+            b.url, b.user_dn, group_base=b.group_base, group_filter=b.group_filter,
+            roles=settings.roles, timeout=b.timeout, cache_ttl=b.cache_ttl,
+        )  # fmt: skip
+    return Operators(oidc, ldap)
 
 
 def build_links(config: ActuatorConfig, token: str) -> KeepLinks | None:

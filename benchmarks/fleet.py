@@ -14,6 +14,10 @@ process, in Alertmanager-sized groups, to a fresh database, and measures:
   case latency     a case's creation -> its end (two live re-checks a CPU window apart)
   bytes/case       the database's growth over the round, per case (x 10,000 in the table);
                    every case keeps its timeline, episode and live evidence
+  CPU/case         CPU seconds the actuator (master and workers) and the agents spent per
+                   case: on this small machine they share 2 cores, so cases/s is bounded by
+                   the simulated agents; the actuator's CPU per case is what sizes a real
+                   central actuator (its cases/s per core = 1 / CPU per case)
 
 Rounds alternate the backends (SQLite file; PostgreSQL started here with initdb/pg_ctl),
 so both see the same machine state; the table gives medians over rounds.
@@ -36,6 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,16 +73,16 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
             write_proc(base / name, ProcState(proc.pid, ticks or 0, gpu.index, 4 * 1024**3, 0,
                                               time.time()))  # fmt: skip
             targets.append({"node": name, "pid": proc.pid, "uuid": gpu.uuid, "ticks": ticks})
-    ports = {name: free_port() for name in names}
     agents = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base),
-         *[f"{n}:{p}" for n, p in ports.items()]],
+        [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *names],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert agents.stdout is not None and agents.stdout.readline().strip() == "ready"
+    assert agents.stdout is not None
+    ready, _, ports = agents.stdout.readline().partition(" ")
+    assert ready == "ready", ready
     procs.append(agents)
-    (base / "agents.json").write_text(json.dumps({n: f"https://127.0.0.1:{p}"
-                                                  for n, p in ports.items()}))  # fmt: skip
+    urls = {n: f"https://127.0.0.1:{p}" for n, p in json.loads(ports).items()}
+    (base / "agents.json").write_text(json.dumps(urls))
     return targets, procs
 
 
@@ -135,11 +140,18 @@ def request(port: int, method: str, path: str, body: bytes | None = None) -> tup
 
 
 def one_round(
-    base: Path, targets: list[dict[str, Any]], backend: str, pg: Any, parallel: int
+    base: Path,
+    targets: list[dict[str, Any]],
+    backend: str,
+    pg: Any,
+    parallel: int,
+    agents_pid: int,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"round-{backend}-", dir=base))
     database = str(work / "actuator.db") if backend == "sqlite" else pg.new_database()
     proc, port = start_actuator(base, work, database, parallel)
+    agents = psutil.Process(agents_pid)
+    cpu0 = _cpu(psutil.Process(proc.pid)), _cpu(agents)
     try:
         empty = _size(database, work, backend)
         starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
@@ -172,14 +184,29 @@ def one_round(
         took = time.monotonic() - t0
         latencies = [c["ended_at"] - c["created"] for c in cases]
         size = _size(database, work, backend) - empty
+        actuator_cpu = _cpu(psutil.Process(proc.pid)) - cpu0[0]
+        agents_cpu = _cpu(agents) - cpu0[1]
         return {"backend": backend, "cases": len(cases), "ack_p50": percentile(acks, 0.5),
                 "ack_p99": percentile(acks, 0.99), "posted_s": posted, "cases_per_s":
                 len(cases) / took, "latency_p50": percentile(latencies, 0.5),
                 "latency_p99": percentile(latencies, 0.99), "bytes_per_case":
-                size / len(cases)}  # fmt: skip
+                size / len(cases), "actuator_cpu_per_case": actuator_cpu / len(cases),
+                "agents_cpu_per_case": agents_cpu / len(cases)}  # fmt: skip
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def _cpu(process: psutil.Process) -> float:
+    """CPU seconds of a process and its children (gunicorn's workers)."""
+    total = 0.0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def _size(database: str, work: Path, backend: str) -> int:
@@ -222,7 +249,7 @@ def main() -> int:
     try:
         for r in range(args.rounds):
             for backend in backends:  # interleaved
-                result = one_round(base, targets, backend, pg, args.parallel)
+                result = one_round(base, targets, backend, pg, args.parallel, procs[-1].pid)
                 results.append(result)
                 print(f"round {r + 1} {backend}: " + json.dumps(
                     {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}),
@@ -235,9 +262,9 @@ def main() -> int:
     print()
     print(
         "| backend | cases | webhook ack p50 / p99 (50 alerts) | cases/s | case latency p50 / p99 "
-        "| DB per 10,000 cases |"
+        "| actuator CPU per case | agents CPU per case | DB per 10,000 cases |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for backend in backends:
         rows = [r for r in results if r["backend"] == backend]
 
@@ -247,6 +274,8 @@ def main() -> int:
         print(f"| {backend} | {rows[0]['cases']} | {med('ack_p50') * 1000:.0f} / "
               f"{med('ack_p99') * 1000:.0f} ms | {med('cases_per_s'):.1f} | "
               f"{med('latency_p50'):.1f} / {med('latency_p99'):.1f} s | "
+              f"{med('actuator_cpu_per_case') * 1000:.0f} ms | "
+              f"{med('agents_cpu_per_case') * 1000:.0f} ms | "
               f"{med('bytes_per_case') * 10000 / 2**20:.0f} MiB |")  # fmt: skip
     return 0
 

@@ -20,6 +20,7 @@ SUFFIX = "dc=example,dc=com"
 ROOT_DN, ROOT_PASSWORD = f"cn=admin,{SUFFIX}", "admin-secret"
 READER_DN, READER_PASSWORD = f"cn=reclaimer,{SUFFIX}", "reader-secret"
 PEOPLE = f"ou=people,{SUFFIX}"
+GROUPS = f"ou=groups,{SUFFIX}"
 SCHEMAS = Path("/etc/ldap/schema")
 
 
@@ -32,6 +33,13 @@ class Slapd:
         with _root(self.url) as conn:
             attrs = {"cn": uid, "sn": uid, **attributes}
             assert conn.add(f"uid={uid},{PEOPLE}", ["inetOrgPerson"], attrs), conn.result
+
+    def add_group(self, cn: str, *members: str) -> None:
+        with _root(self.url) as conn:
+            dns = [f"uid={m},{PEOPLE}" for m in members]
+            assert conn.add(f"cn={cn},{GROUPS}", ["groupOfNames"], {"cn": cn, "member": dns}), (
+                conn.result
+            )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -71,6 +79,7 @@ rootdn "{ROOT_DN}"
 rootpw {ROOT_PASSWORD}
 directory {data}
 access to attrs=userPassword by anonymous auth by * none
+access to dn.subtree="{GROUPS}" by users read by * none
 access to * by dn.exact="{READER_DN}" read by * none
 """)
     url = f"ldap://127.0.0.1:{free_port()}"
@@ -92,6 +101,7 @@ access to * by dn.exact="{READER_DN}" read by * none
         with _root(url) as conn:
             conn.add(SUFFIX, ["dcObject", "organization"], {"o": "Example", "dc": "example"})
             conn.add(PEOPLE, ["organizationalUnit"], {"ou": "people"})
+            conn.add(GROUPS, ["organizationalUnit"], {"ou": "groups"})
             conn.add(READER_DN, ["person"], {"cn": "reclaimer", "sn": "reader",
                                             "userPassword": READER_PASSWORD})  # fmt: skip
         yield server
