@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster
+SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd munged
 
 .PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean
 
@@ -16,15 +16,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# Prometheus, Alertmanager, OpenLDAP (slapd), PostgreSQL and Chromium with its driver come
-# from Debian packages; tests start them on loopback (PostgreSQL: initdb + pg_ctl). docker-compose (Compose 1) validates
+# Prometheus, Alertmanager, OpenLDAP (slapd), PostgreSQL, Slurm (slurm-wlm, munge) and
+# Chromium with its driver come from Debian packages; tests start them on loopback
+# (PostgreSQL: initdb + pg_ctl; Slurm: slurmctld + slurmd with a count-only GPU GRES). docker-compose (Compose 1) validates
 # docker-compose.yml without a Docker engine.
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing prometheus, prometheus-alertmanager, docker-compose, slapd, openssl, postgresql and chromium (missing:$$missing)"; \
+		echo "installing prometheus, prometheus-alertmanager, docker-compose, slapd, openssl, postgresql, slurm-wlm and chromium (missing:$$missing)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql chromium chromium-driver; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql slurm-wlm munge chromium chromium-driver; \
 	fi
 
 lint: setup

@@ -254,6 +254,21 @@ class AgentsSettings(Strict):
         return self
 
 
+class SlurmSettings(Strict):
+    """Slurm jobs are reclaimed whole, through the scheduler (docs/slurm.md)."""
+
+    action: Literal["cancel", "signal"] = Field(
+        "cancel", description="cancel: scancel the job once every rank is idle; signal: "
+        "signal the process like any other",
+    )  # fmt: skip
+    scontrol: str = "scontrol"
+    scancel: str = "scancel"
+    conf: str | None = Field(None, description="slurm.conf for the commands (SLURM_CONF)")
+    timeout: Duration = Field(10.0, gt=0, le=60)
+    exclude_partitions: tuple[str, ...] = Field((), description="never reclaimed here")
+    exclude_accounts: tuple[str, ...] = ()
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     parallel: int = Field(
@@ -274,6 +289,7 @@ class ActuatorConfig(Policy):
     operators: OperatorSettings | None = None
     alertmanager: AlertmanagerSettings | None = None
     agents: AgentsSettings | None = None
+    slurm: SlurmSettings | None = None
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:

@@ -22,6 +22,7 @@ from exporter.identity import ProjectMapping, group_name, user_name
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
+from exporter.slurm import slurm_job_of
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,9 @@ class Inspector:
         if stat.start_ticks != target.start_ticks or self._boot_id != target.boot_id:
             return LiveState(**identity)  # another process has this PID: look no further
         groups = tuple(group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
-        namespace = read_cgroup_identity(target.pid, root_dir).namespace
+        container = read_cgroup_identity(target.pid, root_dir)
+        namespace = container.namespace
+        slurm_job = slurm_job_of(target.pid, root_dir, container.slurm_job)
         mapping = self.evidence.projects
         project = mapping.project_for(identity["user"], groups, namespace) if mapping else ""
         table = procfs.read_process_table(root_dir)
@@ -181,6 +184,7 @@ class Inspector:
             **identity,
             groups=groups,
             namespace=namespace,
+            slurm_job=slurm_job,
             project=project,
             protected=self.protection.reason(stat, status),
             gpu_found=gpu_found,

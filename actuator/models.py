@@ -155,6 +155,7 @@ class Reason(StrEnum):
     UNKNOWN_EVIDENCE = "unknown_evidence"
     UNKNOWN_NODE = "unknown_node"
     AGENT_UNREACHABLE = "agent_unreachable"  # deferred, then refused, while it lasts
+    SLURM_JOB_BUSY = "slurm_job_busy"  # deferred: another rank of the job is not idle
     BAD_TARGET = "bad_target"
     NOTICE_UNDELIVERED = "notice_undelivered"
     # deferred: held back by the breaker or a blast-radius limit
@@ -182,7 +183,7 @@ REFUSALS = frozenset(
      Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED, Reason.AGENT_UNREACHABLE}
 )  # fmt: skip
 HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE,
-                   Reason.AGENT_UNREACHABLE})  # fmt: skip
+                   Reason.AGENT_UNREACHABLE, Reason.SLURM_JOB_BUSY})  # fmt: skip
 
 
 # Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and
@@ -259,6 +260,7 @@ class LiveState:
     user: str | None = None
     groups: tuple[str, ...] = ()
     namespace: str = ""  # from the node: cgroup / pod, never from the alert
+    slurm_job: str = ""  # from the node (exporter/slurm.py), never from the alert
     project: str = ""  # from the node's project mapping, never from the alert
     command: str = ""
     protected: str | None = None
@@ -289,6 +291,7 @@ class LiveState:
             "uid": self.uid,
             "user": self.user,
             "namespace": self.namespace,
+            "slurm_job": self.slurm_job or None,
             "project": self.project,
             "command": self.command,
             "protected": self.protected,
@@ -414,6 +417,7 @@ class Case:
     followup: int | None = None  # the case that re-armed this one
     release_requested_mono: float | None = None  # the owner chose "release now"
     unreachable_since_mono: float | None = None  # the node's agent has not answered since
+    slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
 
     @property
     def target(self) -> Target:

@@ -23,6 +23,7 @@ from actuator.protect import Protection
 from exporter import procfs
 from exporter.guard import BoundedCall
 from exporter.nvml_reader import NvmlReader, NvmlReading
+from exporter.slurm import slurm_job_of
 
 # A trusted exporter answers within 2 s; the re-check gives NVML no longer.
 NVML_TIMEOUT = 2.0
@@ -39,6 +40,10 @@ class Node(Protocol):
     def gpu_processes(self, uuid: str) -> dict[int, int] | None: ...
 
     def monitored_count(self) -> int | None: ...
+
+    def job_processes(self, job: str) -> list[Target] | None:
+        """The GPU processes of Slurm job `job` on this node (None: cannot tell)."""
+        ...
 
     def signal_tree(
         self,
@@ -124,6 +129,19 @@ class LocalNode:
         if reading is None or not reading.up or reading.failed_gpus:
             return None
         return len({p.pid for gpu in reading.gpus for p in gpu.processes})
+
+    def job_processes(self, job: str) -> list[Target] | None:
+        reading = self._reading()
+        if reading is None or not reading.up or reading.failed_gpus:
+            return None
+        boot = procfs.boot_id(self.proc_root)
+        found = []
+        for gpu in reading.gpus:
+            for p in gpu.processes:
+                ticks = procfs.start_ticks(p.pid, self.proc_root)
+                if ticks is not None and slurm_job_of(p.pid, self.proc_root) == job:
+                    found.append(Target(self.name, p.pid, ticks, boot, gpu.uuid))
+        return found
 
     # -- signals -------------------------------------------------------------------------
 

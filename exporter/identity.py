@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from exporter import config_errors
 from exporter.cgroup import read_cgroup_identity
 from exporter.procfs import read_status
+from exporter.slurm import slurm_job_of
 
 PROC = Path("/proc")
 _log = logging.getLogger(__name__)
@@ -228,7 +229,7 @@ class IdentityCache:
             container=container.container,
             pod=container.pod,
             namespace=namespace,
-            job=container.slurm_job,
+            job=slurm_job_of(pid, self._proc_root, container.slurm_job),
             project=self._mapping.project_for(user, groups, namespace),
         )
 

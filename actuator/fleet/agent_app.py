@@ -122,6 +122,15 @@ def create_agent_app(
         listed = None if procs is None else {str(pid): mem for pid, mem in procs.items()}
         return answer({"processes": listed})
 
+    @app.get("/v1/slurm/jobs/<job>/processes")
+    def job_processes(job: str) -> Response:
+        if not job.isascii() or not job.isdigit() or len(job) > 12:
+            raise _Refused(422, "not a Slurm job id")
+        with lock:
+            found = node.job_processes(job)
+        listed = None if found is None else [wire.dump_target(t) for t in found]
+        return answer({"processes": listed})
+
     @app.get("/v1/monitored")
     def monitored() -> Response:
         with lock:

@@ -131,6 +131,18 @@ class RemoteNode:
         except (TypeError, ValueError):
             return None
 
+    def job_processes(self, job: str) -> list[Target] | None:
+        data = self._call("GET", f"/v1/slurm/jobs/{requests.utils.quote(job, safe='')}/processes")
+        listed = data.get("processes")
+        if listed is None:
+            return None
+        try:
+            return [wire.load_target(t) for t in listed]
+        except (ValidationError, TypeError) as exc:
+            raise NodeUnreachable(
+                f"agent {self.url}: malformed job processes: {exc}"[:300]
+            ) from exc
+
     def monitored_count(self) -> int | None:
         try:
             count = self._call("GET", "/v1/monitored").get("count")

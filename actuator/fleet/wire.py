@@ -61,6 +61,10 @@ def dump_target(target: Target) -> dict[str, Any]:
     return _target.dump_python(target, mode="json")  # type: ignore[no-any-return]
 
 
+def load_target(data: Any) -> Target:
+    return _target.validate_python(data)
+
+
 def dump_members(members: list[Member]) -> list[dict[str, Any]]:
     return _members.dump_python(members, mode="json")  # type: ignore[no-any-return]
 

@@ -66,6 +66,9 @@ class ScriptedNode:
     def monitored_count(self) -> int | None:
         return 100
 
+    def job_processes(self, job):  # type: ignore[no-untyped-def]
+        return []
+
     def signal_tree(self, target, members, sig, *, dry_run, key=None):  # type: ignore[no-untyped-def]
         if dry_run:
             return []

@@ -43,6 +43,9 @@ class LoudNode:
     def monitored_count(self):
         return 10
 
+    def job_processes(self, job):  # type: ignore[no-untyped-def]
+        return []
+
     def signal_tree(self, target, members, sig, *, dry_run, key=None):
         if not dry_run:
             raise AssertionError(f"signal {sig} sent to {target}")

@@ -1,0 +1,129 @@
+"""The scheduler's view of a Slurm job, and its own cancel: `scontrol` and `scancel`.
+
+A job is reclaimed as a whole through Slurm, so the allocation is released and the next
+queued job starts; killing a task's PID would leave the allocation held. Every answer is
+read from the scheduler, never from an alert label.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")
+_UID = re.compile(r"\((\d+)\)$")
+JOB_ID = re.compile(r"[0-9]{1,12}")
+# GresUsed=gpu:2(IDX:0-1) or gpu:h100:2(IDX:0-1),gpu:a100:0(IDX:N/A)
+_GPUS_USED = re.compile(r"(?:^|,)gpu(?::(?:\(null\)|[^:(,]+))?:([0-9]+)")
+
+
+class SlurmError(Exception):
+    """The scheduler could not be asked (unknown: never a reason to act)."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    id: str
+    state: str  # RUNNING, CANCELLED, COMPLETED, ...
+    uid: int | None
+    user: str
+    partition: str
+    account: str
+    nodes: tuple[str, ...]
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """`scontrol -o show ...` output: one line of Key=Value pairs."""
+    return {m.group(1): m.group(2) for m in _FIELD.finditer(line)}
+
+
+class SlurmCli:
+    def __init__(
+        self,
+        scontrol: str = "scontrol",
+        scancel: str = "scancel",
+        *,
+        timeout: float = 10.0,
+        cache_ttl: float = 5.0,
+        env: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.scontrol, self.scancel, self.timeout = scontrol, scancel, timeout
+        self.cache_ttl, self.env, self.clock = cache_ttl, env, clock
+        self._cache: dict[str, tuple[float, SlurmJob | None]] = {}
+        self._lock = threading.Lock()
+
+    def _run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=self.timeout, env=self.env
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"{argv[0]}: {exc}") from exc
+
+    def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob | None:
+        """The job as the scheduler has it; None when it does not know the id."""
+        if not JOB_ID.fullmatch(job_id):
+            return None
+        with self._lock:
+            cached = self._cache.get(job_id)
+            if not fresh and cached is not None and self.clock() - cached[0] < self.cache_ttl:
+                return cached[1]
+        done = self._run([self.scontrol, "-o", "show", "job", job_id])
+        if done.returncode != 0:
+            if "Invalid job id" in done.stderr:
+                job = None
+            else:
+                raise SlurmError(f"scontrol show job {job_id}: {done.stderr.strip()[:200]}")
+        else:
+            fields = parse_fields(done.stdout.strip().splitlines()[0] if done.stdout else "")
+            if fields.get("JobId") != job_id:
+                raise SlurmError(f"scontrol show job {job_id}: unexpected answer")
+            user_field = fields.get("UserId", "")
+            uid = _UID.search(user_field)
+            job = SlurmJob(
+                id=job_id,
+                state=fields.get("JobState", ""),
+                uid=int(uid.group(1)) if uid else None,
+                user=user_field.split("(")[0],
+                partition=fields.get("Partition", ""),
+                account=fields.get("Account", ""),
+                nodes=self.hostnames(fields.get("NodeList", "")),
+            )
+        with self._lock:
+            self._cache[job_id] = (self.clock(), job)
+        return job
+
+    def hostnames(self, node_list: str) -> tuple[str, ...]:
+        if not node_list or node_list == "(null)":
+            return ()
+        if "[" not in node_list:
+            return tuple(n for n in node_list.split(",") if n)
+        done = self._run([self.scontrol, "show", "hostnames", node_list])
+        if done.returncode != 0:
+            raise SlurmError(f"scontrol show hostnames: {done.stderr.strip()[:200]}")
+        return tuple(done.stdout.split())
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> tuple[bool, str]:
+        """scancel the job (or send it `signal`, e.g. KILL, in all its steps)."""
+        if not JOB_ID.fullmatch(job_id):
+            return False, "not a job id"
+        argv = [self.scancel, *(["--signal", signal, "--full"] if signal else []), job_id]
+        done = self._run(argv)
+        with self._lock:
+            self._cache.pop(job_id, None)
+        if done.returncode == 0:
+            return True, "scancel accepted"
+        return False, f"scancel: {done.stderr.strip()[:200]}"
+
+    def gpus_allocated(self, node: str) -> int | None:
+        """GPUs the scheduler counts as in use on the node (`GresUsed`, by type)."""
+        done = self._run([self.scontrol, "-o", "-d", "show", "node", node])
+        if done.returncode != 0:
+            return None
+        used = parse_fields(done.stdout).get("GresUsed", "")
+        return sum(int(n) for n in _GPUS_USED.findall(used))

@@ -1,0 +1,117 @@
+"""Slurm jobs on a real single-node Slurm (slurmctld, slurmd, munge): a job whose GPU
+processes are all idle is cancelled through Slurm and its GPUs return to the scheduler; a
+job with one busy process is kept. The actuator is the real one (gunicorn), its node the
+simulated one the jobs' workloads use."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from actuator.live import target_of
+from actuator.slurm import SlurmCli
+from exporter.sim.state import init_node, load_node, read_procs
+from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
+from tests.helpers.slurm import Slurm, slurm_cluster
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@dataclass
+class Site:
+    slurm: Slurm
+    sim: Path
+    actuator: Actuator
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    base = tmp_path_factory.mktemp("slurm")
+    sim = base / "node"
+    init_node(sim, gpus=4, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    with slurm_cluster(base / "cluster", gpus=4, node=NODE) as slurm:
+        policy = {"slurm": {"conf": str(slurm.conf)}}
+        actuator = Actuator(base / "actuator", sim, policy).start()
+        try:
+            yield Site(slurm, sim, actuator)
+        finally:
+            actuator.stop()
+
+
+def _ranks(site: Site, job: str, count: int) -> list[Workload]:
+    """The job's workload processes, once each has registered on its simulated GPU."""
+    from exporter.slurm import slurm_job_of
+
+    def found() -> list[int] | None:
+        pids = [p.pid for p in read_procs(site.sim) if slurm_job_of(p.pid) == job]
+        return pids if len(pids) == count else None
+
+    pids = wait_until(found, 30)
+    uuids = {p.pid: load_node(site.sim).gpus[p.gpu].uuid for p in read_procs(site.sim)}
+    ranks = []
+    for pid in sorted(pids):
+        t = target_of(NODE, pid, uuids[pid])
+        ranks.append(Workload(_Proc(pid), t.start_time, t.uuid, t.start_ticks))  # type: ignore[arg-type]
+    return ranks
+
+
+class _Proc:
+    """A job's process (started by slurmd, not by the test): its pid is all a Workload needs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None if Path(f"/proc/{self.pid}").exists() else 0
+
+
+def _workload(site: Site, gpu: int, phases: str) -> str:
+    return (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
+            f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1")  # fmt: skip
+
+
+def test_a_job_whose_ranks_are_all_idle_is_cancelled_through_slurm(site: Site) -> None:
+    job = site.slurm.sbatch(
+        f"{_workload(site, 0, 'idle')} & {_workload(site, 1, 'idle')} & wait", "--gres=gpu:2"
+    )
+    ranks = _ranks(site, job, 2)
+    assert SlurmCli(env=site.slurm.env).gpus_allocated(site.slurm.node) == 2
+    for r in ranks:
+        assert site.actuator.post(payload(alert_for(r))).status_code == 200
+    cases = [site.actuator.wait_state(r, "reclaimed", "cancelled", "refused", "failed",
+                                      timeout=60) for r in ranks]  # fmt: skip
+    reclaimed = [c for c in cases if c["state"] == "reclaimed"]
+    assert reclaimed, cases
+    assert [s["signal"] for s in reclaimed[0]["signals"]] == ["SCANCEL"]  # no PID signalled
+    wait_until(lambda: site.slurm.job_state(job) == "CANCELLED", 30)
+    wait_until(lambda: SlurmCli(env=site.slurm.env).gpus_allocated(site.slurm.node) == 0, 30)
+    for r in ranks:
+        wait_until(lambda r=r: r.proc.poll() is not None, 30)
+    audit = [json.loads(line) for line in (site.actuator.workdir / "audit.jsonl").open()]
+    (verified,) = [a for a in audit if a["event"] == "slurm_verified" and a["job"] == job]
+    assert verified["state"] == "CANCELLED" and verified["gpus_allocated"] == {NODE: 0}
+    (cancel,) = [a for a in audit if a["event"] == "slurm_cancel" and a["job"] == job]
+    assert cancel["ok"] and cancel["signal"] is None
+
+
+def test_a_job_with_one_busy_rank_is_kept(site: Site) -> None:
+    job = site.slurm.sbatch(
+        f"{_workload(site, 2, 'idle')} & {_workload(site, 3, 'busy')} & wait", "--gres=gpu:2"
+    )
+    idle, busy = _ranks(site, job, 2)
+    if load_node(site.sim).gpus[2].uuid != idle.uuid:
+        idle, busy = busy, idle
+    assert site.actuator.post(payload(alert_for(idle))).status_code == 200
+    case = site.actuator.wait_state(idle, "deferred", "reclaimed", "refused", "cancelled",
+                                    timeout=60)  # fmt: skip
+    assert case["state"] == "deferred" and case["reason_code"] == "slurm_job_busy", case
+    assert f"rank pid {busy.pid}" in case["reason"]
+    assert site.slurm.job_state(job) == "RUNNING"
+    assert idle.proc.poll() is None and busy.proc.poll() is None
+    assert case["signals"] == []
