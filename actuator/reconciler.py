@@ -448,7 +448,9 @@ class Reconciler:
         """A Slurm job is reclaimed whole, only once every rank (each GPU process of the job,
         on every node it spans) is confirmed idle by its own case; one busy rank keeps it."""
         resuming = case.state == State.DEFERRED and case.reason_code == Reason.SLURM_JOB_BUSY
-        if decision.action != Action.TERM and not (resuming and decision.changes_state):
+        # Only the SIGTERM step and the way back to it are gated: an exit, a resolved alert
+        # or a refusal goes through as for any case.
+        if decision.action != Action.TERM and not (resuming and decision.code == Reason.RESUMED):
             return decision
         why = self._job_not_ready(case, live)
         if why is None:

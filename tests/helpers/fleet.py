@@ -18,11 +18,13 @@ from exporter.sim.state import init_node
 from tests.support import free_port, gpu_reclaimer_command, wait_until
 
 
-def make_certs(directory: Path, nodes: list[str]) -> Path:
+def make_certs(directory: Path, nodes: list[str], ips: dict[str, str] | None = None) -> Path:
+    """The fleet CA, the actuator's certificate, and one agent certificate per node (for
+    127.0.0.1, or the node's address in `ips`)."""
     certs.make_ca(directory)
     certs.issue_actuator(directory)
     for node in nodes:
-        certs.issue_agent(directory, node, ips=("127.0.0.1",))
+        certs.issue_agent(directory, node, ips=((ips or {}).get(node, "127.0.0.1"),))
     return directory
 
 
@@ -50,11 +52,12 @@ class Agent:
     certs: Path
     workdir: Path
     port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"  # another loopback address gives each node its own "host"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -67,7 +70,7 @@ class Agent:
                                                       "protected_uid_below": 0}}))  # fmt: skip
         command = [
             *gpu_reclaimer_command(), "agent", "--config", str(config),
-            "--listen", f"127.0.0.1:{self.port}",
+            "--listen", f"{self.host}:{self.port}",
             "--sim-dir", str(self.sim_dir), "--node-name", self.node,
             "--heartbeat-dir", str(self.workdir / f"heartbeats-{self.node}"),
             "--tls-cert", str(self.certs / f"agent-{self.node}.pem"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from actuator.slurm import parse_fields
 from exporter.cgroup import parse_cgroup
 from exporter.slurm import environ_job, slurm_job_of
+from tests.support import wait_until
 
 
 def test_a_process_that_sets_slurm_job_id_itself_is_no_job_s_task() -> None:
@@ -19,7 +20,8 @@ def test_a_process_that_sets_slurm_job_id_itself_is_no_job_s_task() -> None:
         env={**os.environ, "SLURM_JOB_ID": "4242"},
     )
     try:
-        assert environ_job(forged.pid) == "4242"  # it says so ...
+        # It says so (once exec'd: before that /proc shows the forked parent's environment) ...
+        wait_until(lambda: environ_job(forged.pid) == "4242", 10)
         assert slurm_job_of(forged.pid) == ""  # ... but no slurmstepd started it
     finally:
         forged.kill()
