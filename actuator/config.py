@@ -6,7 +6,7 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -19,6 +19,7 @@ from exporter.thresholds import SHIPPED, Thresholds, ThresholdsError
 from exporter.thresholds import load as load_thresholds
 
 DEFAULT_PORT = 9836
+M = TypeVar("M", bound=Strict)
 
 
 class ServerTls(Strict):
@@ -379,6 +380,11 @@ class ConfigError(Exception):
 
 def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
     """Parse and validate the YAML file; raise ConfigError naming the file and the rule."""
+    return load_model(path, ActuatorConfig)
+
+
+def load_model(path: str | os.PathLike[str], model: type[M]) -> M:
+    """A YAML settings file validated as `model`; ConfigError naming the file and the rule."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -393,7 +399,7 @@ def load_config(path: str | os.PathLike[str]) -> ActuatorConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     try:
-        return ActuatorConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(config_errors.describe(exc, data, str(path))) from None
 

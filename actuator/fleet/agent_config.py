@@ -4,14 +4,11 @@ its TLS identity and the client CA that admits the central actuator."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from actuator.config import ConfigError, NodeConfig
+from actuator.config import ConfigError, NodeConfig, load_model
 from actuator.policy import Duration, Protect, Strict
-from exporter import config_errors
 
 DEFAULT_AGENT_PORT = 9837
 
@@ -40,21 +37,7 @@ class AgentConfig(Strict):
 
 
 def load_agent_config(path: str | os.PathLike[str] | None) -> AgentConfig:
-    if path is None:
-        return AgentConfig()
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    try:
-        return AgentConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(config_errors.describe(exc, data, str(path))) from None
+    return AgentConfig() if path is None else load_model(path, AgentConfig)
 
 
 def check_agent_tls(config: AgentConfig) -> AgentTls:
