@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from fractions import Fraction
@@ -92,8 +93,23 @@ class _Stop(Exception):
     """SIGTERM/SIGHUP: unwind like Ctrl-C so every started process is stopped."""
 
 
+# Set by every stop signal. The exception a handler raises can be swallowed when the signal
+# lands in a finaliser ("Exception ignored in ..."); the loops check this between steps, so
+# a stop is never lost.
+_STOPPING = threading.Event()
+
+
 def _raise_stop(signum: int, frame: object) -> None:
+    _STOPPING.set()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise _Stop
+
+
+def _pause(seconds: float) -> None:
+    """Sleep between redraws; raise _Stop once a stop signal came, even a swallowed one."""
+    if _STOPPING.wait(seconds):
+        raise _Stop
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -117,7 +133,7 @@ def run_demo(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_stop)
     # Ctrl-C must stop everything, even where the parent started us with SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _raise_stop)
     out = sys.stdout
     try:
         with Stack(options) as stack:
@@ -209,7 +225,7 @@ def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, 
                       file=out, flush=True)  # fmt: skip
         if _finished(verdicts) or time.monotonic() > deadline:
             break
-        time.sleep(REFRESH_SECONDS)
+        _pause(REFRESH_SECONDS)
     print(render(stack, cast, snap, verdicts, started=started, style=Style(False)), file=out)
     print(_last_notice(stack), file=out)
     if all(v.done and not v.failed for v in verdicts):
@@ -252,7 +268,7 @@ def _live(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, o
                     out.write(screen + "\n\n")
                     last_printed = key
             out.flush()
-            time.sleep(REFRESH_SECONDS)
+            _pause(REFRESH_SECONDS)
     finally:
         if tty:
             out.write(SHOW_CURSOR)
