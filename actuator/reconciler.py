@@ -473,7 +473,9 @@ class Reconciler:
             return Reason.UNKNOWN_EVIDENCE, f"Slurm does not know job {job_id}"
         if job.state != "RUNNING":
             return Reason.SLURM_JOB_BUSY, f"Slurm job {job_id} is {job.state}, not RUNNING"
-        if job.uid is not None and live.uid is not None and job.uid != live.uid:
+        if job.uid is None or live.uid is None:  # unknown owner: never cancel on it
+            return Reason.UNKNOWN_EVIDENCE, f"the owner of Slurm job {job_id} is unknown"
+        if job.uid != live.uid:
             return Reason.IDENTITY_MISMATCH, (
                 f"Slurm job {job_id} belongs to uid {job.uid}, the process to uid {live.uid}"
             )
