@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd munged
 
-.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean
+.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos
 
 setup: $(VENV)/.installed system-deps
 
@@ -27,6 +27,11 @@ system-deps:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql slurm-wlm munge chromium chromium-driver; \
 	fi
+
+# The kubelet's pod-resources gRPC client (committed; regenerate after editing the .proto).
+protos: setup
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
+		exporter/kube/podresources.proto
 
 lint: setup
 	$(BIN)/ruff check .

@@ -79,6 +79,10 @@ class NodeConfig(Strict):
     log_globs: tuple[str, ...] = ()
     projects_file: str | None = Field(None, description="the exporter's project mapping")
     nvml_timeout: Duration = Field(2.0, gt=0, le=2.0, description="a re-check waits no longer")
+    pod_resources_socket: str | None = Field(
+        None, description="the kubelet's pod-resources socket: names the pod of a process "
+        "(/var/lib/kubelet/pod-resources/kubelet.sock on a Kubernetes node)",
+    )  # fmt: skip
 
 
 class WebhookSettings(Strict):

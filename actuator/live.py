@@ -19,6 +19,7 @@ from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
 from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import ProjectMapping, group_name, user_name
+from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
@@ -33,6 +34,7 @@ class Evidence:
     log_globs: Sequence[str] = ()
     projects: ProjectMapping | None = None
     proc_root: Path = procfs.PROC
+    pods: PodLocator | None = None  # the kubelet's pod-resources API
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,17 @@ class Inspector:
             return None, f"GPU(s) {list(reading.failed_gpus)} fail in NVML; {uuid} unknown"
         return None, "not found"
 
+    def _pod(self, pod_uid: str, uuid: str) -> tuple[PodRef | None, str]:
+        """The pod holding the GPU, asked afresh; (None, why) for a pod process it cannot
+        name. Which pod acts on is proven later, against the API server's UID."""
+        if not pod_uid or self.evidence.pods is None:
+            return None, ""
+        try:
+            pod = self.evidence.pods.locate(uuid, fresh=True)
+        except Exception as exc:  # the kubelet's client: a failure is unknown, never a pod
+            return None, f"the kubelet's pod-resources API failed: {exc}"
+        return pod, "" if pod else f"the kubelet names no single pod holding GPU {uuid}"
+
     def inspect(self, target: Target) -> LiveState:
         now = self.clock()
         root_dir = self.proc_root
@@ -147,7 +160,8 @@ class Inspector:
             return LiveState(**identity)  # another process has this PID: look no further
         groups = tuple(group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
         container = read_cgroup_identity(target.pid, root_dir)
-        namespace = container.namespace
+        pod, pod_error = self._pod(container.pod, target.uuid)
+        namespace = pod.namespace if pod else ""
         slurm_job = slurm_job_of(target.pid, root_dir, container.slurm_job)
         mapping = self.evidence.projects
         project = mapping.project_for(identity["user"], groups, namespace) if mapping else ""
@@ -156,7 +170,7 @@ class Inspector:
         children = procfs.children_map(table)
         tree = process_tree(stat, status.uid, table, self.protection, root_dir, children)
         cpu = procfs.tree_cpu_seconds(target.pid, table, children)
-        errors: list[str] = []
+        errors: list[str] = [pod_error] if pod_error else []
         gpu, why = self.gpu(target.uuid)
         gpu_found: bool | None = None if gpu is None and why != "not found" else gpu is not None
         on_gpu = mem = util = None
@@ -184,6 +198,9 @@ class Inspector:
             **identity,
             groups=groups,
             namespace=namespace,
+            pod=pod.name if pod else "",
+            pod_uid=container.pod,
+            pod_container=pod.container if pod else "",
             slurm_job=slurm_job,
             project=project,
             protected=self.protection.reason(stat, status),

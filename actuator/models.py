@@ -259,7 +259,10 @@ class LiveState:
     uid: int | None = None
     user: str | None = None
     groups: tuple[str, ...] = ()
-    namespace: str = ""  # from the node: cgroup / pod, never from the alert
+    namespace: str = ""  # from the node: the kubelet's pod, never from the alert
+    pod: str = ""  # the pod's name, from the kubelet ("" when it cannot name it)
+    pod_uid: str = ""  # from the cgroup path: the process runs in a pod
+    pod_container: str = ""  # the container's name in the pod
     slurm_job: str = ""  # from the node (exporter/slurm.py), never from the alert
     project: str = ""  # from the node's project mapping, never from the alert
     command: str = ""
@@ -291,6 +294,8 @@ class LiveState:
             "uid": self.uid,
             "user": self.user,
             "namespace": self.namespace,
+            "pod": self.pod or None,
+            "pod_uid": self.pod_uid or None,
             "slurm_job": self.slurm_job or None,
             "project": self.project,
             "command": self.command,
@@ -418,6 +423,7 @@ class Case:
     release_requested_mono: float | None = None  # the owner chose "release now"
     unreachable_since_mono: float | None = None  # the node's agent has not answered since
     slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
+    pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
 
     @property
     def target(self) -> Target:

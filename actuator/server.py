@@ -47,6 +47,7 @@ from exporter import ownprocs
 
 if TYPE_CHECKING:
     from actuator.ldap_owners import LdapOwners
+    from exporter.kube.pod_resources import PodResources
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +144,21 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
     return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)
 
 
+def _pod_resources(socket_path: str | None) -> PodResources | None:
+    if socket_path is None:
+        return None
+    from exporter.kube.pod_resources import PodResources
+
+    return PodResources(socket_path)
+
+
 def local_node(settings: NodeConfig, protect: Protect, sm_window: float) -> LocalNode:
     """The node this process runs on, reading its evidence where its exporter does."""
     evidence = Evidence(
         heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
         log_globs=settings.log_globs,
         projects=load_node_projects(settings),
+        pods=_pod_resources(settings.pod_resources_socket),
     )
     return LocalNode(
         settings.name,

@@ -37,7 +37,8 @@ INFO_LABELS = [
     "uid",
     "command",
     "container",
-    "pod",
+    "pod",  # the pod's name, from the kubelet
+    "pod_uid",  # from the cgroup path
     "namespace",
     "slurm_job",  # `job` is Prometheus's own target label
     "project",
@@ -256,7 +257,7 @@ class GpuCollector(Collector):
                 written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
                 if written is not None:
                     families.p_log.add(labels, written)
-                identity = self.identities.get(process.pid, started)
+                identity = self.identities.get(process.pid, started, gpu.uuid)
                 if identity is not None:
                     key = (labels, started)
                     known = self._info.get(key)
@@ -282,6 +283,7 @@ class GpuCollector(Collector):
             identity.command,
             identity.container,
             identity.pod,
+            identity.pod_uid,
             identity.namespace,
             identity.job,
             identity.project,

@@ -30,6 +30,8 @@ class ExporterConfig(BaseModel):
     # A trusted exporter answers within 2 s, whatever the driver does.
     nvml_timeout_seconds: Seconds = Field(default=1.5, gt=0, le=1.5)
     projects_file: Path | None = None
+    # The kubelet's pod-resources socket names each pod process's pod and namespace.
+    pod_resources_socket: Path | None = None
     # Prometheus always asks for gzip; level 1 costs a tenth of level 9 for a body ~15 %
     # larger (benchmarks/exporter_scrape.py).
     gzip_level: int = Field(default=1, ge=1, le=9)

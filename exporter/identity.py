@@ -11,7 +11,7 @@ import logging
 import os
 import pwd
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from exporter import config_errors
 from exporter.cgroup import read_cgroup_identity
+from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.procfs import read_status
 from exporter.slurm import slurm_job_of
 
@@ -41,7 +42,8 @@ class ProcessIdentity:
     uid: int
     command: str
     container: str = ""
-    pod: str = ""
+    pod: str = ""  # the pod's name (from the kubelet), "" when unknown
+    pod_uid: str = ""  # from the cgroup path
     namespace: str = ""
     job: str = ""
     project: str = ""
@@ -167,28 +169,30 @@ class IdentityCache:
         mapping: ProjectMapping | None = None,
         *,
         proc_root: Path = PROC,
-        pod_namespace: Callable[[str], str] | None = None,
+        pods: PodLocator | None = None,
     ) -> None:
-        """``pod_namespace`` maps a pod UID to its Kubernetes namespace ("" if unknown)."""
+        """``pods`` names the pod that holds a GPU (the kubelet's pod-resources API)."""
         self._mapping = mapping or ProjectMapping()
         self._proc_root = proc_root
-        self._pod_namespace = pod_namespace
+        self._pods = pods
         self._cache: dict[tuple[int, float], ProcessIdentity] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
 
-    def get(self, pid: int, create_time: float) -> ProcessIdentity | None:
-        """Identity of the process, or None when it is gone or its PID now names another."""
+    def get(self, pid: int, create_time: float, uuid: str = "") -> ProcessIdentity | None:
+        """Identity of the process (on GPU `uuid`), or None when it is gone or its PID now
+        names another."""
         key = (pid, create_time)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
         try:
-            identity = self._compute(pid, create_time)
+            identity = self._compute(pid, create_time, uuid)
         except (psutil.Error, OSError):
             return None
-        if identity is not None:
+        # A pod the kubelet could not name yet is asked again next time.
+        if identity is not None and not (identity.pod_uid and not identity.pod):
             self._cache[key] = identity
         return identity
 
@@ -198,16 +202,16 @@ class IdentityCache:
         for key in [k for k in self._cache if k not in keep]:
             del self._cache[key]
 
-    def _namespace_of(self, pod: str) -> str:
-        if not pod or self._pod_namespace is None:
-            return ""
+    def _pod_of(self, pod_uid: str, uuid: str) -> PodRef | None:
+        if not pod_uid or not uuid or self._pods is None:
+            return None
         try:
-            return self._pod_namespace(pod)
-        except Exception:  # a failing resolver costs a label, never the scrape
-            _log.warning("pod namespace lookup failed for pod %s", pod, exc_info=True)
-            return ""
+            return self._pods.locate(uuid)
+        except Exception:  # a failing lookup costs a label, never the scrape
+            _log.warning("pod lookup failed for GPU %s", uuid, exc_info=True)
+            return None
 
-    def _compute(self, pid: int, create_time: float) -> ProcessIdentity | None:
+    def _compute(self, pid: int, create_time: float, uuid: str) -> ProcessIdentity | None:
         process = psutil.Process(pid)
         with process.oneshot():
             if abs(process.create_time() - create_time) > _START_TOLERANCE:
@@ -218,7 +222,8 @@ class IdentityCache:
             command = command_name(argv) if argv else process.name()[:MAX_COMMAND]
         user = user_name(uid)
         container = read_cgroup_identity(pid, self._proc_root)
-        namespace = container.namespace or self._namespace_of(container.pod)
+        pod = self._pod_of(container.pod, uuid)
+        namespace = pod.namespace if pod else ""
         status = read_status(pid, self._proc_root)
         supplementary = status.groups if status is not None else ()
         groups = [group_name(g) for g in {gid, *supplementary}]
@@ -227,7 +232,8 @@ class IdentityCache:
             uid=uid,
             command=command,
             container=container.container,
-            pod=container.pod,
+            pod=pod.name if pod else "",
+            pod_uid=container.pod,
             namespace=namespace,
             job=slurm_job_of(pid, self._proc_root, container.slurm_job),
             project=self._mapping.project_for(user, groups, namespace),

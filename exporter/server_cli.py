@@ -63,6 +63,13 @@ def add_commands(commands: Any) -> None:
     )
     parser.add_argument("--projects", type=Path, help="YAML mapping users/groups to projects")
     parser.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        metavar="PATH",
+        help="the kubelet's pod-resources socket, to name each pod process's pod and namespace "
+        "(on Kubernetes: /var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
+    parser.add_argument(
         "--gzip-level", type=int, metavar="1-9", help="gzip level when a scraper asks (default 1)"
     )
     parser.set_defaults(func=run_exporter)
@@ -78,6 +85,7 @@ _FLAGS = {
     "nvml_timeout_seconds": ("--nvml-timeout", "nvml_timeout"),
     "projects_file": ("--projects", "projects"),
     "gzip_level": ("--gzip-level", "gzip_level"),
+    "pod_resources_socket": ("--pod-resources-socket", "pod_resources_socket"),
 }
 
 
@@ -130,7 +138,12 @@ def run_exporter(args: argparse.Namespace) -> int:
         nvml_timeout=config.nvml_timeout_seconds,
     )
     registry = CollectorRegistry(auto_describe=False)
-    collector = GpuCollector(reader, settings, IdentityCache(mapping))
+    pods = None
+    if config.pod_resources_socket is not None:
+        from exporter.kube.pod_resources import PodResources
+
+        pods = PodResources(config.pod_resources_socket)
+    collector = GpuCollector(reader, settings, IdentityCache(mapping, pods=pods))
     registry.register(collector)
     source = f"simulated node {sim_dir}" if sim_dir else "NVML"
     app = build_app(registry, node, source, collector.exposition, config.gzip_level)

@@ -938,6 +938,7 @@ def fleet() -> dict[str, Any]:
                     "uid",
                     "container",
                     "pod",
+                    "pod_uid",
                     "namespace",
                     "slurm_job",
                     "reclaim",

@@ -22,6 +22,7 @@ from exporter.identity import (
     ProjectRule,
     command_name,
 )
+from exporter.kube.pod_resources import PodRef
 from tests.support import Children
 
 WAIT = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"
@@ -174,7 +175,7 @@ def test_project_by_user_and_group(spawn: Spawn) -> None:
     assert project_of(IdentityCache(nobody), child.pid) == "shared"
 
 
-def test_pod_namespace_resolver_and_project(tmp_path: Path, spawn: Spawn) -> None:
+def test_pod_name_and_namespace_from_the_kubelet_and_project(tmp_path: Path, spawn: Spawn) -> None:
     child = spawn([sys.executable, "-c", WAIT])
     # A process in a pod: psutil reads the real process, the cgroup comes from proc_root.
     proc = tmp_path / "proc" / str(child.pid)
@@ -194,21 +195,34 @@ def test_pod_namespace_resolver_and_project(tmp_path: Path, spawn: Spawn) -> Non
             ProjectRule(name="nlp", namespaces=("nlp-train",)),
         )
     )
-    cache = IdentityCache(
-        mapping, proc_root=tmp_path / "proc", pod_namespace={pod: "nlp-train"}.get
-    )
-    identity = cache.get(*key(child.pid))
+    held = {"GPU-a": PodRef("nlp-train", "bert-0", "trainer")}
+
+    class Kubelet:  # the pod-resources client's interface (tests/kube has the gRPC one)
+        def __init__(self, fail: bool = False) -> None:
+            self.fail, self.calls = fail, 0
+
+        def locate(self, uuid: str, *, fresh: bool = False) -> PodRef | None:
+            self.calls += 1
+            if self.fail:
+                raise RuntimeError("kubelet unreachable")
+            return held.get(uuid)
+
+    cache = IdentityCache(mapping, proc_root=tmp_path / "proc", pods=Kubelet())
+    identity = cache.get(*key(child.pid), "GPU-a")
     assert identity is not None
-    assert (identity.container, identity.pod, identity.namespace) == (container, pod, "nlp-train")
+    assert (identity.container, identity.pod_uid) == (container, pod)
+    assert (identity.pod, identity.namespace) == ("bert-0", "nlp-train")
     assert identity.project == "by-group"  # first matching rule wins
 
-    def broken(_pod: str) -> str:
-        raise RuntimeError("kubelet unreachable")
-
-    identity = IdentityCache(mapping, proc_root=tmp_path / "proc", pod_namespace=broken).get(
-        *key(child.pid)
-    )
-    assert identity is not None and identity.namespace == ""
+    # A pod the kubelet cannot name (it failed, or the GPU is shared) is no pod name, and
+    # is asked again on the next scrape rather than cached.
+    failing = Kubelet(fail=True)
+    cache = IdentityCache(mapping, proc_root=tmp_path / "proc", pods=failing)
+    for _ in range(2):
+        identity = cache.get(*key(child.pid), "GPU-a")
+        assert identity is not None and (identity.pod, identity.namespace) == ("", "")
+        assert identity.pod_uid == pod
+    assert failing.calls == 2
 
 
 # --- mapping files ---------------------------------------------------------------------
