@@ -274,6 +274,25 @@ class SlurmSettings(Strict):
     exclude_accounts: tuple[str, ...] = ()
 
 
+class KubernetesSettings(Strict):
+    """Pod processes are reclaimed through the API server (docs/kubernetes.md)."""
+
+    action: Literal["evict", "delete", "signal"] = Field(
+        "evict", description="evict: the Eviction API (honours PodDisruptionBudgets); "
+        "delete: delete the pod; signal: signal the process like any other",
+    )  # fmt: skip
+    kubeconfig: str | None = Field(
+        None, description="a kubeconfig file; default: the pod's service account"
+    )
+    context: str | None = Field(None, description="the kubeconfig's context (default: current)")
+    timeout: Duration = Field(10.0, gt=0, le=60)
+    policies: bool = Field(True, description="watch GpuReclaimPolicy objects (the CRD)")
+    owner_annotation: str = Field(
+        "gpu-reclaimer.io/owner", min_length=1,
+        description="a pod annotation naming its owner (a user name or an e-mail address)",
+    )  # fmt: skip
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     parallel: int = Field(
@@ -295,6 +314,7 @@ class ActuatorConfig(Policy):
     alertmanager: AlertmanagerSettings | None = None
     agents: AgentsSettings | None = None
     slurm: SlurmSettings | None = None
+    kubernetes: KubernetesSettings | None = None
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:

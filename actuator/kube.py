@@ -127,6 +127,7 @@ class KubeApi:
             self._call(
                 self._core.create_namespaced_pod_eviction, pod.name, pod.namespace, body,
                 dry_run="All" if dry_run else None, _preload_content=False,
+                _content_type="application/json",
             )  # fmt: skip
         except LookupError:
             raise KubeError(f"pod {pod.namespace}/{pod.name} is gone") from None
@@ -140,7 +141,7 @@ class KubeApi:
         try:
             self._call(
                 self._core.delete_namespaced_pod, pod.name, pod.namespace, body=options,
-                _preload_content=False,
+                _preload_content=False, _content_type="application/json",
             )  # fmt: skip
         except LookupError:
             raise KubeError(f"pod {pod.namespace}/{pod.name} is gone") from None

@@ -156,6 +156,7 @@ class Reason(StrEnum):
     UNKNOWN_NODE = "unknown_node"
     AGENT_UNREACHABLE = "agent_unreachable"  # deferred, then refused, while it lasts
     SLURM_JOB_BUSY = "slurm_job_busy"  # deferred: another rank of the job is not idle
+    POD_BLOCKED = "pod_blocked"  # deferred: a disruption budget, or the API server is away
     BAD_TARGET = "bad_target"
     NOTICE_UNDELIVERED = "notice_undelivered"
     # deferred: held back by the breaker or a blast-radius limit
@@ -183,7 +184,8 @@ REFUSALS = frozenset(
      Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED, Reason.AGENT_UNREACHABLE}
 )  # fmt: skip
 HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE,
-                   Reason.AGENT_UNREACHABLE, Reason.SLURM_JOB_BUSY})  # fmt: skip
+                   Reason.AGENT_UNREACHABLE, Reason.SLURM_JOB_BUSY,
+                   Reason.POD_BLOCKED})  # fmt: skip
 
 
 # Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and

@@ -39,13 +39,11 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
     decide_unreachable,
-    defer,
-    move,
-    wait,
 )
 from actuator.fleet.directory import NodeDirectory
 from actuator.fleet.remote import NodeUnreachable
 from actuator.keeplinks import KeepLinks
+from actuator.kube import KubeApi
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -60,7 +58,8 @@ from actuator.models import (
 from actuator.node import Node
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
-from actuator.slurm import SlurmCli, SlurmError
+from actuator.schedulers import KubePods, Scheduler, SlurmJobs, gate
+from actuator.slurm import SlurmCli
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
@@ -103,6 +102,8 @@ class Reconciler:
         links: KeepLinks | None = None,
         alerts: DecisionAlerts | None = None,
         slurm: SlurmCli | None = None,
+        kube: KubeApi | None = None,
+        kube_actions: Callable[[str], str] | None = None,
     ) -> None:
         self.config = config
         self.links = links
@@ -120,11 +121,18 @@ class Reconciler:
         self.thresholds = idle_thresholds(config)
         self.pid_max = procfs.pid_max()
         self._acting = threading.Lock()
-        if slurm is None and config.slurm is not None:
+        self.schedulers: list[Scheduler] = []
+        if config.slurm is not None:
             s = config.slurm
-            env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
-            slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
-        self.slurm = slurm
+            if slurm is None:
+                env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
+                slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
+            self.schedulers.append(SlurmJobs(slurm, s, self.nodes, store))
+        if config.kubernetes is not None:
+            k = config.kubernetes
+            if kube is None:
+                kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)
+            self.schedulers.append(KubePods(kube, k, kube_actions))
         self._pool: ThreadPoolExecutor | None = None
 
     # -- loop ----------------------------------------------------------------------------
@@ -428,111 +436,33 @@ class Reconciler:
                 )
             else:
                 decision, live, eff = self._decide(case, seen, now, mono)
-                if live is not None and live.slurm_job and self._cancels_jobs():
-                    decision = self._job_gate(case, live, decision)
+                scheduler = self._scheduler_for(live) if live is not None else None
+                if scheduler is not None and live is not None:
+                    decision = gate(scheduler, case, live, decision)
                 if case.unreachable_since_mono is not None:
                     decision = replace(decision, updates=CaseUpdate(
                         unreachable_since_mono=None).then(decision.updates))  # fmt: skip
             self.apply(case, decision, live, eff, node, now, mono)
 
-    # -- Slurm jobs ----------------------------------------------------------------------
+    # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
-    def _cancels_jobs(self) -> bool:
-        return (
-            self.slurm is not None
-            and self.config.slurm is not None
-            and (self.config.slurm.action == "cancel")
-        )
+    def _scheduler_for(self, live: LiveState) -> Scheduler | None:
+        return next((s for s in self.schedulers if s.applies(live)), None)
 
-    def _job_gate(self, case: Case, live: LiveState, decision: Decision) -> Decision:
-        """A Slurm job is reclaimed whole, only once every rank (each GPU process of the job,
-        on every node it spans) is confirmed idle by its own case; one busy rank keeps it."""
-        resuming = case.state == State.DEFERRED and case.reason_code == Reason.SLURM_JOB_BUSY
-        # Only the SIGTERM step and the way back to it are gated: an exit, a resolved alert
-        # or a refusal goes through as for any case.
-        if decision.action != Action.TERM and not (resuming and decision.code == Reason.RESUMED):
-            return decision
-        why = self._job_not_ready(case, live)
-        if why is None:
-            return decision
-        code, reason = why
-        if code != Reason.SLURM_JOB_BUSY:
-            return move(State.REFUSED, code, reason)
-        if resuming:
-            return wait()  # still held: no new transition each tick
-        return defer(case, why, {})
+    def _owner_of(self, case: Case) -> Scheduler | None:
+        return next((s for s in self.schedulers if s.owns(case)), None)
 
-    def _job_not_ready(self, case: Case, live: LiveState) -> tuple[Reason, str] | None:
-        assert self.slurm is not None and self.config.slurm is not None
-        job_id, settings = live.slurm_job, self.config.slurm
-        try:
-            job = self.slurm.job(job_id)
-        except SlurmError as exc:
-            return Reason.SLURM_JOB_BUSY, f"Slurm cannot be asked about job {job_id}: {exc}"
-        if job is None:
-            return Reason.UNKNOWN_EVIDENCE, f"Slurm does not know job {job_id}"
-        if job.state != "RUNNING":
-            return Reason.SLURM_JOB_BUSY, f"Slurm job {job_id} is {job.state}, not RUNNING"
-        if job.uid is None or live.uid is None:  # unknown owner: never cancel on it
-            return Reason.UNKNOWN_EVIDENCE, f"the owner of Slurm job {job_id} is unknown"
-        if job.uid != live.uid:
-            return Reason.IDENTITY_MISMATCH, (
-                f"Slurm job {job_id} belongs to uid {job.uid}, the process to uid {live.uid}"
-            )
-        if job.partition in settings.exclude_partitions or job.account in settings.exclude_accounts:
-            return Reason.PROTECTED, (
-                f"Slurm job {job_id}: partition {job.partition!r} / account {job.account!r} "
-                "is excluded")  # fmt: skip
-        if case.node not in job.nodes:
-            return Reason.IDENTITY_MISMATCH, f"Slurm job {job_id} does not run on {case.node}"
-        for node_name in job.nodes:
-            node = self.nodes.get(node_name)
-            if node is None:
-                return Reason.SLURM_JOB_BUSY, f"job {job_id} spans {node_name}, which has no agent"
-            try:
-                ranks = node.job_processes(job_id)
-            except NodeUnreachable as exc:
-                return Reason.SLURM_JOB_BUSY, f"job {job_id}: {node_name} did not answer: {exc}"
-            if ranks is None:
-                return Reason.SLURM_JOB_BUSY, f"job {job_id}: {node_name} cannot list its ranks"
-            for rank in ranks:
-                if rank.key == case.target.key:
-                    continue
-                other = self.store.live_case_for(rank)
-                confirmed = other is not None and other.notified_mono is not None and (
-                    other.state in (State.NOTIFIED, State.TERMINATING, State.KILLING)
-                    or other.reason_code == Reason.SLURM_JOB_BUSY)  # fmt: skip
-                if not confirmed:
-                    return Reason.SLURM_JOB_BUSY, (
-                        f"job {job_id}: rank pid {rank.pid} on {node_name} is not confirmed "
-                        "idle: the job is kept")  # fmt: skip
-        return None
-
-    def _cancel_job(self, case: Case, signal_name: str | None) -> None:
-        assert self.slurm is not None and case.slurm_job is not None
-        try:
-            ok, detail = self.slurm.cancel(case.slurm_job, signal=signal_name)
-        except SlurmError as exc:
-            ok, detail = False, str(exc)
-        if ok:
-            sent = "SCANCEL" if signal_name is None else f"SCANCEL-{signal_name}"
-            self.store.record_signal(case.id, case.pid, sent, self.clock())
+    def _through_scheduler(self, case: Case, scheduler: Scheduler, *, kill: bool) -> None:
+        step = scheduler.reclaim(case, kill=kill)
+        if step.ok:
+            self.store.record_signal(case.id, case.pid, step.name, self.clock())
         with contextlib.suppress(AuditError):
-            self.audit.write({"event": "slurm_cancel", "case": case.id, "job": case.slurm_job,
-                              "signal": signal_name, "ok": ok, "detail": detail})  # fmt: skip
+            self.audit.write({**step.record, "case": case.id, "ok": step.ok,
+                              "detail": step.detail})  # fmt: skip
 
-    def _verify_job(self, case: Case) -> None:
-        """After the reclaim: the job as the scheduler sees it, and the GPUs it counts."""
-        assert self.slurm is not None and case.slurm_job is not None
-        try:
-            job = self.slurm.job(case.slurm_job, fresh=True)
-            gpus = {n: self.slurm.gpus_allocated(n) for n in (job.nodes if job else ())}
-            record = {"state": job.state if job else "unknown", "gpus_allocated": gpus}
-        except SlurmError as exc:
-            record = {"state": "unknown", "error": str(exc)}
+    def _verify(self, case: Case, scheduler: Scheduler) -> None:
         with contextlib.suppress(AuditError):
-            self.audit.write({"event": "slurm_verified", "case": case.id, "job": case.slurm_job,
-                              **record})  # fmt: skip
+            self.audit.write({**scheduler.verify(case), "case": case.id})
 
     def _observe(self, case: Case, node: Node) -> Observation | NodeUnreachable:
         """What the node says now: the recorded members still alive (and, once none is, the
@@ -611,8 +541,9 @@ class Reconciler:
             case.term_at, case.term_mono = now, mono
             case.members = list(live.members)
             case.gpu_memory_bytes = live.gpu_memory_bytes
-            if live.slurm_job and self._cancels_jobs():
-                case.slurm_job = live.slurm_job
+            scheduler = self._scheduler_for(live)
+            if scheduler is not None:
+                scheduler.claim(case, live)
         elif d.action == Action.KILL:
             case.kill_at, case.kill_mono = now, mono
         previous = case.state
@@ -644,15 +575,15 @@ class Reconciler:
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
         if d.action == Action.NOTIFY:
             self._notify(case, eff, now, dry_run=False)
-        elif d.action in (Action.TERM, Action.KILL) and case.slurm_job and self._cancels_jobs():
-            self._cancel_job(case, None if d.action == Action.TERM else "KILL")
+        elif d.action in (Action.TERM, Action.KILL) and (owner := self._owner_of(case)):
+            self._through_scheduler(case, owner, kill=d.action == Action.KILL)
         elif d.action in (Action.TERM, Action.KILL):
             sig = signal.SIGTERM if d.action == Action.TERM else signal.SIGKILL
             self._signal(case, node, sig, dry_run=False)
         elif d.state == State.RECLAIMED and case.notified_at is not None:
             self._followup(case, eff)
-        if d.state == State.RECLAIMED and case.slurm_job and self.slurm is not None:
-            self._verify_job(case)
+        if d.state == State.RECLAIMED and (owner := self._owner_of(case)):
+            self._verify(case, owner)
         if self.alerts is not None and d.state in (State.RECLAIMED, State.FAILED):
             (self.alerts.reclaimed if d.state == State.RECLAIMED else self.alerts.failed)(case)
         elif d.state == State.OBSERVED and live is not None:

@@ -74,13 +74,22 @@ class Workloads:
         return load_node(self.node_dir).gpus[gpu].uuid
 
     def spawn(
-        self, *options: str, gpu: int = 0, memory: str = "2GiB", phases: str = "idle"
+        self,
+        *options: str,
+        gpu: int = 0,
+        memory: str = "2GiB",
+        phases: str = "idle",
+        cgroup: Path | None = None,
     ) -> Workload:
+        """`cgroup`: a cgroup directory the process joins before it starts (a pod's)."""
         command = [
             *gpu_reclaimer_command(), "sim", "run", "--dir", str(self.node_dir),
             "--gpu", str(gpu), "--memory", memory, "--phases", phases, "--tick", "0.2",
             *options,
         ]  # fmt: skip
+        if cgroup is not None:
+            join = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
+            command = ["sh", "-c", join, "sh", *command]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
         w = Workload(proc, 0.0, self.uuid(gpu))
         threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()

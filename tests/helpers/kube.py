@@ -149,6 +149,15 @@ class Kubelet:
 # --- the API server ----------------------------------------------------------------------
 
 
+def _body() -> dict[str, Any] | None:
+    """The request's JSON object. Like the API server, a request without a Content-Type is
+    read as the first type it serves, JSON; another type is 415."""
+    kind = request.mimetype
+    if kind not in ("", "application/json"):
+        return None
+    return request.get_json(force=True, silent=True) or {}
+
+
 def _status(code: int, reason: str, message: str, **details: Any) -> Response:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}  # fmt: skip
@@ -280,7 +289,9 @@ class ApiServer:
 
         @app.post("/api/v1/namespaces/<ns>/pods/<name>/eviction")
         def evict(ns: str, name: str) -> Response:
-            body = request.get_json()
+            body = _body()
+            if body is None:
+                return _status(415, "UnsupportedMediaType", f"{request.mimetype} is not served")
             if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
                 return _status(400, "BadRequest", "not a policy/v1 Eviction")
             pod = self.pods.get((ns, name))
@@ -310,7 +321,9 @@ class ApiServer:
             pod = self.pods.get((ns, name))
             if pod is None:
                 return _status(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
-            options = request.get_json(silent=True) or {}
+            options = _body()
+            if options is None:
+                return _status(415, "UnsupportedMediaType", f"{request.mimetype} is not served")
             wanted = (options.get("preconditions") or {}).get("uid")
             if wanted and wanted != pod.uid:
                 return _status(409, "Conflict", f"Precondition failed: UID in precondition: "

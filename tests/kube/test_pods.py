@@ -1,0 +1,139 @@
+"""Pods reclaimed through the API server. The actuator is the real one (gunicorn) with the
+official Kubernetes client; the kubelet's pod-resources API and the API server are
+STAND-INS (tests/helpers/kube.py) speaking their published protocols; each pod is a real
+process in a real pod cgroup, stopped by the stand-in kubelet as a real one would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.actuator.conftest import NODE, Actuator, Workload, Workloads, alert_for, payload
+from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, pod_cgroup
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class Site:
+    kubelet: Kubelet
+    api: ApiServer
+    actuator: Actuator
+    workloads: Workloads
+    cgroups: list[PodCgroup]
+
+    def pod(
+        self, gpu: int, namespace: str, name: str, *, shared: bool = False, **spec: Any
+    ) -> tuple[Workload, PodSpec]:
+        """A pod whose one container runs a simulated GPU workload on `gpu`."""
+        cgroup = pod_cgroup()
+        self.cgroups.append(cgroup)
+        uuid = self.workloads.uuid(gpu)
+        pod = PodSpec(namespace, name, "main", [f"{uuid}::0"], NODE, cgroup, **spec)
+        self.kubelet.pods.append(pod)
+        if shared:  # another pod slices the same GPU
+            self.kubelet.pods.append(PodSpec(namespace, f"{name}-b", "main", [f"{uuid}::1"], NODE))
+        self.api.add_pod(pod)
+        w = self.workloads.spawn(gpu=gpu, memory="1GiB", cgroup=cgroup.path)
+        return w, pod
+
+    def audit(self, event: str) -> list[dict[str, Any]]:
+        lines = (self.actuator.workdir / "audit.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if r.get("event") == event]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    from exporter.sim.state import init_node
+
+    base = tmp_path_factory.mktemp("kube")
+    init_node(base / "node", gpus=6, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    workloads = Workloads(base / "node")
+    cgroups: list[PodCgroup] = []
+    with Kubelet(base / "kubelet.sock") as kubelet, ApiServer(base) as api:
+        policy = {
+            "node": {"pod_resources_socket": str(kubelet.socket_path)},
+            "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s",
+                           "policies": False},
+            "projects": [{"name": "inference", "match": {"namespaces": ["serving"]},
+                          "protected": True}],
+        }  # fmt: skip
+        actuator = Actuator(base / "actuator", base / "node", policy).start()
+        try:
+            yield Site(kubelet, api, actuator, workloads, cgroups)
+        finally:
+            actuator.stop()
+            workloads.cleanup()
+            for c in cgroups:
+                wait_until(lambda c=c: not c.pids(), 10)
+                c.remove()
+
+
+def _final(site: Site, w: Workload, *states: str, timeout: float = 40) -> dict[str, Any]:
+    states = states or ("reclaimed", "refused", "cancelled", "failed", "deferred")
+    return site.actuator.wait_state(w, *states, timeout=timeout)
+
+
+def test_an_idle_pod_in_a_reclaimable_namespace_is_evicted_through_the_api(site: Site) -> None:
+    w, pod = site.pod(0, "research", "yolo-finetune-0")
+    assert site.actuator.post(payload(alert_for(w, namespace="research"))).status_code == 200
+    case = _final(site, w)
+    assert case["state"] == "reclaimed", case
+    # The dry run first (the API server's disruption-budget check), then the eviction; both
+    # for this pod's UID only. No PID was signalled by the actuator: the kubelet stopped it.
+    assert pod.evictions == [{"dry_run": True, "uid": pod.uid}, {"dry_run": False, "uid": pod.uid}]
+    assert [s["signal"] for s in case["signals"]] == ["EVICT"]
+    assert not w.alive()
+    (verified,) = [v for v in site.audit("kube_verified") if v["case"] == case["id"]]
+    assert verified["state"] == "gone" and verified["pod"]["uid"] == pod.uid
+    (step,) = [s for s in site.audit("kube_reclaim") if s["case"] == case["id"]]
+    assert step["step"] == "EVICT" and step["ok"]
+    live = [t["evidence"]["live"] for t in case["timeline"] if "live" in t["evidence"]][-1]
+    assert (live["namespace"], live["pod"], live["pod_uid"]) == (
+        "research", "yolo-finetune-0", pod.uid)  # fmt: skip
+
+
+def test_a_pod_in_a_protected_namespace_is_refused(site: Site) -> None:
+    w, pod = site.pod(1, "serving", "llm-api-0")
+    # The alert's labels claim nothing here: the namespace is the kubelet's word.
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w)
+    assert (case["state"], case["reason_code"]) == ("refused", "protected"), case
+    assert pod.evictions == [] and pod.deletions == [] and w.alive()
+
+
+def test_a_disruption_budget_defers_the_eviction_until_it_allows_it(site: Site) -> None:
+    w, pod = site.pod(2, "research", "ddp-rank-0", pdb_blocks=True)
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w)
+    assert (case["state"], case["reason_code"]) == ("deferred", "pod_blocked"), case
+    assert "disruption budget" in case["reason"]
+    wait_until(lambda: len(pod.evictions) >= 3, 20)  # asked again, every tick, dry runs only
+    assert all(e["dry_run"] for e in pod.evictions) and w.alive() and case["signals"] == []
+    pod.pdb_blocks = False
+    case = _final(site, w, "reclaimed", "refused", "failed")
+    assert case["state"] == "reclaimed", case
+    assert [e for e in pod.evictions if not e["dry_run"]] == [{"dry_run": False, "uid": pod.uid}]
+
+
+def test_a_pod_re_created_under_the_same_name_is_not_evicted(site: Site) -> None:
+    # The API server's pod of that name has another UID than the process's cgroup.
+    w, pod = site.pod(3, "research", "notebook-0", uid="00000000-0000-4000-8000-000000000000")
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w)
+    assert (case["state"], case["reason_code"]) == ("refused", "identity_mismatch"), case
+    assert pod.evictions == [] and w.alive()
+
+
+def test_a_gpu_two_pods_share_is_not_acted_on(site: Site) -> None:
+    w, pod = site.pod(4, "research", "sliced", shared=True)
+    assert site.actuator.post(payload(alert_for(w, namespace="research"))).status_code == 200
+    case = _final(site, w)
+    assert (case["state"], case["reason_code"]) == ("refused", "unknown_evidence"), case
+    assert "names no single pod" in case["reason"]
+    assert pod.evictions == [] and w.alive()
