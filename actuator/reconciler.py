@@ -44,6 +44,7 @@ from actuator.fleet.directory import NodeDirectory
 from actuator.fleet.remote import NodeUnreachable
 from actuator.keeplinks import KeepLinks
 from actuator.kube import KubeApi
+from actuator.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch, start_watch
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -103,7 +104,6 @@ class Reconciler:
         alerts: DecisionAlerts | None = None,
         slurm: SlurmCli | None = None,
         kube: KubeApi | None = None,
-        kube_actions: Callable[[str], str] | None = None,
     ) -> None:
         self.config = config
         self.links = links
@@ -122,6 +122,8 @@ class Reconciler:
         self.pid_max = procfs.pid_max()
         self._acting = threading.Lock()
         self.schedulers: list[Scheduler] = []
+        self.namespaces: NamespacePolicies | None = None  # GpuReclaimPolicy objects
+        self.policy_watch: PolicyWatch | None = None
         if config.slurm is not None:
             s = config.slurm
             if slurm is None:
@@ -132,13 +134,19 @@ class Reconciler:
             k = config.kubernetes
             if kube is None:
                 kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)
-            self.schedulers.append(KubePods(kube, k, kube_actions))
+            if k.policies:
+                self.namespaces = NamespacePolicies(PolicyObjects(), k.action)
+            action_for = self.namespaces.action_for if self.namespaces else None
+            self.schedulers.append(KubePods(kube, k, action_for))
+        self.kube = kube
         self._pool: ThreadPoolExecutor | None = None
 
     # -- loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
         interval = self.config.reconciler.interval
+        if self.namespaces is not None and self.kube is not None:
+            self.policy_watch = start_watch(self.kube.api_client, self.namespaces.objects, stop)
         while not stop.is_set():
             tracking = False
             try:
@@ -505,7 +513,8 @@ class Reconciler:
         claims = Claims(
             project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")
         )
-        return resolve(self.config, facts, claims)
+        policy = self.namespaces.policy(self.config) if self.namespaces else self.config
+        return resolve(policy, facts, claims)
 
     def _guard(self, case: Case, mono: float) -> FleetState:
         return FleetState(

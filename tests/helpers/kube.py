@@ -173,7 +173,9 @@ class ApiServer:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, dict[str, Any]]] = []  # (resourceVersion, watch event)
         self.requests: list[tuple[str, str]] = []
+        self.delivered: dict[int, int] = {}  # resourceVersion -> watch streams it went to
         self.revision = 1
+        self.compacted = 0
         self._lock = threading.Condition()
         key, cert = self_signed(workdir)
         self.ca = cert
@@ -208,7 +210,18 @@ class ApiServer:
         with self._lock:
             self.pods[(pod.namespace, pod.name)] = pod
 
-    def put_policy(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction (or an API server restart) does: a
+        watch from an older resourceVersion gets 410 Gone and must list again."""
+        with self._lock:
+            self.compacted = self.revision
+            self.events.clear()
+            self._lock.notify_all()
+
+    def put_policy(
+        self, namespace: str, name: str, spec: dict[str, Any], *, silently: bool = False
+    ) -> int:
+        """Create or change one; `silently`: no watch event (one lost in an outage)."""
         with self._lock:
             kind = "MODIFIED" if (namespace, name) in self.policies else "ADDED"
             self.revision += 1
@@ -218,8 +231,10 @@ class ApiServer:
                                 "resourceVersion": str(self.revision)},
                    "spec": spec}  # fmt: skip
             self.policies[(namespace, name)] = obj
-            self.events.append((self.revision, {"type": kind, "object": obj}))
+            if not silently:
+                self.events.append((self.revision, {"type": kind, "object": obj}))
             self._lock.notify_all()
+            return self.revision
 
     def delete_policy(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -336,7 +351,7 @@ class ApiServer:
 
         @app.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
         def list_policies() -> Response:
-            if request.args.get("watch") in ("true", "1"):
+            if (request.args.get("watch") or "").lower() in ("true", "1"):
                 since = int(request.args.get("resourceVersion") or 0)
                 timeout = float(request.args.get("timeoutSeconds") or 30)
                 return Response(self._watch(since, timeout), mimetype="application/json")
@@ -353,6 +368,20 @@ class ApiServer:
         sent = since
         while time.monotonic() < deadline:
             with self._lock:
+                compacted = self.compacted
+            if sent < compacted:
+                gone = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": f"too old resource version: {sent} ({compacted})",
+                }
+                yield json.dumps({"type": "ERROR", "object": gone}) + "\n"
+                return
+            with self._lock:
                 fresh = [(rv, e) for rv, e in self.events if rv > sent]
                 if not fresh:
                     self._lock.wait(min(0.2, max(deadline - time.monotonic(), 0)))
@@ -360,3 +389,5 @@ class ApiServer:
             for rv, event in fresh:
                 sent = rv
                 yield json.dumps(event) + "\n"
+                with self._lock:
+                    self.delivered[rv] = self.delivered.get(rv, 0) + 1

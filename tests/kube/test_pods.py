@@ -6,6 +6,7 @@ process in a real pod cgroup, stopped by the stand-in kubelet as a real one woul
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,12 @@ class Site:
         w = self.workloads.spawn(gpu=gpu, memory="1GiB", cgroup=cgroup.path)
         return w, pod
 
+    def policy(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        """A GpuReclaimPolicy, once the watch of both actuator workers has delivered it."""
+        revision = self.api.put_policy(namespace, name, spec)
+        wait_until(lambda: self.api.delivered.get(revision, 0) >= 2, 20)
+        time.sleep(0.3)
+
     def audit(self, event: str) -> list[dict[str, Any]]:
         lines = (self.actuator.workdir / "audit.jsonl").read_text().splitlines()
         return [r for r in map(json.loads, lines) if r.get("event") == event]
@@ -52,14 +59,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     from exporter.sim.state import init_node
 
     base = tmp_path_factory.mktemp("kube")
-    init_node(base / "node", gpus=6, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    init_node(base / "node", gpus=8, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
     workloads = Workloads(base / "node")
     cgroups: list[PodCgroup] = []
     with Kubelet(base / "kubelet.sock") as kubelet, ApiServer(base) as api:
         policy = {
             "node": {"pod_resources_socket": str(kubelet.socket_path)},
-            "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s",
-                           "policies": False},
+            "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s"},
             "projects": [{"name": "inference", "match": {"namespaces": ["serving"]},
                           "protected": True}],
         }  # fmt: skip
@@ -136,4 +142,24 @@ def test_a_gpu_two_pods_share_is_not_acted_on(site: Site) -> None:
     case = _final(site, w)
     assert (case["state"], case["reason_code"]) == ("refused", "unknown_evidence"), case
     assert "names no single pod" in case["reason"]
+    assert pod.evictions == [] and w.alive()
+
+
+def test_a_namespace_policy_chooses_deletion_for_its_pods(site: Site) -> None:
+    site.policy("batch", "reclaim", {"action": "delete", "grace": "0.5s"})
+    w, pod = site.pod(5, "batch", "sweep-7")
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w)
+    assert case["state"] == "reclaimed", case
+    assert case["rule"].startswith("projects #2 (GpuReclaimPolicy batch/reclaim)")
+    assert [s["signal"] for s in case["signals"]] == ["DELETE"]
+    assert pod.deletions == [{"grace": None, "uid": pod.uid}] and pod.evictions == []
+
+
+def test_a_namespace_policy_protects_its_namespace(site: Site) -> None:
+    site.policy("lab", "keep", {"protected": True})
+    w, pod = site.pod(6, "lab", "demo-0")
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w)
+    assert (case["state"], case["reason_code"]) == ("refused", "protected"), case
     assert pod.evictions == [] and w.alive()

@@ -1,0 +1,102 @@
+"""GpuReclaimPolicy objects as policy rules, and their list/watch against the API server
+STAND-IN (tests/helpers/kube.py) with the official client."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actuator.kube import KubeApi
+from actuator.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch
+from actuator.policy import Facts, Match, Mode, Policy, ProjectRule, resolve
+from tests.helpers.kube import ApiServer
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _obj(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+
+def test_a_namespace_rule_comes_after_the_files_and_never_exceeds_its_mode() -> None:
+    base = Policy(
+        mode=Mode.NOTIFY,
+        projects=(
+            ProjectRule(name="inference", match=Match(namespaces=("serving",)), protected=True),
+        ),
+    )
+    objects = PolicyObjects()
+    objects.replace([
+        _obj("serving", "open-up", {"protected": False, "mode": "enforce"}),
+        _obj("research", "b-later", {"grace": "1h"}),
+        _obj("research", "a-first", {"mode": "enforce", "idleFor": "30m", "grace": "5m",
+                                     "action": "delete"}),
+    ])  # fmt: skip
+    policies = NamespacePolicies(objects, "evict")
+    policy = policies.policy(base)
+    # The file's rule for `serving` wins: a namespace cannot lift its protection.
+    served = resolve(policy, Facts(namespace="serving"))
+    assert served.protected and served.rule == "projects #1 (inference)"
+    research = resolve(policy, Facts(namespace="research"))
+    assert research.rule == "projects #2 (GpuReclaimPolicy research/a-first)"
+    assert (research.idle_for, research.grace) == (1800.0, 300.0)
+    assert research.mode == Mode.NOTIFY  # asked for enforce; the cluster's mode is notify
+    assert policies.action_for("research") == "delete"
+    assert policies.action_for("elsewhere") == "evict"
+    # An alert's namespace label is a claim: it selects no namespace rule.
+    assert resolve(policy, Facts()).rule == "defaults"
+
+
+def test_an_invalid_object_is_skipped_and_changes_nothing() -> None:
+    objects = PolicyObjects()
+    objects.replace([_obj("lab", "ok", {"grace": "10m"})])
+    before = objects.revision
+    objects.apply("MODIFIED", _obj("lab", "ok", {"grace": "soon"}))
+    objects.apply("ADDED", _obj("lab", "typo", {"gracee": "1m"}))
+    objects.apply("ADDED", {"spec": {}})
+    spec = objects.spec_for("lab")
+    assert spec is not None and spec.grace == 600.0
+    # A bad MODIFIED leaves the object it would replace in force.
+    assert objects.revision == before
+    objects.apply("DELETED", _obj("lab", "ok", {}))
+    assert objects.spec_for("lab") is None
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[ApiServer]:
+    with ApiServer(tmp_path) as server:
+        yield server
+
+
+def test_the_watch_follows_the_api_server_and_resyncs_after_an_outage(api: ApiServer) -> None:
+    api.put_policy("lab", "p", {"grace": "1m"})
+    client = KubeApi.connect(str(api.kubeconfig()))
+    objects = PolicyObjects()
+    watch = PolicyWatch(client.api_client, objects, timeout=2, watch_seconds=2, backoff=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=watch.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: (s := objects.spec_for("lab")) is not None and s.grace == 60.0, 10)
+        api.put_policy("lab", "p", {"grace": "2m"})
+        wait_until(lambda: objects.spec_for("lab").grace == 120.0, 10)  # type: ignore[union-attr]
+        api.put_policy("ml", "q", {"protected": True})
+        wait_until(lambda: objects.spec_for("ml") is not None, 10)
+        api.delete_policy("lab", "p")
+        wait_until(lambda: objects.spec_for("lab") is None, 10)
+        # Events lost (an outage, a compaction): the watch gets 410 Gone and lists again.
+        lists = sum(1 for _, p in api.requests if "watch=" not in p)
+        api.put_policy("ml", "q", {"grace": "7m"}, silently=True)
+        api.compact()
+        wait_until(lambda: objects.spec_for("ml").grace == 420.0, 15)  # type: ignore[union-attr]
+        assert sum(1 for _, p in api.requests if "watch=" not in p) > lists
+        watches = [p for m, p in api.requests if "watch=" in p]
+        assert watches and all("resourceVersion=" in p for p in watches)
+    finally:
+        stop.set()
+        thread.join(10)
