@@ -37,6 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python grafana/generate_dashboards.py --check
+	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py --check
 
 # The bearer token Alertmanager sends to the actuator (deploy/alertmanager.yml, compose).
 secrets: deploy/secrets/actuator-token
