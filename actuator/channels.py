@@ -11,6 +11,7 @@ this module must get right and that the tests check against each service's forma
 from __future__ import annotations
 
 import base64
+import email.policy
 import hashlib
 import hmac
 import logging
@@ -19,6 +20,7 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
+from email.header import Header
 from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
 from typing import Any, Protocol
@@ -67,6 +69,17 @@ def _errcode(response: requests.Response, key: str = "errcode", message: str = "
     return f"{key} {answer.get(key)}: {answer.get(message)}"
 
 
+# Python's header folder (3.11) drops the space where it splits a subject into encoded
+# words ("PID 123" arrived as "PID123" in Chinese subjects). The Subject is encoded by
+# email.header instead, which splits within RFC 2047's 75 characters and keeps every
+# space, and kept as encoded (refold_source none applies only to headers set raw).
+_MAIL_POLICY = email.policy.SMTP.clone(refold_source="none")
+
+
+def encoded_subject(subject: str) -> str:
+    return Header(subject, "utf-8", maxlinelen=76, header_name="Subject").encode(linesep="\r\n")
+
+
 class EmailChannel:
     """Multipart (text + HTML) mail over SMTP: STARTTLS, implicit TLS or plain, with AUTH."""
 
@@ -82,8 +95,8 @@ class EmailChannel:
         self.tls = ssl.create_default_context(cafile=ca_file)
 
     def compose(self, message: Message, contact: Contact) -> EmailMessage:
-        mail = EmailMessage()
-        mail["Subject"] = message.subject
+        mail = EmailMessage(policy=_MAIL_POLICY)
+        mail.set_raw("Subject", encoded_subject(message.subject))
         mail["From"] = self.sender
         mail["To"] = formataddr((contact.name, contact.email or ""))
         mail["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)

@@ -426,6 +426,7 @@ class Case:
     unreachable_since_mono: float | None = None  # the node's agent has not answered since
     slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
     pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
+    owner: dict[str, str] | None = None  # who the workload names (a pod's owner annotation)
 
     @property
     def target(self) -> Target:

@@ -13,7 +13,7 @@ import requests
 
 from actuator.channels import Channel
 from actuator.messages import NoticeFacts, Renderer
-from actuator.owners import OwnerDirectory
+from actuator.owners import Contact, OwnerDirectory
 
 if TYPE_CHECKING:  # ldap3 loads only where LDAP is configured (actuator/server.py)
     from actuator.ldap_owners import LdapOwners
@@ -88,7 +88,13 @@ class OwnerNotifier:
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
         facts = NoticeFacts.from_notice(notice)
         lookup = self.ldap.lookup if self.ldap else None
-        recipient = self.directory.resolve(facts.user, facts.project, set(self.channels), lookup)
+        named = None
+        if notice.get("owner_email"):  # a pod's owner annotation, its namespace's language
+            named = Contact(email=notice["owner_email"],
+                            language=notice.get("owner_language") or "en")  # fmt: skip
+        recipient = self.directory.resolve(
+            facts.user, facts.project, set(self.channels), lookup, named=named
+        )
         if recipient is None:
             why = f" ({self.ldap.last_error})" if self.ldap and self.ldap.last_error else ""
             return NoticeResult(

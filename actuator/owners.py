@@ -103,14 +103,17 @@ class OwnerDirectory(BaseModel):
     def resolve(
         self, user: str | None, project: str | None, configured: set[str],
         lookup: Callable[[str], Contact | None] | None = None,
+        named: Contact | None = None,
     ) -> Recipient | None:  # fmt: skip
-        """The first of user, project contact, SRE route reachable on a configured channel.
-        A user listed in the file wins over `lookup` (the LDAP source) for the same name."""
+        """The first of user, the owner the workload names (`named`: a pod's owner
+        annotation), project contact, SRE route reachable on a configured channel. A user
+        listed in the file wins over `lookup` (the LDAP source) for the same name."""
         person = self.users.get(user or "")
         if person is None and lookup is not None and user:
             person = lookup(user)
         candidates: list[tuple[Literal["user", "project", "sre"], Contact | None]] = [
             ("user", person),
+            ("user", named),
             ("project", self.projects.get(project or "")),
             ("sre", self.sre),
         ]

@@ -136,8 +136,7 @@ class Reconciler:
                 kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)
             if k.policies:
                 self.namespaces = NamespacePolicies(PolicyObjects(), k.action)
-            action_for = self.namespaces.action_for if self.namespaces else None
-            self.schedulers.append(KubePods(kube, k, action_for))
+            self.schedulers.append(KubePods(kube, k, self.namespaces))
         self.kube = kube
         self._pool: ThreadPoolExecutor | None = None
 
@@ -583,6 +582,8 @@ class Reconciler:
             return
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
         if d.action == Action.NOTIFY:
+            if live is not None and (scheduler := self._scheduler_for(live)):
+                case.owner = scheduler.owner(case, live) or case.owner
             self._notify(case, eff, now, dry_run=False)
         elif d.action in (Action.TERM, Action.KILL) and (owner := self._owner_of(case)):
             self._through_scheduler(case, owner, kill=d.action == Action.KILL)
@@ -623,7 +624,9 @@ class Reconciler:
             "gpu": case.labels.get("gpu", ""),
             "pid": case.pid,
             "command": case.labels.get("command", ""),
-            "user": case.user,
+            "user": (case.owner or {}).get("user") or case.user,
+            "owner_email": (case.owner or {}).get("email", ""),
+            "owner_language": (case.owner or {}).get("language", ""),
             "project": case.project or case.labels.get("project", ""),
             "uuid": case.uuid,
             "alertname": case.alertname,

@@ -16,7 +16,7 @@ The reconciler calls these under its acting lock, one step at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,11 +25,14 @@ from actuator.decisions import Action, Decision, defer, move, wait
 from actuator.fleet.directory import NodeDirectory
 from actuator.fleet.remote import NodeUnreachable
 from actuator.kube import EvictionBlocked, KubeApi, KubeError, Pod
+from actuator.kube_policies import NamespacePolicies
 from actuator.models import Case, LiveState, Reason, State, Target
 from actuator.slurm import SlurmCli, SlurmError
 from actuator.store import Store
 
 Why = tuple[Reason, str]
+_EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}")
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a unix-style user name
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class Scheduler(Protocol):
         ...
 
     def owns(self, case: Case) -> bool: ...
+
+    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
+        """Who the workload names as its owner, for the notice (None: the process's user)."""
+        ...
 
     def reclaim(self, case: Case, *, kill: bool) -> Step: ...
 
@@ -153,6 +160,9 @@ class SlurmJobs:
     def claim(self, case: Case, live: LiveState) -> None:
         case.slurm_job = live.slurm_job
 
+    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
+        return None  # the job's user is the process's user (checked by uid)
+
     def owns(self, case: Case) -> bool:
         return case.slurm_job is not None and self.settings.action == "cancel"
 
@@ -194,11 +204,35 @@ class KubePods:
         self,
         api: KubeApi,
         settings: KubernetesSettings,
-        action_for: Callable[[str], str] | None = None,
+        namespaces: NamespacePolicies | None = None,
     ) -> None:
-        self.api, self.settings = api, settings
-        # A namespace's GpuReclaimPolicy may choose its own action.
-        self.action_for = action_for or (lambda _namespace: settings.action)
+        self.api, self.settings, self.namespaces = api, settings, namespaces
+
+    def action_for(self, namespace: str) -> str:
+        """A namespace's GpuReclaimPolicy may choose its own action."""
+        if self.namespaces is not None:
+            return self.namespaces.action_for(namespace)
+        return self.settings.action
+
+    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
+        """The pod's owner annotation: a user name (looked up like any user) or an e-mail
+        address (told in the namespace's notice language); read from the pod whose UID
+        the cgroup names, else nothing."""
+        if not (live.pod and live.namespace):
+            return None
+        try:
+            pod = self.api.pod(live.namespace, live.pod)
+        except KubeError:
+            return None
+        if pod is None or pod.uid != live.pod_uid:
+            return None
+        value = pod.annotations.get(self.settings.owner_annotation, "").strip()
+        if _EMAIL.fullmatch(value):
+            language = self.namespaces.language_for(pod.namespace) if self.namespaces else None
+            return {"email": value, "language": language or "en"}
+        if _USER.fullmatch(value):
+            return {"user": value}
+        return None
 
     def applies(self, live: LiveState) -> bool:
         return bool(live.pod_uid)

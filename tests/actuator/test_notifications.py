@@ -4,6 +4,7 @@ each service's documented format and signature)."""
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.policy
 import json
@@ -186,6 +187,27 @@ def test_mail_goes_over_starttls_with_auth_as_text_and_html(smtp_server) -> None
     html = mail.get_body(("html",)).get_content()
     assert "是否仍在进行" in plain and "**" not in plain
     assert "<strong>" in html and "31337" in html
+
+
+def test_a_long_chinese_subject_keeps_every_space_through_smtp() -> None:
+    """Python's own header folding dropped the space where it split encoded words: a
+    subject read "（PID12226）". Every split point is tried; each encoded word stays within
+    RFC 2047's 75 characters."""
+    import email
+    import io
+    import re
+    from email.generator import BytesGenerator
+
+    channel = EmailChannel("127.0.0.1", 25, "gpu-reclaimer@example.com", security="none")
+    base = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    for pad in range(40):
+        subject = f"[GPU 回收] {'n' * pad} GPU  上的 yolo（PID 12226）将于 2026-12-01 21:44 被回收"
+        mail = channel.compose(dataclasses.replace(base, subject=subject), LILEI)
+        out = io.BytesIO()  # as smtplib.send_message writes it
+        BytesGenerator(out, policy=mail.policy.clone(linesep="\r\n")).flatten(mail)
+        raw = out.getvalue()
+        assert email.message_from_bytes(raw, policy=email.policy.default)["Subject"] == subject
+        assert all(len(w) <= 75 for w in re.findall(rb"=\?utf-8\?b\?[^?]*\?=", raw))
 
 
 def test_mail_with_a_wrong_password_or_an_untrusted_certificate_is_not_delivered(

@@ -17,6 +17,7 @@ SIGKILL after the grace). Nothing else of Kubernetes is imitated.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -173,7 +174,8 @@ class ApiServer:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, dict[str, Any]]] = []  # (resourceVersion, watch event)
         self.requests: list[tuple[str, str]] = []
-        self.delivered: dict[int, int] = {}  # resourceVersion -> watch streams it went to
+        self.positions: dict[int, int] = {}  # open watch stream -> resourceVersion it is at
+        self._stream_ids = itertools.count()
         self.revision = 1
         self.compacted = 0
         self._lock = threading.Condition()
@@ -363,7 +365,22 @@ class ApiServer:
 
         return app
 
+    def caught_up(self, revision: int) -> int:
+        """How many open watches have seen `revision` (by their list or by an event)."""
+        with self._lock:
+            return sum(1 for at in self.positions.values() if at >= revision)
+
     def _watch(self, since: int, timeout: float) -> Iterator[str]:
+        stream = next(self._stream_ids)
+        with self._lock:
+            self.positions[stream] = since
+        try:
+            yield from self._events(stream, since, timeout)
+        finally:
+            with self._lock:
+                self.positions.pop(stream, None)
+
+    def _events(self, stream: int, since: int, timeout: float) -> Iterator[str]:
         deadline = time.monotonic() + timeout
         sent = since
         while time.monotonic() < deadline:
@@ -390,4 +407,4 @@ class ApiServer:
                 sent = rv
                 yield json.dumps(event) + "\n"
                 with self._lock:
-                    self.delivered[rv] = self.delivered.get(rv, 0) + 1
+                    self.positions[stream] = rv

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
 
 from tests.actuator.conftest import NODE, Actuator, Workload, Workloads, alert_for, payload
 from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, pod_cgroup
-from tests.support import wait_until
+from tests.helpers.mail import Inbox
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,6 +29,7 @@ class Site:
     actuator: Actuator
     workloads: Workloads
     cgroups: list[PodCgroup]
+    inbox: Inbox
 
     def pod(
         self, gpu: int, namespace: str, name: str, *, shared: bool = False, **spec: Any
@@ -44,9 +47,9 @@ class Site:
         return w, pod
 
     def policy(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
-        """A GpuReclaimPolicy, once the watch of both actuator workers has delivered it."""
+        """A GpuReclaimPolicy, once both actuator workers' watches have seen it."""
         revision = self.api.put_policy(namespace, name, spec)
-        wait_until(lambda: self.api.delivered.get(revision, 0) >= 2, 20)
+        wait_until(lambda: self.api.caught_up(revision) >= 2, 20)
         time.sleep(0.3)
 
     def audit(self, event: str) -> list[dict[str, Any]]:
@@ -62,8 +65,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     init_node(base / "node", gpus=8, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
     workloads = Workloads(base / "node")
     cgroups: list[PodCgroup] = []
+    inbox, smtp_port = Inbox(), free_port()
+    smtp = Controller(inbox, hostname="127.0.0.1", port=smtp_port)
+    smtp.start()
+    owners = base / "owners.yml"  # nobody but the SRE route: pods name their owners
+    owners.write_text("sre: {name: GPU SRE, email: gpu-sre@example.com}\n")
     with Kubelet(base / "kubelet.sock") as kubelet, ApiServer(base) as api:
         policy = {
+            # Owners are told by e-mail; the grace does not wait for it (notice.required
+            # is off in these tests, as in tests/actuator).
+            "notifier": {"directory": str(owners),
+                         "email": {"host": "127.0.0.1", "port": smtp_port, "security": "none",
+                                   "sender": "gpu-reclaimer@example.com"}},
             "node": {"pod_resources_socket": str(kubelet.socket_path)},
             "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s"},
             "projects": [{"name": "inference", "match": {"namespaces": ["serving"]},
@@ -71,8 +84,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         }  # fmt: skip
         actuator = Actuator(base / "actuator", base / "node", policy).start()
         try:
-            yield Site(kubelet, api, actuator, workloads, cgroups)
+            yield Site(kubelet, api, actuator, workloads, cgroups, inbox)
         finally:
+            smtp.stop()
             actuator.stop()
             workloads.cleanup()
             for c in cgroups:
@@ -163,3 +177,16 @@ def test_a_namespace_policy_protects_its_namespace(site: Site) -> None:
     case = _final(site, w)
     assert (case["state"], case["reason_code"]) == ("refused", "protected"), case
     assert pod.evictions == [] and w.alive()
+
+
+def test_the_owner_a_pod_names_is_warned_in_its_namespace_language(site: Site) -> None:
+    site.policy("vision", "team", {"notice": {"language": "zh-CN"}, "grace": "1s"})
+    annotations = {"gpu-reclaimer.io/owner": "lilei@example.com"}
+    w, _ = site.pod(7, "vision", "yolo-1", annotations=annotations)
+    assert site.actuator.post(payload(alert_for(w, command="yolo"))).status_code == 200
+    case = _final(site, w)
+    assert case["state"] == "reclaimed", case
+    (warning,) = wait_until(lambda: [m for m in site.inbox.messages if
+                                     f"PID {w.pid}" in m["Subject"] and "将于" in m["Subject"]],
+                            20)  # fmt: skip
+    assert warning["To"] == "lilei@example.com"
