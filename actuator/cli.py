@@ -9,6 +9,7 @@ from typing import Any
 from actuator.config import (
     DEFAULT_PORT,
     ConfigError,
+    check_kubernetes,
     check_notifier,
     check_storage,
     check_tls,
@@ -49,6 +50,7 @@ def run_actuator(args: argparse.Namespace) -> int:
         load_projects(config)
         check_notifier(config)
         check_tls(config)
+        check_kubernetes(config)
         if args.check_config:
             # At start an unwritable audit log only makes /-/ready fail (a full disk may
             # come back); a config check says so outright.

@@ -452,6 +452,21 @@ def check_tls(config: ActuatorConfig) -> None:
             raise ConfigError(f"{key}: {path} is not readable")
 
 
+def check_kubernetes(config: ActuatorConfig) -> None:
+    """At start: the kubeconfig (or the pod's service account) loads. The API server itself
+    may be away; cases wait (pod_blocked) until it answers."""
+    settings = config.kubernetes
+    if settings is None:
+        return
+    from actuator.kube import KubeApi
+
+    try:
+        KubeApi.connect(settings.kubeconfig, settings.context, timeout=settings.timeout)
+    except Exception as exc:  # the client's ConfigException, a missing file, bad YAML
+        where = settings.kubeconfig or "the in-cluster service account"
+        raise ConfigError(f"kubernetes: cannot use {where}: {exc}") from None
+
+
 def check_notifier(config: ActuatorConfig) -> None:
     """At start, not at the first notice: the owner directory parses, secrets and the site's
     templates are readable."""
