@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actuator.policy import Duration, Match, Mode, Policy, ProjectRule
+from actuator.policy import Duration, Match, Mode, Policy, ProjectRule, gentler
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,6 @@ GROUP, VERSION, PLURAL, KIND = (
     "gpureclaimpolicies",
     "GpuReclaimPolicy",
 )
-_MODE_ORDER = {Mode.OBSERVE: 0, Mode.NOTIFY: 1, Mode.ENFORCE: 2}
 
 
 class NoticeSpec(BaseModel):
@@ -54,13 +53,10 @@ class PolicySpec(BaseModel):
 
 
 def to_rule(namespace: str, name: str, spec: PolicySpec, cluster_mode: Mode) -> ProjectRule:
-    mode = spec.mode
-    if mode is not None and _MODE_ORDER[mode] > _MODE_ORDER[cluster_mode]:
-        mode = cluster_mode
     return ProjectRule(
         name=f"GpuReclaimPolicy {namespace}/{name}",
         match=Match(namespaces=(namespace,)),
-        mode=mode,
+        mode=gentler(spec.mode, cluster_mode) if spec.mode else None,
         protected=spec.protected,
         idle_for=spec.idle_for,
         grace=spec.grace,

@@ -132,12 +132,14 @@ class Match(Strict):
     )
     namespaces: tuple[str, ...] = ()
     projects: tuple[str, ...] = Field((), description="project names of the node's mapping")
+    partitions: tuple[str, ...] = Field((), description="a Slurm job's partition (scontrol)")
+    accounts: tuple[str, ...] = Field((), description="a Slurm job's account (scontrol)")
     labels: tuple[str, ...] = Field((), description="values of the alert's `project` label")
 
     def is_empty(self) -> bool:
         return not (
             self.users or self.groups or self.nodes or self.namespaces or self.projects
-            or self.labels
+            or self.partitions or self.accounts or self.labels
         )  # fmt: skip
 
     def matches_facts(self, facts: Facts) -> bool:
@@ -147,6 +149,8 @@ class Match(Strict):
             or (bool(facts.node) and any(fnmatchcase(facts.node, n) for n in self.nodes))
             or (bool(facts.namespace) and facts.namespace in self.namespaces)
             or (bool(facts.project) and facts.project in self.projects)
+            or (bool(facts.partition) and facts.partition in self.partitions)
+            or (bool(facts.account) and facts.account in self.accounts)
         )
 
     def matches_claims(self, claims: Claims) -> bool:
@@ -165,7 +169,10 @@ class ProjectRule(Timing):
     @classmethod
     def _non_empty(cls, value: Match) -> Match:
         if value.is_empty():
-            raise ValueError("match must name at least one user, group, node, namespace or label")
+            raise ValueError(
+                "match must name at least one user, group, node, namespace, project, "
+                "partition, account or label"
+            )
         return value
 
 
@@ -244,6 +251,8 @@ class Facts:
     namespace: str = ""
     project: str = ""
     node: str = ""  # the node whose agent (or this host) answered the re-check
+    partition: str = ""  # the scheduler's word: a Slurm job's partition and account
+    account: str = ""
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,11 @@ class Claims:
 
 
 _MODE_ORDER = {Mode.OBSERVE: 0, Mode.NOTIFY: 1, Mode.ENFORCE: 2}
+
+
+def gentler(mode: Mode, other: Mode) -> Mode:
+    """The gentler of two modes (observe < notify < enforce)."""
+    return min(mode, other, key=_MODE_ORDER.__getitem__)
 
 
 def _effective(policy: Policy, index: int | None) -> Effective:
@@ -285,7 +299,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
 
 def safer(base: Effective, other: Effective) -> Effective:
     """`base`, made at least as safe as `other` field by field (pure)."""
-    mode = min(base.mode, other.mode, key=_MODE_ORDER.__getitem__)
+    mode = gentler(base.mode, other.mode)
     merged = base.model_copy(
         update={
             "mode": mode,

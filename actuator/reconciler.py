@@ -502,12 +502,14 @@ class Reconciler:
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""
+        scheduler = self._scheduler_for(live) if live is not None else None
         facts = Facts(
             user=live.user if live and live.user else case.user,
             groups=live.groups if live else (),
             namespace=live.namespace if live else "",
             project=live.project if live else "",
             node=case.node if live and live.exists else "",
+            **(scheduler.facts(live) if scheduler and live else {}),
         )
         claims = Claims(
             project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")

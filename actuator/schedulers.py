@@ -66,6 +66,10 @@ class Scheduler(Protocol):
         """Who the workload names as its owner, for the notice (None: the process's user)."""
         ...
 
+    def facts(self, live: LiveState) -> dict[str, str]:
+        """What the scheduler says of the workload that policy rules match on."""
+        ...
+
     def reclaim(self, case: Case, *, kill: bool) -> Step: ...
 
     def verify(self, case: Case) -> dict[str, object]: ...
@@ -162,6 +166,18 @@ class SlurmJobs:
 
     def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
         return None  # the job's user is the process's user (checked by uid)
+
+    def facts(self, live: LiveState) -> dict[str, str]:
+        """The job's partition and account (cached), for `match.partitions`/`accounts`:
+        only of a job of the process's own uid; unknown (Slurm away) matches nothing, and
+        the SIGTERM step is held until Slurm answers."""
+        try:
+            job = self.cli.job(live.slurm_job)
+        except SlurmError:
+            return {}
+        if job is None or job.uid is None or job.uid != live.uid:
+            return {}
+        return {"partition": job.partition, "account": job.account}
 
     def owns(self, case: Case) -> bool:
         return case.slurm_job is not None and self.settings.action == "cancel"
@@ -276,6 +292,9 @@ class KubePods:
 
     def owns(self, case: Case) -> bool:
         return case.pod is not None
+
+    def facts(self, live: LiveState) -> dict[str, str]:
+        return {}  # the namespace is already the kubelet's fact
 
     def _pod(self, case: Case) -> Pod:
         assert case.pod is not None

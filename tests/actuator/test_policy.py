@@ -195,3 +195,16 @@ def test_a_node_pool_rule_applies_by_the_node_and_pools_have_their_own_limits() 
     assert policy.limits.per_node_hour("dgx-07") == 2
     assert policy.limits.per_node_hour("a100-01") == 10
     assert Limits().per_node_hour("x") == 10
+
+
+def test_a_rule_matches_a_slurm_jobs_partition_or_account_as_the_scheduler_says():
+    policy = Policy.model_validate({"projects": [
+        {"name": "long", "match": {"partitions": ["long"]}, "grace": "1h"},
+        {"name": "course", "match": {"accounts": ["cs101"]}, "protected": True},
+    ]})  # fmt: skip
+    assert resolve(policy, Facts(partition="long")).grace == 3600.0
+    assert resolve(policy, Facts(partition="debug", account="cs101")).protected
+    # Not a job (or Slurm unknown): no partition, no account, the defaults.
+    assert resolve(policy, Facts()).rule == "defaults"
+    with pytest.raises(ValueError, match="partition, account or label"):
+        Policy.model_validate({"projects": [{"name": "x", "match": {}}]})

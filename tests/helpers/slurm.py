@@ -124,6 +124,7 @@ InactiveLimit=0
 NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} Gres=gpu:{gpus} \
 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
+PartitionName=long Nodes={node} MaxTime=INFINITE State=UP
 """)
     # gres/gpu drops GPUs without a device file: one per simulated GPU, each a character
     # device like /dev/null (major 1, minor 3), that Slurm only counts (task/none binds none).

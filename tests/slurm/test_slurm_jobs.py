@@ -36,7 +36,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     sim = base / "node"
     init_node(sim, gpus=4, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
     with slurm_cluster(base / "cluster", gpus=4, node=NODE) as slurm:
-        policy = {"slurm": {"conf": str(slurm.conf)}}
+        policy = {
+            "slurm": {"conf": str(slurm.conf)},
+            # Jobs of the `long` partition are only warned about (the partition is the
+            # scheduler's word, read by scontrol, never an alert label).
+            "projects": [{"name": "long-jobs", "match": {"partitions": ["long"]},
+                          "mode": "notify"}],
+        }  # fmt: skip
         actuator = Actuator(base / "actuator", sim, policy).start()
         try:
             yield Site(slurm, sim, actuator)
@@ -115,3 +121,15 @@ def test_a_job_with_one_busy_rank_is_kept(site: Site) -> None:
     assert site.slurm.job_state(job) == "RUNNING"
     assert idle.proc.poll() is None and busy.proc.poll() is None
     assert case["signals"] == []
+
+
+def test_a_rule_for_the_jobs_partition_applies(site: Site) -> None:
+    job = site.slurm.sbatch(f"{_workload(site, 0, 'idle')} & wait", "--gres=gpu:1", "-p", "long")
+    (rank,) = _ranks(site, job, 1)
+    # The alert claims another partition's project: claims select nothing.
+    assert site.actuator.post(payload(alert_for(rank, project="debug"))).status_code == 200
+    case = site.actuator.wait_state(rank, "observed", "reclaimed", "refused", "cancelled",
+                                    timeout=60)  # fmt: skip
+    assert case["state"] == "observed" and case["rule"] == "projects #1 (long-jobs)", case
+    assert site.slurm.job_state(job) == "RUNNING" and case["signals"] == []
+    SlurmCli(env=site.slurm.env).cancel(job)
