@@ -87,7 +87,7 @@ class Inspector:
     def __init__(
         self,
         protection: Protection,
-        nvml: Callable[[], NvmlReading | None],
+        nvml: Callable[[float], NvmlReading | None],  # (taken after this wall time)
         evidence: Evidence,
         *,
         nvml_timeout: float,
@@ -106,9 +106,10 @@ class Inspector:
     def proc_root(self) -> Path:
         return self.evidence.proc_root
 
-    def gpu(self, uuid: str) -> tuple[GpuReading | None, str]:
-        """The GPU's reading, or (None, why unknown / "not found")."""
-        reading = self.nvml()
+    def gpu(self, uuid: str, not_before: float = float("-inf")) -> tuple[GpuReading | None, str]:
+        """The GPU's reading (taken after `not_before`, wall clock), or (None, why unknown /
+        "not found")."""
+        reading = self.nvml(not_before)
         if reading is None:
             return None, f"NVML did not answer within {self.nvml_timeout:g}s"
         if not reading.up:
@@ -171,7 +172,8 @@ class Inspector:
         tree = process_tree(stat, status.uid, table, self.protection, root_dir, children)
         cpu = procfs.tree_cpu_seconds(target.pid, table, children)
         errors: list[str] = [pod_error] if pod_error else []
-        gpu, why = self.gpu(target.uuid)
+        # A reading from before the process started would say it is not on the GPU.
+        gpu, why = self.gpu(target.uuid, not_before=identity["start_time"])
         gpu_found: bool | None = None if gpu is None and why != "not found" else gpu is not None
         on_gpu = mem = util = None
         util_unknown = ""

@@ -62,22 +62,26 @@ class Node(Protocol):
 
 
 class _SharedReading:
-    """One bounded NVML reading, reused for READING_TTL seconds."""
+    """One bounded NVML reading, reused for READING_TTL seconds, but never for a process
+    that started after it was taken: it cannot say such a process is not on the GPU."""
 
     def __init__(self, read: Callable[[], NvmlReading | None]) -> None:
         self._read = read
         self._lock = threading.Lock()
         self._at = float("-inf")
+        self._wall = float("-inf")
         self._value: NvmlReading | None = None
 
-    def __call__(self) -> NvmlReading | None:
+    def __call__(self, not_before: float = float("-inf")) -> NvmlReading | None:
+        """`not_before`: wall-clock time the reading must be taken after."""
         with self._lock:
             now = time.monotonic()
-            if now - self._at < READING_TTL:
+            if now - self._at < READING_TTL and self._wall >= not_before:
                 return self._value
+        wall = time.time()
         value = self._read()
         with self._lock:
-            self._value, self._at = value, time.monotonic()
+            self._value, self._at, self._wall = value, time.monotonic(), wall
         return value
 
 

@@ -133,3 +133,22 @@ def test_a_zombie_is_not_a_target_and_names_its_parent(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_shared_reading_is_never_older_than_the_process_it_judges() -> None:
+    from actuator.node import _SharedReading
+
+    calls: list[float] = []
+
+    def read() -> None:
+        calls.append(time.time())
+
+    shared = _SharedReading(read)
+    shared()
+    shared()  # within the TTL: the same reading
+    assert len(calls) == 1
+    # A process that started after that reading was taken: read again.
+    shared(not_before=time.time() + 0.001)
+    assert len(calls) == 2
+    shared(not_before=calls[-1] - 1)  # started before the new reading: shared
+    assert len(calls) == 2

@@ -109,7 +109,10 @@ def test_an_idle_pod_in_a_reclaimable_namespace_is_evicted_through_the_api(site:
     assert pod.evictions == [{"dry_run": True, "uid": pod.uid}, {"dry_run": False, "uid": pod.uid}]
     assert [s["signal"] for s in case["signals"]] == ["EVICT"]
     assert not w.alive()
-    (verified,) = [v for v in site.audit("kube_verified") if v["case"] == case["id"]]
+    # The scheduler's view is audited just after the state is committed.
+    (verified,) = wait_until(
+        lambda: [v for v in site.audit("kube_verified") if v["case"] == case["id"]], 10
+    )
     assert verified["state"] == "gone" and verified["pod"]["uid"] == pod.uid
     (step,) = [s for s in site.audit("kube_reclaim") if s["case"] == case["id"]]
     assert step["step"] == "EVICT" and step["ok"]
@@ -118,6 +121,7 @@ def test_an_idle_pod_in_a_reclaimable_namespace_is_evicted_through_the_api(site:
         "research", "yolo-finetune-0", pod.uid)  # fmt: skip
 
 
+@pytest.mark.reliability(8)
 def test_a_pod_in_a_protected_namespace_is_refused(site: Site) -> None:
     w, pod = site.pod(1, "serving", "llm-api-0")
     # The alert's labels claim nothing here: the namespace is the kubelet's word.
@@ -141,6 +145,7 @@ def test_a_disruption_budget_defers_the_eviction_until_it_allows_it(site: Site) 
     assert [e for e in pod.evictions if not e["dry_run"]] == [{"dry_run": False, "uid": pod.uid}]
 
 
+@pytest.mark.reliability(26)
 def test_a_pod_re_created_under_the_same_name_is_not_evicted(site: Site) -> None:
     # The API server's pod of that name has another UID than the process's cgroup.
     w, pod = site.pod(3, "research", "notebook-0", uid="00000000-0000-4000-8000-000000000000")
