@@ -76,10 +76,14 @@ def test_the_reference_agent_config_and_the_actuator_s_agents_block_validate() -
     assert agent.tls is not None and agent.listen.endswith(":9837")
     assert agent.protect.protect_root  # the reference protects root
     text = (REPO / "deploy" / "actuator.yml").read_text()
-    block = text[text.index("# agents:") :]
-    uncommented = "\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines())
     data = yaml.safe_load(text)
-    data["agents"] = yaml.safe_load(uncommented)["agents"]
+    # The commented optional sections, each from "# key:" to the next blank line.
+    for key in ("agents", "kubernetes", "slurm"):
+        block = text[text.index(f"# {key}:") :].split("\n\n", 1)[0]
+        uncommented = "\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines())
+        data[key] = yaml.safe_load(uncommented)[key]
     config = ActuatorConfig.model_validate(data)
     assert config.agents is not None and config.agents.prometheus is not None
     assert config.agents.unreachable_give_up == 3600
+    assert config.kubernetes is not None and config.kubernetes.action == "evict"
+    assert config.slurm is not None and config.slurm.action == "cancel"
