@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd munged
+SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
 
 .PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos
 
@@ -23,9 +23,9 @@ $(VENV)/.installed: pyproject.toml
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing prometheus, prometheus-alertmanager, docker-compose, slapd, openssl, postgresql, slurm-wlm and chromium (missing:$$missing)"; \
+		echo "installing prometheus, prometheus-alertmanager, docker-compose, slapd, openssl, postgresql, slurm-wlm, slurmrestd and chromium (missing:$$missing)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql slurm-wlm munge chromium chromium-driver; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver; \
 	fi
 
 # The kubelet's pod-resources gRPC client (committed; regenerate after editing the .proto).

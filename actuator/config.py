@@ -259,6 +259,15 @@ class AgentsSettings(Strict):
         return self
 
 
+class SlurmRestSettings(Strict):
+    """slurmrestd instead of the commands: JWT auth (`scontrol token` writes the token)."""
+
+    url: str = Field(min_length=1, description="e.g. http://slurmctl:6820")
+    user: str = Field(min_length=1, description="the Slurm user the token is for (an operator)")
+    token_file: str = Field(min_length=1, description="read on every request: rotate freely")
+    api_version: str = Field("v0.0.38", pattern=r"^v0\.0\.[0-9]+$")
+
+
 class SlurmSettings(Strict):
     """Slurm jobs are reclaimed whole, through the scheduler (docs/slurm.md)."""
 
@@ -272,6 +281,7 @@ class SlurmSettings(Strict):
     timeout: Duration = Field(10.0, gt=0, le=60)
     exclude_partitions: tuple[str, ...] = Field((), description="never reclaimed here")
     exclude_accounts: tuple[str, ...] = ()
+    rest: SlurmRestSettings | None = Field(None, description="ask slurmrestd, not scontrol")
 
 
 class KubernetesSettings(Strict):

@@ -60,7 +60,8 @@ from actuator.node import Node
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
 from actuator.schedulers import KubePods, Scheduler, SlurmJobs, gate
-from actuator.slurm import SlurmCli
+from actuator.slurm import SlurmApi, SlurmCli
+from actuator.slurm_rest import SlurmRest
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
@@ -102,7 +103,7 @@ class Reconciler:
         holder: str | None = None,
         links: KeepLinks | None = None,
         alerts: DecisionAlerts | None = None,
-        slurm: SlurmCli | None = None,
+        slurm: SlurmApi | None = None,
         kube: KubeApi | None = None,
     ) -> None:
         self.config = config
@@ -126,7 +127,11 @@ class Reconciler:
         self.policy_watch: PolicyWatch | None = None
         if config.slurm is not None:
             s = config.slurm
-            if slurm is None:
+            if slurm is None and s.rest is not None:
+                r = s.rest
+                slurm = SlurmRest(r.url, r.user, r.token_file, api_version=r.api_version,
+                                  timeout=s.timeout)  # fmt: skip
+            elif slurm is None:
                 env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
                 slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
             self.schedulers.append(SlurmJobs(slurm, s, self.nodes, store))

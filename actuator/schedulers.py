@@ -27,7 +27,7 @@ from actuator.fleet.remote import NodeUnreachable
 from actuator.kube import EvictionBlocked, KubeApi, KubeError, Pod
 from actuator.kube_policies import NamespacePolicies
 from actuator.models import Case, LiveState, Reason, State, Target
-from actuator.slurm import SlurmCli, SlurmError
+from actuator.slurm import SlurmApi, SlurmError
 from actuator.store import Store
 
 Why = tuple[Reason, str]
@@ -103,7 +103,7 @@ class SlurmJobs:
     hold = Reason.SLURM_JOB_BUSY
 
     def __init__(
-        self, cli: SlurmCli, settings: SlurmSettings, nodes: NodeDirectory, store: Store
+        self, cli: SlurmApi, settings: SlurmSettings, nodes: NodeDirectory, store: Store
     ) -> None:
         self.cli, self.settings, self.nodes, self.store = cli, settings, nodes, store
 

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")
 _UID = re.compile(r"\((\d+)\)$")
@@ -23,6 +24,16 @@ _GPUS_USED = re.compile(r"(?:^|,)gpu(?::(?:\(null\)|[^:(,]+))?:([0-9]+)")
 
 class SlurmError(Exception):
     """The scheduler could not be asked (unknown: never a reason to act)."""
+
+
+class SlurmApi(Protocol):
+    """What the actuator asks Slurm: the commands (SlurmCli) or slurmrestd (SlurmRest)."""
+
+    def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob | None: ...
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> tuple[bool, str]: ...
+
+    def gpus_allocated(self, node: str) -> int | None: ...
 
 
 @dataclass(frozen=True)

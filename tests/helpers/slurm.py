@@ -10,6 +10,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +90,11 @@ def _munge(base: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def slurm_cluster(base: Path, gpus: int = 2, node: str = "sim-node") -> Iterator[Slurm]:
-    """`node`: the Slurm node name, the same as the exporter's `node` (this host runs it)."""
+def slurm_cluster(
+    base: Path, gpus: int = 2, node: str = "sim-node", extra: str = ""
+) -> Iterator[Slurm]:
+    """`node`: the Slurm node name, the same as the exporter's `node` (this host runs it);
+    `extra`: more slurm.conf lines."""
     base.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0]
     for sub in ("state", "spool"):
@@ -125,7 +129,7 @@ NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} Gre
 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
 PartitionName=long Nodes={node} MaxTime=INFINITE State=UP
-""")
+{extra}""")
     # gres/gpu drops GPUs without a device file: one per simulated GPU, each a character
     # device like /dev/null (major 1, minor 3), that Slurm only counts (task/none binds none).
     devices = base / "dev"
@@ -187,3 +191,54 @@ def _kill_step_daemons(conf: str) -> None:
                 entry / "environ"
             ).read_bytes().split(b"\0"):
                 os.kill(int(entry.name), 9)
+
+
+@contextlib.contextmanager
+def slurmrestd(cluster: Slurm, user: str = "root") -> Iterator[tuple[str, Path]]:
+    """slurmrestd on a loopback port with JWT auth (the cluster was started with
+    `JWT_CONF`), and a token file for `user`: (url, token file)."""
+    done = subprocess.run([_binary("scontrol"), "token", f"username={user}", "lifespan=7200"],
+                          env=cluster.env, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0 and "SLURM_JWT=" in done.stdout, done.stderr
+    token = cluster.base / "slurm-token"
+    token.write_text(done.stdout.strip().split("=", 1)[1] + "\n")
+    token.chmod(0o600)
+    port = free_port()
+    log = (cluster.base / "slurmrestd.log").open("wb")
+    # It drops to `nobody` before reading slurm.conf: a world-readable copy, outside the
+    # test's private temporary directory.
+    public = Path(tempfile.mkdtemp(prefix="slurmrestd-"))
+    public.chmod(0o755)
+    conf = public / "slurm.conf"
+    shutil.copy(cluster.conf, conf)
+    conf.chmod(0o644)
+    # Only the slurmctld plugin (the slurmdbd one needs a database); never as root.
+    proc = subprocess.Popen(
+        [_binary("slurmrestd"), "-f", str(conf), "-a", "rest_auth/jwt",
+         "-s", "openapi/v0.0.38", "-u", "nobody", f"127.0.0.1:{port}"],
+        env={**cluster.env, "SLURM_JWT": "daemon"}, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            assert proc.poll() is None, (cluster.base / "slurmrestd.log").read_text()[-2000:]
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+
+        wait_until(up, 20)
+        yield url, token
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        shutil.rmtree(public, ignore_errors=True)
+
+
+def jwt_conf(base: Path) -> str:
+    """slurm.conf lines for JWT auth beside munge (slurmrestd's tokens), key in `base`."""
+    base.mkdir(parents=True, exist_ok=True)
+    key = base / "jwt.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    return f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
