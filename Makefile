@@ -69,6 +69,7 @@ bench: setup
 	$(BIN)/python benchmarks/actuator_webhook.py
 	$(BIN)/python benchmarks/e2e_latency.py
 	$(BIN)/python benchmarks/slow_clients.py
+	$(BIN)/python benchmarks/pod_resources.py
 
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup
