@@ -9,6 +9,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
 import yaml
@@ -54,6 +55,7 @@ class Agent:
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"  # another loopback address gives each node its own "host"
     proc: subprocess.Popen[bytes] | None = None
+    node_settings: dict[str, Any] = field(default_factory=dict)  # more of the config's node:
 
     @property
     def url(self) -> str:
@@ -67,7 +69,8 @@ class Agent:
         # Tests run as root: lower the protection explicitly (the shipped default protects root).
         config = self.workdir / f"agent-{self.node}.yml"
         config.write_text(yaml.safe_dump({"protect": {"protect_root": False,
-                                                      "protected_uid_below": 0}}))  # fmt: skip
+                                                      "protected_uid_below": 0},
+                                          "node": self.node_settings}))  # fmt: skip
         command = [
             *gpu_reclaimer_command(), "agent", "--config", str(config),
             "--listen", f"{self.host}:{self.port}",
