@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -66,30 +68,59 @@ def to_rule(namespace: str, name: str, spec: PolicySpec, cluster_mode: Mode) -> 
 
 
 class PolicyObjects:
-    """The current objects, by (namespace, name); thread-safe, pure of the API."""
+    """The current objects, by (namespace, name); thread-safe, pure of the API. Besides the
+    valid specs it keeps what each object's status should say (`status_of`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._specs: dict[tuple[str, str], PolicySpec] = {}
-        self.revision = 0  # bumped on every change, for callers that cache
+        self._seen: dict[tuple[str, str], Seen] = {}  # every object, valid or not
+        self.revision = 0  # bumped on every change of the specs, for callers that cache
 
     def replace(self, objects: list[dict[str, Any]]) -> None:
-        specs = dict(filter(None, map(_parse, objects)))
+        seen = {s.key: s for s in map(_seen, objects) if all(s.key)}
+        specs = {k: s.spec for k, s in seen.items() if s.spec is not None}
         with self._lock:
-            self._specs, self.revision = specs, self.revision + 1
+            self._specs, self._seen, self.revision = specs, seen, self.revision + 1
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        key = _key(obj)
+        seen = _seen(obj)
+        key = seen.key
+        if not all(key):
+            return
         with self._lock:
             if event_type == "DELETED":
+                self._seen.pop(key, None)
                 if self._specs.pop(key, None) is None:
                     return
             else:
-                parsed = _parse(obj)
-                if parsed is None:  # invalid: the object in force (if any) stays
-                    return
-                self._specs[key] = parsed[1]
+                self._seen[key] = seen
+                if seen.spec is None or self._specs.get(key) == seen.spec:
+                    return  # invalid (the object in force stays), or only its status moved
+                self._specs[key] = seen.spec
             self.revision += 1
+
+    def keys(self, namespace: str | None = None) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(k for k in self._seen if namespace in (None, k[0]))
+
+    def status_of(self, key: tuple[str, str], cluster_mode: Mode) -> tuple[Seen, dict[str, str]]:
+        """The object as last seen, and the Accepted condition its status should carry."""
+        with self._lock:
+            seen = self._seen[key]
+            kept = key in self._specs
+        first = self._first_by_namespace().get(key[0])
+        if seen.spec is None:
+            error = seen.error + ("; its last valid spec stays in force" if kept else "")
+            return seen, _condition("False", "Invalid", error)
+        if first is None or first[0] != key[1]:
+            applies = f"GpuReclaimPolicy {key[0]}/{first[0]}" if first else "another policy"
+            return seen, _condition("False", "Shadowed", f"{applies} applies: the first by "
+                                    "name in a namespace is the one in force")  # fmt: skip
+        message = "in force for the namespace's pods, after the cluster's own rules"
+        if seen.spec.mode and gentler(seen.spec.mode, cluster_mode) != seen.spec.mode:
+            message += f"; mode {seen.spec.mode} capped at the cluster's {cluster_mode}"
+        return seen, _condition("True", "InForce", message)
 
     def _first_by_namespace(self) -> dict[str, tuple[str, PolicySpec]]:
         with self._lock:
@@ -108,33 +139,53 @@ class PolicyObjects:
         return found[1] if found else None
 
 
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Seen:
+    """One object as the API server last gave it."""
+
+    key: tuple[str, str]
+    uid: str  # a re-created object of the same name is another object
+    generation: int
+    spec: PolicySpec | None  # None: invalid
+    error: str
+    status: dict[str, Any]
+
+
+def _condition(status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": "Accepted", "status": status, "reason": reason, "message": message}
+
+
+def _seen(obj: dict[str, Any]) -> Seen:
     meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
-def _parse(obj: dict[str, Any]) -> tuple[tuple[str, str], PolicySpec] | None:
-    key = _key(obj)
+    key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+    generation = meta.get("generation")
+    generation = generation if isinstance(generation, int) else 0
+    uid = str(meta.get("uid", ""))
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     if not all(key):
         log.warning("GpuReclaimPolicy without namespace or name skipped")
-        return None
+        return Seen(key, uid, generation, None, "no namespace or name", status)
     try:
-        return key, PolicySpec.model_validate(obj.get("spec") or {})
+        spec = PolicySpec.model_validate(obj.get("spec") or {})
     except ValidationError as exc:
         errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         log.warning("GpuReclaimPolicy %s/%s skipped: %s", *key, errors)
-        return None
+        return Seen(key, uid, generation, None, f"not applied: {errors}", status)
+    return Seen(key, uid, generation, spec, "", status)
 
 
 class PolicyWatch:
     """Keeps `objects` current from the API server (list, then watch; relist on 410)."""
 
     def __init__(self, api_client: Any, objects: PolicyObjects, *, timeout: float = 10.0,
-                 watch_seconds: int = 300, backoff: float = 5.0) -> None:  # fmt: skip
+                 watch_seconds: int = 300, backoff: float = 5.0,
+                 cluster_mode: Mode | None = None) -> None:  # fmt: skip
         from kubernetes import client
 
         self._api = client.CustomObjectsApi(api_client)
         self.objects = objects
+        self.cluster_mode = cluster_mode  # None: statuses are not written
+        self._written: dict[tuple[str, str], tuple[str, int, tuple[tuple[str, Any], ...]]] = {}
         self._timeout, self._watch_seconds, self._backoff = timeout, watch_seconds, backoff
         self.synced = threading.Event()
         self.last_error = ""
@@ -156,6 +207,7 @@ class PolicyWatch:
         self.objects.replace(list(answer.get("items") or []))
         self.synced.set()
         self.last_error = ""
+        self._write_statuses(None)
         return str((answer.get("metadata") or {}).get("resourceVersion", ""))
 
     def _watch(self, version: str, stop: threading.Event) -> None:
@@ -175,6 +227,44 @@ class PolicyWatch:
                 return
             if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
                 self.objects.apply(kind, obj)
+                # One object's change can shadow or uncover its namespace's others.
+                namespace = (obj.get("metadata") or {}).get("namespace")
+                self._write_statuses(str(namespace) if namespace else None)
+
+    def _write_statuses(self, namespace: str | None) -> None:
+        """Tell each object's author whether it is in force, and why not: only where the
+        status says otherwise (every replica computes the same, so they converge)."""
+        if self.cluster_mode is None:
+            return
+        for key in self.objects.keys(namespace):
+            seen, condition = self.objects.status_of(key, self.cluster_mode)
+            conditions = seen.status.get("conditions") or []
+            current = next(
+                (c for c in conditions if isinstance(c, dict) and c.get("type") == "Accepted"), {}
+            )
+            same = all(current.get(k) == v for k, v in condition.items())
+            if same and seen.status.get("observedGeneration") == seen.generation:
+                continue
+            # Written already; its MODIFIED event is on the way.
+            if self._written.get(key) == (seen.uid, seen.generation, tuple(condition.items())):
+                continue
+            when = current.get("lastTransitionTime") if same else None
+            condition = {**condition, "observedGeneration": seen.generation,
+                         "lastTransitionTime": when or time.strftime(
+                             "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+            body = {"status": {"observedGeneration": seen.generation, "conditions": [condition]}}
+            try:
+                self._api.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, key[0], PLURAL, key[1], body,
+                    _content_type="application/merge-patch+json",
+                    _request_timeout=self._timeout,
+                )  # fmt: skip
+            except Exception as exc:  # a status is courtesy: never in the way of the watch
+                log.warning("GpuReclaimPolicy %s/%s: status not written: %s", *key, exc)
+                continue
+            self._written[key] = (seen.uid, seen.generation, tuple(
+                (k, v) for k, v in condition.items() if k in ("type", "status", "reason", "message")
+            ))  # fmt: skip
 
 
 class NamespacePolicies:
@@ -203,7 +293,8 @@ class NamespacePolicies:
 
 
 def start_watch(api_client: Any, objects: PolicyObjects, stop: threading.Event,
+                cluster_mode: Mode | None = None,
                 factory: Callable[..., PolicyWatch] = PolicyWatch) -> PolicyWatch:  # fmt: skip
-    watcher = factory(api_client, objects)
+    watcher = factory(api_client, objects, cluster_mode=cluster_mode)
     threading.Thread(target=watcher.run, args=(stop,), name="policy-watch", daemon=True).start()
     return watcher

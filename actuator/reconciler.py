@@ -150,7 +150,9 @@ class Reconciler:
     def run(self, stop: threading.Event) -> None:
         interval = self.config.reconciler.interval
         if self.namespaces is not None and self.kube is not None:
-            self.policy_watch = start_watch(self.kube.api_client, self.namespaces.objects, stop)
+            self.policy_watch = start_watch(
+                self.kube.api_client, self.namespaces.objects, stop, cluster_mode=self.config.mode
+            )
         while not stop.is_set():
             tracking = False
             try:

@@ -175,6 +175,7 @@ class ApiServer:
         self.events: list[tuple[int, dict[str, Any]]] = []  # (resourceVersion, watch event)
         self.requests: list[tuple[str, str]] = []
         self.positions: dict[int, int] = {}  # open watch stream -> resourceVersion it is at
+        self.status_patches: list[tuple[str, str, dict[str, Any]]] = []
         self._stream_ids = itertools.count()
         self.revision = 1
         self.compacted = 0
@@ -227,11 +228,16 @@ class ApiServer:
         with self._lock:
             kind = "MODIFIED" if (namespace, name) in self.policies else "ADDED"
             self.revision += 1
+            old = self.policies.get((namespace, name))
+            generation = (old["metadata"]["generation"] + 1) if old else 1
             obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuReclaimPolicy",
                    "metadata": {"name": name, "namespace": namespace,
-                                "uid": str(uuidlib.uuid4()),
+                                "uid": old["metadata"]["uid"] if old else str(uuidlib.uuid4()),
+                                "generation": generation,
                                 "resourceVersion": str(self.revision)},
                    "spec": spec}  # fmt: skip
+            if old and "status" in old:
+                obj["status"] = old["status"]
             self.policies[(namespace, name)] = obj
             if not silently:
                 self.events.append((self.revision, {"type": kind, "object": obj}))
@@ -350,6 +356,29 @@ class ApiServer:
             pod.deleted_at = pod.deleted_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             self._terminate(pod, pod.grace_seconds if grace is None else grace)
             return Response(json.dumps(self._pod_json(pod)), mimetype="application/json")
+
+        @app.patch(f"/apis/{GROUP}/{VERSION}/namespaces/<ns>/{PLURAL}/<name>/status")
+        def patch_status(ns: str, name: str) -> Response:
+            # Custom resources take JSON merge patches, not strategic ones (as the API server).
+            if request.mimetype != "application/merge-patch+json":
+                return _status(415, "UnsupportedMediaType", f"{request.mimetype} is not "
+                               "supported for custom resources")  # fmt: skip
+            patch = request.get_json(force=True)
+            with self._lock:
+                obj = self.policies.get((ns, name))
+                if obj is None:
+                    return _status(404, "NotFound", f'{PLURAL} "{name}" not found')
+                self.revision += 1
+                obj = {
+                    **obj,
+                    "status": {**obj.get("status", {}), **patch.get("status", {})},
+                    "metadata": {**obj["metadata"], "resourceVersion": str(self.revision)},
+                }
+                self.policies[(ns, name)] = obj
+                self.status_patches.append((ns, name, patch["status"]))
+                self.events.append((self.revision, {"type": "MODIFIED", "object": obj}))
+                self._lock.notify_all()
+            return Response(json.dumps(obj), mimetype="application/json")
 
         @app.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
         def list_policies() -> Response:

@@ -158,6 +158,7 @@ def test_rbac_is_least_privilege() -> None:
     assert granted == {
         ("", "pods", "get"), ("", "pods", "delete"), ("", "pods/eviction", "create"),
         (GROUP, PLURAL, "get"), (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),
+        (GROUP, f"{PLURAL}/status", "patch"),
     }  # fmt: skip
     accounts = {d["metadata"]["name"]: d for d in _resources() if d["kind"] == "ServiceAccount"}
     assert accounts["gpu-reclaimer-node"]["automountServiceAccountToken"] is False

@@ -4,6 +4,7 @@ STAND-IN (tests/helpers/kube.py) with the official client."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,59 @@ def test_the_watch_follows_the_api_server_and_resyncs_after_an_outage(api: ApiSe
         assert sum(1 for _, p in api.requests if "watch=" not in p) > lists
         watches = [p for m, p in api.requests if "watch=" in p]
         assert watches and all("resourceVersion=" in p for p in watches)
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_each_object_s_status_says_whether_it_is_in_force(api: ApiServer) -> None:
+    import jsonschema
+    import yaml
+
+    from tests.kube.test_manifests import KUBE, _crd_schema
+
+    api.put_policy("lab", "a-main", {"mode": "enforce", "grace": "1h"})
+    api.put_policy("lab", "b-extra", {"grace": "1m"})
+    api.put_policy("ml", "typo", {"gracee": "1m"})  # past the CRD's schema (an old CRD)
+    client = KubeApi.connect(str(api.kubeconfig()))
+    objects = PolicyObjects()
+    watch = PolicyWatch(client.api_client, objects, timeout=2, watch_seconds=2, backoff=0.2,
+                        cluster_mode=Mode.NOTIFY)  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=watch.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def accepted(ns: str, name: str) -> dict[str, Any] | None:
+        status = api.policies[(ns, name)].get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == "Accepted"), None)
+
+    try:
+        wait_until(lambda: all(accepted(*k) for k in api.policies), 10)
+        main, extra, typo = accepted("lab", "a-main"), accepted("lab", "b-extra"), accepted(
+            "ml", "typo")  # fmt: skip
+        assert main is not None and extra is not None and typo is not None
+        assert (main["status"], main["reason"]) == ("True", "InForce")
+        assert "mode enforce capped at the cluster's notify" in main["message"]
+        assert (extra["status"], extra["reason"]) == ("False", "Shadowed")
+        assert "GpuReclaimPolicy lab/a-main applies" in extra["message"]
+        assert (typo["status"], typo["reason"]) == ("False", "Invalid")
+        assert "gracee" in typo["message"]
+        (crd,) = yaml.safe_load_all((KUBE / "crd-gpureclaimpolicy.yaml").read_text())
+        schema = _crd_schema(crd, "v1alpha1")["properties"]["status"]
+        for obj in api.policies.values():
+            jsonschema.validate(obj["status"], schema)
+            assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        # Written once: the MODIFIED events of its own patches change nothing more.
+        settled = len(api.status_patches)
+        time.sleep(1.0)
+        assert len(api.status_patches) == settled == 3
+        # Deleting the first uncovers the second: it is now the one in force.
+        api.delete_policy("lab", "a-main")
+        wait_until(lambda: (c := accepted("lab", "b-extra")) and c["reason"] == "InForce", 10)
+        # Re-created under the same name (another UID, generation 1 again): written anew.
+        api.put_policy("lab", "a-main", {"mode": "enforce", "grace": "1h"})
+        wait_until(lambda: (c := accepted("lab", "a-main")) and c["reason"] == "InForce", 10)
+        wait_until(lambda: (c := accepted("lab", "b-extra")) and c["reason"] == "Shadowed", 10)
     finally:
         stop.set()
         thread.join(10)
