@@ -311,7 +311,7 @@ class KubePods:
                     self.api.evict(pod)
                 else:
                     self.api.delete(pod)
-                return self._step(case, name, True, f"{name.lower()}ed" if kill else "done")
+                return self._step(case, name, True, "evicted" if action == "evict" else "deleted")
             # SIGKILL's step: a termination under way is ended at once; an eviction that
             # did not take is asked again (never a deletion past the disruption budget).
             now = self.api.pod(pod.namespace, pod.name)

@@ -104,6 +104,7 @@ class PodSpec:
     grace_seconds: float = 2.0  # terminationGracePeriodSeconds
     pdb_blocks: bool = False  # a PodDisruptionBudget forbids its eviction
     deleted_at: str | None = None
+    gone: bool = False  # its containers have stopped: the kubelet lists it no more
     evictions: list[dict[str, Any]] = field(default_factory=list)
     deletions: list[dict[str, Any]] = field(default_factory=list)
 
@@ -123,6 +124,8 @@ class _Lister(pb_grpc.PodResourcesListerServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
         pods = []
         for p in self.kubelet.pods:
+            if p.gone:
+                continue
             devices = [pb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=p.gpus)]
             container = pb.ContainerResources(name=p.container, devices=devices)
             pods.append(pb.PodResources(name=p.name, namespace=p.namespace, containers=[container]))
@@ -272,7 +275,9 @@ class ApiServer:
             while cgroup.pids() and time.monotonic() < deadline:
                 time.sleep(0.05)
             with self._lock:
-                self.pods.pop((pod.namespace, pod.name), None)
+                if not cgroup.pids():
+                    pod.gone = True
+                    self.pods.pop((pod.namespace, pod.name), None)
 
         threading.Thread(target=run, daemon=True).start()
 

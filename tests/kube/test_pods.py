@@ -32,8 +32,9 @@ class Site:
     inbox: Inbox
 
     def pod(
-        self, gpu: int, namespace: str, name: str, *, shared: bool = False, **spec: Any
-    ) -> tuple[Workload, PodSpec]:
+        self, gpu: int, namespace: str, name: str, *, shared: bool = False,
+        options: tuple[str, ...] = (), **spec: Any,
+    ) -> tuple[Workload, PodSpec]:  # fmt: skip
         """A pod whose one container runs a simulated GPU workload on `gpu`."""
         cgroup = pod_cgroup()
         self.cgroups.append(cgroup)
@@ -43,7 +44,7 @@ class Site:
         if shared:  # another pod slices the same GPU
             self.kubelet.pods.append(PodSpec(namespace, f"{name}-b", "main", [f"{uuid}::1"], NODE))
         self.api.add_pod(pod)
-        w = self.workloads.spawn(gpu=gpu, memory="1GiB", cgroup=cgroup.path)
+        w = self.workloads.spawn(*options, gpu=gpu, memory="1GiB", cgroup=cgroup.path)
         return w, pod
 
     def policy(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -195,3 +196,16 @@ def test_the_owner_a_pod_names_is_warned_in_its_namespace_language(site: Site) -
                                      f"PID {w.pid}" in m["Subject"] and "将于" in m["Subject"]],
                             20)  # fmt: skip
     assert warning["To"] == "lilei@example.com"
+
+
+def test_a_pod_whose_process_outlives_term_timeout_is_deleted_with_grace_0(site: Site) -> None:
+    # Its process ignores SIGTERM and the pod's grace is long: after the actuator's
+    # term_timeout (2 s here) the termination under way is ended, by the API, not by PID.
+    # GPU 0's first pod was evicted: the kubelet lists it no more.
+    w, pod = site.pod(0, "research", "stubborn-0", grace_seconds=60.0,
+                      options=("--ignore-sigterm",))  # fmt: skip
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w, "reclaimed", "refused", "failed", "cancelled")
+    assert case["state"] == "reclaimed", case
+    assert [s["signal"] for s in case["signals"]] == ["EVICT", "DELETE-NOW"]
+    assert pod.deletions == [{"grace": 0, "uid": pod.uid}]
