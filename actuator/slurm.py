@@ -47,6 +47,34 @@ class SlurmJob:
     nodes: tuple[str, ...]
 
 
+class JobCache:
+    """Jobs as last read, for `ttl` seconds (a job's partition, account and nodes do not
+    move; its state is read `fresh` where it matters). A cancel forgets its job."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float]) -> None:
+        self.ttl, self.clock = ttl, clock
+        self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
+        self._lock = threading.Lock()
+
+    def job(
+        self, job_id: str, read: Callable[[str], SlurmJob | None], *, fresh: bool = False
+    ) -> SlurmJob | None:
+        if not JOB_ID.fullmatch(job_id):
+            return None
+        with self._lock:
+            cached = self._jobs.get(job_id)
+            if not fresh and cached is not None and self.clock() - cached[0] < self.ttl:
+                return cached[1]
+        job = read(job_id)
+        with self._lock:
+            self._jobs[job_id] = (self.clock(), job)
+        return job
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+
 def parse_fields(line: str) -> dict[str, str]:
     """`scontrol -o show ...` output: one line of Key=Value pairs."""
     return {m.group(1): m.group(2) for m in _FIELD.finditer(line)}
@@ -64,9 +92,8 @@ class SlurmCli:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.scontrol, self.scancel, self.timeout = scontrol, scancel, timeout
-        self.cache_ttl, self.env, self.clock = cache_ttl, env, clock
-        self._cache: dict[str, tuple[float, SlurmJob | None]] = {}
-        self._lock = threading.Lock()
+        self.env = env
+        self._jobs = JobCache(cache_ttl, clock)
 
     def _run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         try:
@@ -78,12 +105,9 @@ class SlurmCli:
 
     def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob | None:
         """The job as the scheduler has it; None when it does not know the id."""
-        if not JOB_ID.fullmatch(job_id):
-            return None
-        with self._lock:
-            cached = self._cache.get(job_id)
-            if not fresh and cached is not None and self.clock() - cached[0] < self.cache_ttl:
-                return cached[1]
+        return self._jobs.job(job_id, self._read_job, fresh=fresh)
+
+    def _read_job(self, job_id: str) -> SlurmJob | None:
         done = self._run([self.scontrol, "-o", "show", "job", job_id])
         if done.returncode != 0:
             if "Invalid job id" in done.stderr:
@@ -105,8 +129,6 @@ class SlurmCli:
                 account=fields.get("Account", ""),
                 nodes=self.hostnames(fields.get("NodeList", "")),
             )
-        with self._lock:
-            self._cache[job_id] = (self.clock(), job)
         return job
 
     def hostnames(self, node_list: str) -> tuple[str, ...]:
@@ -125,8 +147,7 @@ class SlurmCli:
             return False, "not a job id"
         argv = [self.scancel, *(["--signal", signal, "--full"] if signal else []), job_id]
         done = self._run(argv)
-        with self._lock:
-            self._cache.pop(job_id, None)
+        self._jobs.forget(job_id)
         if done.returncode == 0:
             return True, "scancel accepted"
         return False, f"scancel: {done.stderr.strip()[:200]}"

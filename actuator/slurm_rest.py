@@ -8,7 +8,6 @@ on every request, so `scontrol token` run by cron can rotate it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import hostlist
 import requests
 
-from actuator.slurm import _GPUS_USED, JOB_ID, SlurmError, SlurmJob
+from actuator.slurm import _GPUS_USED, JOB_ID, JobCache, SlurmError, SlurmJob
 
 
 class SlurmRest:
@@ -34,9 +33,7 @@ class SlurmRest:
     ) -> None:
         self.base = f"{url.rstrip('/')}/slurm/{api_version}"
         self.user, self.token_file, self.timeout = user, Path(token_file), timeout
-        self.cache_ttl, self.clock = cache_ttl, clock
-        self._cache: dict[str, tuple[float, SlurmJob | None]] = {}
-        self._lock = threading.Lock()
+        self._jobs = JobCache(cache_ttl, clock)
         self._session = requests.Session()
 
     def _request(self, method: str, path: str, **params: str) -> tuple[int, dict[str, Any]]:
@@ -66,12 +63,9 @@ class SlurmRest:
                          for e in body.get("errors") or [])  # fmt: skip
 
     def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob | None:
-        if not JOB_ID.fullmatch(job_id):
-            return None
-        with self._lock:
-            cached = self._cache.get(job_id)
-            if not fresh and cached is not None and self.clock() - cached[0] < self.cache_ttl:
-                return cached[1]
+        return self._jobs.job(job_id, self._read_job, fresh=fresh)
+
+    def _read_job(self, job_id: str) -> SlurmJob | None:
         status, body = self._request("GET", f"/job/{job_id}")
         jobs = [j for j in body.get("jobs") or [] if str(j.get("job_id")) == job_id]
         if status == 200 and jobs:
@@ -90,8 +84,6 @@ class SlurmRest:
             job = None
         else:
             raise SlurmError(f"slurmrestd job {job_id}: HTTP {status}: {self._errors(body)}")
-        with self._lock:
-            self._cache[job_id] = (self.clock(), job)
         return job
 
     def hostnames(self, node_list: str) -> tuple[str, ...]:
@@ -108,8 +100,7 @@ class SlurmRest:
             return False, "not a job id"
         params = {"signal": signal} if signal else {}
         status, body = self._request("DELETE", f"/job/{job_id}", **params)
-        with self._lock:
-            self._cache.pop(job_id, None)
+        self._jobs.forget(job_id)
         errors = self._errors(body)
         if status == 200 and not errors:
             return True, "slurmrestd accepted the cancel"

@@ -31,6 +31,16 @@ def _binary(name: str) -> str:
     return found
 
 
+class JobProcess:
+    """A job's process (started by slurmd, not by the test): its pid is all a Workload needs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None if Path(f"/proc/{self.pid}").exists() else 0
+
+
 @dataclass
 class Slurm:
     conf: Path

@@ -19,7 +19,7 @@ from actuator.node import READING_TTL
 from actuator.slurm import SlurmCli
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
-from tests.helpers.slurm import Slurm, slurm_cluster
+from tests.helpers.slurm import JobProcess, Slurm, slurm_cluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(150)
@@ -69,18 +69,8 @@ def _ranks(site: Site, job: str, count: int) -> list[Workload]:
     ranks = []
     for pid in sorted(pids):
         t = target_of(NODE, pid, uuids[pid])
-        ranks.append(Workload(_Proc(pid), t.start_time, t.uuid, t.start_ticks))  # type: ignore[arg-type]
+        ranks.append(Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks))  # type: ignore[arg-type]
     return ranks
-
-
-class _Proc:
-    """A job's process (started by slurmd, not by the test): its pid is all a Workload needs."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def poll(self) -> int | None:
-        return None if Path(f"/proc/{self.pid}").exists() else 0
 
 
 def _workload(site: Site, gpu: int, phases: str) -> str:

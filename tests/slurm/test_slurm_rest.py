@@ -19,7 +19,7 @@ from actuator.slurm_rest import SlurmRest
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.slurm import slurm_job_of
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
-from tests.helpers.slurm import Slurm, jwt_conf, slurm_cluster, slurmrestd
+from tests.helpers.slurm import JobProcess, Slurm, jwt_conf, slurm_cluster, slurmrestd
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(150)
@@ -49,14 +49,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestSite]:
             actuator.stop()
 
 
-class _Proc:
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def poll(self) -> int | None:
-        return None if Path(f"/proc/{self.pid}").exists() else 0
-
-
 def test_an_idle_job_is_cancelled_through_slurmrestd(site: RestSite) -> None:
     run = (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu 0 --memory 2GiB "
            "--phases idle --tick 0.2 > /dev/null 2>&1")  # fmt: skip
@@ -66,7 +58,7 @@ def test_an_idle_job_is_cancelled_through_slurmrestd(site: RestSite) -> None:
                                    if slurm_job_of(p.pid) == job), None), 30)  # fmt: skip
     time.sleep(READING_TTL)  # see tests/slurm/test_slurm_jobs.py
     t = target_of(NODE, pid, load_node(site.sim).gpus[0].uuid)
-    w = Workload(_Proc(pid), t.start_time, t.uuid, t.start_ticks)  # type: ignore[arg-type]
+    w = Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks)  # type: ignore[arg-type]
     seen = site.rest.job(job)
     assert seen is not None and (seen.state, seen.uid, seen.nodes) == ("RUNNING", 0, (NODE,))
     assert site.rest.gpus_allocated(NODE) == 1
