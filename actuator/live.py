@@ -25,6 +25,8 @@ from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
 from exporter.slurm import slurm_job_of
 
+POD_LIST_MAX_AGE = 0.25  # as the shared NVML reading (actuator/node.py)
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -122,12 +124,13 @@ class Inspector:
         return None, "not found"
 
     def _pod(self, pod_uid: str, uuid: str) -> tuple[PodRef | None, str]:
-        """The pod holding the GPU, asked afresh; (None, why) for a pod process it cannot
-        name. Which pod acts on is proven later, against the API server's UID."""
+        """The pod holding the GPU, from a List at most POD_LIST_MAX_AGE old (one List for
+        the cases re-checked in a tick); (None, why) for a pod process it cannot name.
+        Which pod is acted on is proven later, against the API server's UID."""
         if not pod_uid or self.evidence.pods is None:
             return None, ""
         try:
-            pod = self.evidence.pods.locate(uuid, fresh=True)
+            pod = self.evidence.pods.locate(uuid, max_age=POD_LIST_MAX_AGE)
         except Exception as exc:  # the kubelet's client: a failure is unknown, never a pod
             return None, f"the kubelet's pod-resources API failed: {exc}"
         return pod, "" if pod else f"the kubelet names no single pod holding GPU {uuid}"

@@ -509,14 +509,16 @@ class Reconciler:
 
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""
-        scheduler = self._scheduler_for(live) if live is not None else None
+        said: dict[str, str] = {}
+        for scheduler in self.schedulers if live is not None else ():
+            said.update(scheduler.facts(live))  # type: ignore[arg-type]
         facts = Facts(
             user=live.user if live and live.user else case.user,
             groups=live.groups if live else (),
             namespace=live.namespace if live else "",
             project=live.project if live else "",
             node=case.node if live and live.exists else "",
-            **(scheduler.facts(live) if scheduler and live else {}),
+            **said,
         )
         claims = Claims(
             project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")

@@ -17,6 +17,8 @@ The reconciler calls these under its acting lock, one step at a time.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +33,7 @@ from actuator.slurm import SlurmApi, SlurmError
 from actuator.store import Store
 
 Why = tuple[Reason, str]
+HOLD_RECHECK = 5.0  # seconds between the API calls for a pod case that is held back
 _EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a unix-style user name
 
@@ -67,7 +70,8 @@ class Scheduler(Protocol):
         ...
 
     def facts(self, live: LiveState) -> dict[str, str]:
-        """What the scheduler says of the workload that policy rules match on."""
+        """What the scheduler says of the workload that policy rules match on (asked of
+        every scheduler, whether or not it gates the process)."""
         ...
 
     def reclaim(self, case: Case, *, kill: bool) -> Step: ...
@@ -168,9 +172,11 @@ class SlurmJobs:
         return None  # the job's user is the process's user (checked by uid)
 
     def facts(self, live: LiveState) -> dict[str, str]:
-        """The job's partition and account (cached), for `match.partitions`/`accounts`:
-        only of a job of the process's own uid; unknown (Slurm away) matches nothing, and
-        the SIGTERM step is held until Slurm answers."""
+        """The job's partition and account (cached), for `match.partitions`/`accounts`,
+        whatever the action: only of a job of the process's own uid; unknown (Slurm away)
+        matches nothing, and the SIGTERM step is held until Slurm answers."""
+        if not live.slurm_job:
+            return {}
         try:
             job = self.cli.job(live.slurm_job)
         except SlurmError:
@@ -221,8 +227,12 @@ class KubePods:
         api: KubeApi,
         settings: KubernetesSettings,
         namespaces: NamespacePolicies | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.settings, self.namespaces = api, settings, namespaces
+        self._clock = clock
+        self._held: dict[int, tuple[float, Why]] = {}  # case id -> (since, why) while held
 
     def action_for(self, namespace: str) -> str:
         """A namespace's GpuReclaimPolicy may choose its own action."""
@@ -254,6 +264,21 @@ class KubePods:
         return bool(live.pod_uid)
 
     def not_ready(self, case: Case, live: LiveState) -> Why | None:
+        """A held case is asked about again after HOLD_RECHECK, not on every tick: a pod a
+        disruption budget protects for hours would cost the API server two calls a tick."""
+        now = self._clock()
+        held = self._held.get(case.id)
+        if held is not None and now - held[0] < HOLD_RECHECK:
+            return held[1]
+        why = self._not_ready(case, live)
+        self._held = {k: v for k, v in self._held.items() if now - v[0] < HOLD_RECHECK}
+        if why is not None and why[0] == self.hold:
+            self._held[case.id] = (now, why)
+        else:
+            self._held.pop(case.id, None)
+        return why
+
+    def _not_ready(self, case: Case, live: LiveState) -> Why | None:
         if not (live.pod and live.namespace):
             return Reason.UNKNOWN_EVIDENCE, (
                 f"the process runs in pod UID {live.pod_uid}, which the kubelet names no "

@@ -11,7 +11,8 @@ import logging
 import os
 import pwd
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,11 +171,15 @@ class IdentityCache:
         *,
         proc_root: Path = PROC,
         pods: PodLocator | None = None,
+        unnamed_retry: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``pods`` names the pod that holds a GPU (the kubelet's pod-resources API)."""
         self._mapping = mapping or ProjectMapping()
         self._proc_root = proc_root
         self._pods = pods
+        self._unnamed_retry, self._clock = unnamed_retry, clock
+        self._unnamed: dict[tuple[int, float], tuple[float, ProcessIdentity]] = {}
         self._cache: dict[tuple[int, float], ProcessIdentity] = {}
 
     def __len__(self) -> int:
@@ -187,12 +192,18 @@ class IdentityCache:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        unnamed = self._unnamed.get(key)
+        if unnamed is not None and self._clock() - unnamed[0] < self._unnamed_retry:
+            return unnamed[1]
         try:
             identity = self._compute(pid, create_time, uuid)
         except (psutil.Error, OSError):
             return None
-        # A pod the kubelet could not name yet is asked again next time.
-        if identity is not None and not (identity.pod_uid and not identity.pod):
+        if identity is not None and identity.pod_uid and not identity.pod:
+            # A pod the kubelet could not name (a shared GPU, the kubelet away) is asked
+            # again after `unnamed_retry`, not on every scrape.
+            self._unnamed[key] = (self._clock(), identity)
+        elif identity is not None:
             self._cache[key] = identity
         return identity
 
@@ -201,6 +212,8 @@ class IdentityCache:
         keep = set(live)
         for key in [k for k in self._cache if k not in keep]:
             del self._cache[key]
+        for key in [k for k in self._unnamed if k not in keep]:
+            del self._unnamed[key]
 
     def _pod_of(self, pod_uid: str, uuid: str) -> PodRef | None:
         if not pod_uid or not uuid or self._pods is None:

@@ -28,7 +28,7 @@ class PodRef:
 
 
 class PodLocator(Protocol):
-    def locate(self, uuid: str, *, fresh: bool = False) -> PodRef | None: ...
+    def locate(self, uuid: str, *, max_age: float | None = None) -> PodRef | None: ...
 
 
 def device_key(device_id: str) -> str:
@@ -86,10 +86,12 @@ class PodResources:
     def close(self) -> None:
         self._channel.close()
 
-    def holders(self, *, fresh: bool = False) -> dict[str, set[PodRef]] | None:
-        """GPU UUID -> pod containers, or None when the kubelet did not answer."""
+    def holders(self, *, max_age: float | None = None) -> dict[str, set[PodRef]] | None:
+        """GPU UUID -> pod containers, or None when the kubelet did not answer; a List at
+        most `max_age` seconds old (default: the `refresh` period)."""
+        limit = self._refresh if max_age is None else max_age
         with self._lock:
-            if not fresh and self._clock() - self._at < self._refresh:
+            if self._clock() - self._at < limit:
                 return self._holders
         try:
             answer = self._stub.List(self._request(), timeout=self._timeout)
@@ -101,9 +103,9 @@ class PodResources:
             self._holders, self._at, self.last_error = value, self._clock(), error
         return value
 
-    def locate(self, uuid: str, *, fresh: bool = False) -> PodRef | None:
+    def locate(self, uuid: str, *, max_age: float | None = None) -> PodRef | None:
         """The one pod container the GPU is allocated to; None if none, several or unknown."""
-        table = self.holders(fresh=fresh)
+        table = self.holders(max_age=max_age)
         refs = table.get(uuid, set()) if table is not None else set()
         pods = {(r.namespace, r.name) for r in refs}
         return next(iter(refs)) if len(pods) == 1 and len(refs) == 1 else None

@@ -201,7 +201,7 @@ def test_pod_name_and_namespace_from_the_kubelet_and_project(tmp_path: Path, spa
         def __init__(self, fail: bool = False) -> None:
             self.fail, self.calls = fail, 0
 
-        def locate(self, uuid: str, *, fresh: bool = False) -> PodRef | None:
+        def locate(self, uuid: str, *, max_age: float | None = None) -> PodRef | None:
             self.calls += 1
             if self.fail:
                 raise RuntimeError("kubelet unreachable")
@@ -215,14 +215,21 @@ def test_pod_name_and_namespace_from_the_kubelet_and_project(tmp_path: Path, spa
     assert identity.project == "by-group"  # first matching rule wins
 
     # A pod the kubelet cannot name (it failed, or the GPU is shared) is no pod name, and
-    # is asked again on the next scrape rather than cached.
+    # is asked again after `unnamed_retry`, not on every scrape.
+    now = [0.0]
     failing = Kubelet(fail=True)
-    cache = IdentityCache(mapping, proc_root=tmp_path / "proc", pods=failing)
-    for _ in range(2):
+    cache = IdentityCache(mapping, proc_root=tmp_path / "proc", pods=failing,
+                          unnamed_retry=10, clock=lambda: now[0])  # fmt: skip
+    for at in (0.0, 5.0, 11.0):
+        now[0] = at
         identity = cache.get(*key(child.pid), "GPU-a")
         assert identity is not None and (identity.pod, identity.namespace) == ("", "")
         assert identity.pod_uid == pod
     assert failing.calls == 2
+    failing.fail = False  # the kubelet answers again: named once the retry is due
+    now[0] = 22.0
+    identity = cache.get(*key(child.pid), "GPU-a")
+    assert identity is not None and identity.pod == "bert-0"
 
 
 # --- mapping files ---------------------------------------------------------------------

@@ -107,7 +107,7 @@ def test_the_client_answers_unknown_when_the_kubelet_fails(tmp_path: Path) -> No
         assert client.locate("GPU-b") is None
         kubelet.failing = True
         assert client.locate("GPU-a") == PodRef("ns", "p", "c")  # within `refresh`: cached
-        assert client.locate("GPU-a", fresh=True) is None  # asked afresh: unknown
+        assert client.locate("GPU-a", max_age=0) is None  # asked afresh: unknown
         assert "UNAVAILABLE" in client.last_error
         client.close()
     assert PodResources(tmp_path / "absent.sock", timeout=0.5).locate("GPU-a") is None
