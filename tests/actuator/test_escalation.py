@@ -184,6 +184,9 @@ def test_restart_mid_escalation_does_not_signal_twice(workloads: Workloads, actu
     w = workloads.spawn("--ignore-sigterm")
     actuator.post(payload(alert_for(w)))
     actuator.wait_state(w, "terminating")
+    # The state is committed before its SIGTERM is sent: a crash in between loses that
+    # SIGTERM (by design; SIGKILL follows). This test crashes after it was sent.
+    wait_until(lambda: signals(actuator.case_for(w) or {"signals": []}), 10)
     actuator.kill()  # crash in the middle of the escalation
     assert w.alive()
     actuator.start()
