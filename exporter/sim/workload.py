@@ -53,8 +53,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--phases",
         required=True,
-        help="comma list of load|busy|idle|hang[=DURATION]; the last lasts forever, or "
-        "`done` ends the process (e.g. load=10s,busy=1m,idle or busy=1h,done)",
+        help="comma list of load|busy|idle|hang[=DURATION|=cue]; the last lasts forever, or "
+        "`done` ends the process (e.g. load=10s,busy=1m,idle or busy=1h,done); `=cue` lasts "
+        "until the process gets SIGUSR1 (e.g. busy=5s,idle=cue,busy)",
     )
     parser.add_argument("--util", type=int, default=95, help="SM utilisation %% when busy")
     parser.add_argument("--log", type=Path, help="log file written while busy (default stdout)")
@@ -134,6 +135,7 @@ class Workload:
         self.children: list[int] = []
         self.step = 0
         self.last_log = 0.0
+        self.cues: list[float] = []  # monotonic times of SIGUSR1
         self.heartbeat = None
         if spec.heartbeat:
             from exporter.heartbeat import Heartbeat
@@ -177,11 +179,13 @@ class Workload:
         load_node(spec.directory)  # fail early with a clear message
         out: TextIO = open(spec.log, "a") if spec.log else sys.stdout  # noqa: SIM115
         started = time.monotonic()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.cues.append(time.monotonic()))
         try:
             self.spawn_children()
             while True:
                 now = time.monotonic()
-                current = phase_at(spec.phases, now - started)
+                cues = tuple(cue - started for cue in self.cues)
+                current = phase_at(spec.phases, now - started, cues)
                 name = current.phase.name
                 if name == "done":  # the job finished: exit 0, memory released below
                     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -92,12 +94,12 @@ def test_pid_reuse_is_refused_and_untouched(enforce):
 @pytest.mark.reliability(14, 23)
 def test_activity_between_notice_and_sigterm_cancels(enforce):
     workloads, actuator = enforce
-    # Idle long enough to be confirmed and notified even on a loaded machine (the re-check
-    # needs a full CPU window; 1.5 s was too tight under CI load), then busy well inside the
-    # project's 30 s grace.
-    w = workloads.spawn(phases="idle=6s,busy")
+    # Idle until the notice is out (however long the confirmation takes under load), then
+    # busy again (its cue) inside the project's 30 s grace.
+    w = workloads.spawn(phases="idle=cue,busy")
     actuator.post(payload(alert_for(w, project="slow")))
     actuator.wait_state(w, "notified")
+    os.kill(w.pid, signal.SIGUSR1)
     case = actuator.wait_state(w, "cancelled", "terminating", "reclaimed")
     assert case["state"] == "cancelled", case
     assert case["reason_code"] == "activity"

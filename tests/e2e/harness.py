@@ -11,7 +11,10 @@ that nothing fired or was signalled until the exporter came back.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,9 +29,6 @@ SIGNALLED = {"terminating", "killing", "reclaimed", "failed"}
 GRACE = 15.0  # notice -> SIGTERM
 TERM_TIMEOUT = 5.0  # SIGTERM -> SIGKILL ("10 s or less for tests")
 BUSY = 3.0  # every "goes idle" workload works this long first
-# The resuming job works again this long after going idle: after the notice (about 26-30 s
-# after going idle at scale 1/15) and before SIGTERM (notice + GRACE >= 41 s).
-RESUME_AFTER = 38
 
 # key -> (Stack.spawn options, expected outcome)
 SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
@@ -49,13 +49,17 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
                        "protected"),
     "notebook_kernel": ({"module": "ipykernel_launcher", "phases": f"busy={BUSY:g}s,idle",
                          "memory": "8GiB", "gpu": 1}, "reclaimed"),
+    # Idle until cued (CUES): it works again once its notice is out, inside the grace.
     "resumes_in_grace": ({"name": "yolo", "memory": "4GiB",
-                          "phases": f"busy={BUSY:g}s,idle={RESUME_AFTER}s,busy"}, "cancelled"),
+                          "phases": f"busy={BUSY:g}s,idle=cue,busy"}, "cancelled"),
     "ignores_sigterm": ({"name": "train-ddp", "phases": f"busy={BUSY:g}s,idle",
                          "memory": "10GiB", "ignore_sigterm": True}, "killed"),
     "hung_nccl": ({"name": "train-ddp", "phases": f"busy={BUSY:g}s,hang", "memory": "16GiB",
                    "heartbeat": True}, "stalled"),
 }  # fmt: skip
+
+# key -> the case state whose arrival cues the workload into its next phase
+CUES: dict[str, str] = {"resumes_in_grace": "notified"}
 
 
 def read_audit(stack: Stack) -> list[dict[str, Any]]:
@@ -118,15 +122,33 @@ def diagnose(stack: Stack, workload: Workload | None = None) -> str:
     return "\n".join(parts)
 
 
-def wait_case(stack: Stack, workload: Workload, states: set[str], timeout: float) -> dict[str, Any]:
+# Budgets per stage, each counted from the workload's own last observed event, so one slow
+# case never spends another's time: the case opens within DETECT of the workload's start
+# (busy 3 s + window and `for:` ~30 s at 1/15, with room for a loaded machine), and every
+# later step (notice, SIGTERM, SIGKILL, the end) comes within STEP of the one before.
+DETECT = 150.0
+STEP = 60.0
+
+
+def wait_case(
+    stack: Stack,
+    workload: Workload,
+    states: set[str],
+    *,
+    detect: float = DETECT,
+    step: float = STEP,
+) -> dict[str, Any]:
     """Until the newest case for the workload is in one of `states`; fail with diagnostics.
 
-    Another end while the process lives is not final: at 1 s scrapes a machine stall of a
-    second fails a scrape, the rules resolve on the missing evidence (their fail-safe), and
-    the next episode opens a new case.
+    The deadline moves with the case: `detect` seconds from the workload's start for a case
+    to open, then `step` seconds from each change of state seen. Another end while the
+    process lives is not final: at 1 s scrapes a machine stall of a second fails a scrape,
+    the rules resolve on the missing evidence (their fail-safe), and the next episode opens
+    a new case.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + max(1.0, workload.started + detect - time.time())
     case = None
+    seen: tuple[str, str] | None = None
     while time.monotonic() < deadline:
         case = case_for(stack, workload.pid)
         if case is not None and case["state"] in states:
@@ -135,6 +157,9 @@ def wait_case(stack: Stack, workload: Workload, states: set[str], timeout: float
             break  # final, and not what we wanted
         if not workload.alive() and (case is None or case["state"] not in SIGNALLED):
             break  # gone by itself
+        if case is not None and (case["id"], case["state"]) != seen:
+            seen = (case["id"], case["state"])  # progress: the next step has its own time
+            deadline = max(deadline, time.monotonic() + step)
         time.sleep(0.5)
     raise AssertionError(
         f"{workload.label}: case never reached {sorted(states)} (last: "
@@ -146,11 +171,25 @@ def wait_case(stack: Stack, workload: Workload, states: set[str], timeout: float
 class MainLoop:
     stack: Stack
     workloads: dict[str, Workload]
-    started: float
+    cued: dict[str, float] = field(default_factory=dict)  # key -> when its cue was sent
 
-    def deadline(self, seconds: float) -> float:
-        """Seconds left until `seconds` after the workloads started (a shared budget)."""
-        return max(1.0, self.started + seconds - time.time())
+
+def _cue_on_events(loop: MainLoop, stop: threading.Event) -> None:
+    """Send each workload of CUES its cue (SIGUSR1: the next phase) once its case reaches the
+    state named there: the workload's phase changes follow what the stack did, not a clock."""
+    waiting = dict(CUES)
+    while waiting and not stop.wait(0.3):
+        for key, state in list(waiting.items()):
+            workload = loop.workloads[key]
+            try:
+                case = case_for(loop.stack, workload.pid)
+            except Exception:  # the actuator restarting: ask again next round
+                continue
+            if case is not None and state in [s["state"] for s in case["timeline"]]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(workload.pid, signal.SIGUSR1)
+                loop.cued[key] = time.time()
+                del waiting[key]
 
 
 @contextmanager
@@ -160,9 +199,16 @@ def main_loop(workdir: Path) -> Iterator[MainLoop]:
     )
     with Stack(options) as stack:
         stack.wait_scraped()
-        started = time.time()
         workloads = {key: stack.spawn(key, **spawn) for key, (spawn, _) in SCENARIOS.items()}
-        yield MainLoop(stack, workloads, started)
+        loop = MainLoop(stack, workloads)
+        stop = threading.Event()
+        cues = threading.Thread(target=_cue_on_events, args=(loop, stop), name="cues", daemon=True)
+        cues.start()
+        try:
+            yield loop
+        finally:
+            stop.set()
+            cues.join(timeout=10)
 
 
 # -- faults ---------------------------------------------------------------------------------

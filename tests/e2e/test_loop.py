@@ -7,6 +7,7 @@ the same time on a second, small stack. Each test waits for its own outcome.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,9 +33,6 @@ from tests.e2e.harness import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-
-# From the workloads' start: busy 3 s + detection ~30 s + grace 15 s + SIGKILL 5 s, with room.
-BUDGET = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +64,7 @@ def _states(case: dict) -> list[str]:
 
 def test_idle_training_is_notified_then_reclaimed(loop: MainLoop) -> None:
     stack, w = loop.stack, loop.workloads["idle_training"]
-    case = wait_case(stack, w, {"reclaimed"}, loop.deadline(BUDGET))
+    case = wait_case(stack, w, {"reclaimed"})
     assert case["alertname"] == "GpuProcessIdle"
     assert _states(case)[-3:] == ["notified", "terminating", "reclaimed"], _states(case)
     assert case["term_at"] - case["notified_at"] >= GRACE - 0.5  # the owner had the grace
@@ -110,7 +108,7 @@ def test_idle_training_is_notified_then_reclaimed(loop: MainLoop) -> None:
 
 def test_idle_notebook_kernel_is_reclaimed(loop: MainLoop) -> None:
     w = loop.workloads["notebook_kernel"]
-    case = wait_case(loop.stack, w, {"reclaimed"}, loop.deadline(BUDGET))
+    case = wait_case(loop.stack, w, {"reclaimed"})
     assert case["alertname"] == "GpuProcessIdle"
     assert "notified" in _states(case)
     assert not w.alive()
@@ -119,7 +117,7 @@ def test_idle_notebook_kernel_is_reclaimed(loop: MainLoop) -> None:
 @pytest.mark.reliability(24)
 def test_hung_job_with_stale_heartbeat_is_reclaimed_as_stalled(loop: MainLoop) -> None:
     w = loop.workloads["hung_nccl"]
-    case = wait_case(loop.stack, w, {"reclaimed"}, loop.deadline(BUDGET))
+    case = wait_case(loop.stack, w, {"reclaimed"})
     # Util reads 100 %: only the stale heartbeat gives it away.
     assert case["alertname"] == "GpuProcessStalled"
     assert case["labels"]["class"] == "stalled"
@@ -128,7 +126,7 @@ def test_hung_job_with_stale_heartbeat_is_reclaimed_as_stalled(loop: MainLoop) -
 
 def test_job_ignoring_sigterm_is_killed_after_term_timeout(loop: MainLoop) -> None:
     w = loop.workloads["ignores_sigterm"]
-    case = wait_case(loop.stack, w, {"reclaimed"}, loop.deadline(BUDGET))
+    case = wait_case(loop.stack, w, {"reclaimed"})
     assert [s["signal"] for s in case["signals"]] == ["SIGTERM", "SIGKILL"]
     assert case["kill_at"] - case["term_at"] >= TERM_TIMEOUT - 0.1
     assert _states(case)[-3:] == ["terminating", "killing", "reclaimed"]
@@ -137,8 +135,9 @@ def test_job_ignoring_sigterm_is_killed_after_term_timeout(loop: MainLoop) -> No
 
 def test_job_resuming_within_the_grace_is_left_alone(loop: MainLoop) -> None:
     stack, w = loop.stack, loop.workloads["resumes_in_grace"]
-    case = wait_case(stack, w, {"cancelled"}, loop.deadline(BUDGET))
+    case = wait_case(stack, w, {"cancelled"})
     assert "notified" in _states(case), _states(case)  # it was warned ...
+    assert case["notified_at"] <= loop.cued["resumes_in_grace"]  # ... then worked again ...
     assert case["signals"] == [] and case["term_at"] is None  # ... and never signalled
     assert signalled_in_audit(stack, w.pid) == []
     assert w.alive()
@@ -149,11 +148,13 @@ def test_job_resuming_within_the_grace_is_left_alone(loop: MainLoop) -> None:
 @pytest.fixture(scope="module")
 def settled(loop: MainLoop) -> MainLoop:
     """After every reclaim and cancel happened: the untouched ones have been watched through
-    at least one whole detection + grace cycle of their neighbours."""
+    at least one whole detection + grace cycle of their neighbours. A neighbour that misses
+    its outcome fails its own test, not these."""
     for key, (_, expected) in SCENARIOS.items():
         if expected in ("reclaimed", "killed", "stalled", "cancelled"):
             states = {"cancelled"} if expected == "cancelled" else {"reclaimed"}
-            wait_case(loop.stack, loop.workloads[key], states, loop.deadline(BUDGET))
+            with contextlib.suppress(AssertionError):
+                wait_case(loop.stack, loop.workloads[key], states)
     return loop
 
 

@@ -57,8 +57,9 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
                 stack.wait_scraped()
                 kept = stack.spawn("kept", phases="busy=2s,idle", gpu=0, memory="4GiB")
                 left = stack.spawn("left", phases="busy=2s,idle", gpu=1, memory="2GiB")
-                wait_until(lambda: inbox.about(kept.pid, "将于") and inbox.about(left.pid, "将于"),
-                           120)  # fmt: skip
+                # The owner acts on the warning when it arrives (inside its grace), whenever
+                # the other job's warning comes.
+                wait_until(lambda: inbox.about(kept.pid, "将于"), 150)
                 (warning,) = inbox.about(kept.pid, "将于")
                 (link,) = re.findall(
                     r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN&tz=Asia/Shanghai", warning
@@ -76,6 +77,7 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
                     return str(cases[0]["state"]) if cases else ""
 
                 assert state(kept) == "snoozed"
+                wait_until(lambda: inbox.about(left.pid, "将于"), 150)
                 wait_until(lambda: state(left) == "reclaimed", 90)
                 wait_until(lambda: inbox.about(left.pid, "已回收"), 30)
                 assert kept.alive() and not left.alive()

@@ -457,10 +457,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
         started = time.time()
         prom = stack.enter_context(start_prometheus(prom_config, tmp / "prom"))
-        # Idle for a while, then hung: one process meets both conditions in the range. It starts
-        # only now, so its idle phase falls where Prometheus scrapes (a slow start-up under
-        # load once let the whole phase pass before the first scrape).
-        flip = workload("busy=1s,idle=10s,hang", gpu=1, memory="1GiB")
+        # Idle, then hung once Prometheus has recorded it idle (its cue): one process meets
+        # both conditions in the range, however slowly the machine runs.
+        flip = workload("busy=1s,idle=cue,hang", gpu=1, memory="1GiB")
         pids["flip"] = stack.enter_context(background(flip, tmp / "flip.log")).pid
         live = Stack(prom, actuator_url, started, pids, uuids, tmp)
         try:
@@ -489,8 +488,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # The flip process's idle phase is recorded before it turns stalled.
             wait_until(
                 lambda: _instant(prom, f'gpu_process:idle_condition{{pid="{pids["flip"]}"}}'),
-                timeout=30,
+                timeout=60,
             )
+            os.kill(pids["flip"], signal.SIGUSR1)  # now hang
             # The idle and hung processes' alerts are pending.
             for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang"),
                                     ("GpuProcessStalled", "flip")):  # fmt: skip
