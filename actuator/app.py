@@ -161,6 +161,11 @@ def snooze_case(
     return 409, f"case {case_id} kept changing; retry"
 
 
+# The shared bearer token is a principal too: whoever holds it, the audit names it.
+SHARED_TOKEN = Principal(name="token", subject="token", roles=frozenset({"admin"}),
+                         issuer="shared bearer token", method="token")  # fmt: skip
+
+
 def create_app(rt: Runtime) -> Flask:
     app = Flask("actuator")
     app.config["MAX_CONTENT_LENGTH"] = rt.config.server.max_body
@@ -177,11 +182,10 @@ def create_app(rt: Runtime) -> Flask:
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
-            resp, code = _error(401, "missing bearer token")
-            resp.headers["WWW-Authenticate"] = 'Bearer realm="gpu-reclaimer"'
-            return resp, code
+            return auth_failed("missing", "missing bearer token")
         if not hmac.compare_digest(given.strip().encode(), expected):
-            return _error(403, "invalid token")
+            return auth_failed("invalid", "invalid token", 403)
+        g.principal = SHARED_TOKEN
         return None
 
     def auth_failed(reason: str, message: str, code: int = 401) -> tuple[Response, int]:
@@ -240,14 +244,14 @@ def create_app(rt: Runtime) -> Flask:
         return denied
 
     def actor(declared: str) -> str:
-        """Who did it, for the audit: the authenticated person when there is one (what they
-        typed in `by` is kept beside it), else what the caller declared."""
-        principal: Principal | None = g.get("principal")
-        if principal is None:
-            return declared or "API"
-        return f"{principal.name} ({principal.method} {principal.issuer})" + (
-            f", said {declared!r}" if declared and declared != principal.name else ""
-        )
+        """Who did it, for the audit: the authenticated principal (a person, or "token" for
+        the shared bearer token); what the caller typed in `by` is kept beside it, never
+        recorded as who acted."""
+        principal: Principal = g.get("principal") or SHARED_TOKEN
+        said = f", said {declared!r}" if declared and declared != principal.name else ""
+        if principal is SHARED_TOKEN:
+            return f"token (the shared bearer token){said}"
+        return f"{principal.name} ({principal.method} {principal.issuer}){said}"
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> tuple[Response, int]:
@@ -260,6 +264,18 @@ def create_app(rt: Runtime) -> Flask:
     def _store_down(exc: StoreUnavailable) -> tuple[Response, int]:
         log.error("store unavailable: %s", exc)
         return _error(503, "store unavailable, retry later")
+
+    @app.errorhandler(AuditError)
+    def _audit_down(exc: AuditError) -> tuple[Response, int]:
+        log.error("audit log: %s", exc)
+        return _error(503, f"audit log unavailable, retry later: {exc}")
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> tuple[Response, int]:
+        """Never a bare 500: a dependency that failed in a way nobody foresaw is 'away'
+        (503, with the reason, and the traceback in the log for the SRE)."""
+        log.exception("%s %s failed", request.method, request.path)
+        return _error(503, f"unavailable: {type(exc).__name__}: {exc}"[:300])
 
     # -- webhook ------------------------------------------------------------------------
 
@@ -293,6 +309,12 @@ def create_app(rt: Runtime) -> Flask:
                      for r in rejected]
                 )  # fmt: skip
         ingest = rt.store.record_alerts(alerts, len(rejected), rt.clock())
+        if ingest.duplicates:  # a re-delivery is harmless, and on the record
+            with contextlib.suppress(AuditError):
+                rt.audit.write_many(
+                    [{"event": "alert_duplicate", "fingerprint": fp, "starts_at": starts,
+                      "deliveries": n} for fp, starts, n in ingest.duplicates]
+                )  # fmt: skip
         if payload.truncatedAlerts:
             log.warning(
                 "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",

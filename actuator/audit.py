@@ -152,6 +152,10 @@ class AuditLog:
                             return found, offset if offset > 0 else None
         except FileNotFoundError:
             return [], None
+        except OSError as exc:  # a directory, no permission, an I/O error: unreadable now
+            raise AuditError(
+                f"cannot read the audit log {self.path}: {exc.strerror or exc}"
+            ) from exc
         found.reverse()
         return found, None
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import requests
 
+from actuator import untrusted
 from actuator.messages import Message
 from actuator.owners import Contact
 
@@ -98,7 +99,7 @@ class EmailChannel:
         mail = EmailMessage(policy=_MAIL_POLICY)
         mail.set_raw("Subject", encoded_subject(message.subject))
         mail["From"] = self.sender
-        mail["To"] = formataddr((contact.name, contact.email or ""))
+        mail["To"] = formataddr((untrusted.plain(contact.name), contact.email or ""))
         mail["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)
         mail.set_content(message.text)
         mail.add_alternative(message.html, subtype="html")
@@ -137,7 +138,7 @@ class WeComChannel:
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mention = f"\n<@{contact.wecom}>" if contact.wecom else ""
-        content = f"**{message.subject}**\n{message.markdown}"
+        content = f"**{message.subject_markdown}**\n{message.markdown}"
         budget = self.MAX_BYTES - len(mention.encode())
         content = content.encode()[:budget].decode(errors="ignore")
         return {"msgtype": "markdown", "markdown": {"content": content + mention}}
@@ -229,13 +230,13 @@ class SlackChannel:
         self.url, self.timeout, self.session = url, timeout, requests.Session()
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
-        mrkdwn = message.markdown.replace("**", "*")  # Slack's bold is *single*
+        mrkdwn = message.slack
         if contact.slack:
             mention = f"<!subteam^{contact.slack}>" if contact.slack.startswith("S") else (
                 f"<@{contact.slack}>")  # fmt: skip
             mrkdwn = f"{mention} {mrkdwn}"
         return {
-            "text": message.subject,  # the notification's fallback text
+            "text": message.subject_slack,  # the notification's fallback text (mrkdwn)
             "blocks": [
                 {"type": "header", "text": {"type": "plain_text", "text": message.subject[:150]}},
                 {"type": "section",

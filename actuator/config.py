@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -375,6 +377,25 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
         if config.defaults.term_timeout < 1:
             out.append(f"term_timeout {config.defaults.term_timeout:g}s: processes get no "
                        "time to exit cleanly before SIGKILL")  # fmt: skip
+    if config.mode == Mode.ENFORCE or any(r.mode == Mode.ENFORCE for r in config.projects):
+        out += never_acts(config)
+    return out
+
+
+def never_acts(config: ActuatorConfig) -> list[str]:
+    """Limits under which enforcement can never signal: every case would wait, deferred."""
+    limits, out = config.limits, []
+    if limits.terminations_per_minute == 0:
+        out.append("limits.terminations_per_minute is 0: enforce mode can never signal; "
+                   "every case will be deferred for ever")  # fmt: skip
+    per_node = [limits.terminations_per_node_per_hour,
+                *(pool.terminations_per_node_per_hour for pool in limits.pools)]  # fmt: skip
+    if not any(per_node):
+        out.append("limits.terminations_per_node_per_hour is 0 (and in every pool): enforce "
+                   "mode can never signal; every case will be deferred for ever")  # fmt: skip
+    elif limits.terminations_per_node_per_hour == 0:
+        out.append("limits.terminations_per_node_per_hour is 0: nodes in no pool are never "
+                   "reclaimed (their cases are deferred for ever)")  # fmt: skip
     return out
 
 
@@ -390,22 +411,42 @@ def _check_postgres(dsn: str) -> None:
 
 
 def check_storage(config: ActuatorConfig) -> None:
-    """Raise ConfigError unless the database and the audit log could be created or written
-    (checked without creating anything)."""
+    """Raise ConfigError unless the database and the audit log can be created and written:
+    tried as the start does it (missing folders made, a file written in the folder), then
+    undone, so the check leaves nothing behind."""
     files = [("storage.audit_log", config.storage.audit_log)]
     if config.storage.database.startswith(("postgresql://", "postgres://")):
         _check_postgres(config.storage.database)
     else:
         files.insert(0, ("storage.database", config.storage.database))
     for key, name in files:
-        path = Path(name).absolute()
+        problem = _try_writing(Path(name).absolute())
+        if problem:
+            raise ConfigError(f"{key}: {name} cannot be written: {problem}")
+
+
+def _try_writing(path: Path) -> str:
+    """Why `path` could not be created or appended to ("" when it can)."""
+    made: list[Path] = []
+    try:
+        if path.exists() and not path.is_file():
+            return "it exists and is not a file"
+        for folder in reversed([p for p in path.parents if not p.exists()]):
+            folder.mkdir()
+            made.append(folder)
         if path.exists():
-            ok, where = path.is_file() and os.access(path, os.W_OK), path
+            with path.open("ab"):
+                pass
         else:
-            where = next(p for p in path.parents if p.exists())
-            ok = where.is_dir() and os.access(where, os.W_OK | os.X_OK)
-        if not ok:
-            raise ConfigError(f"{key}: {path} is not writable ({where} does not allow it)")
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".check-"):
+                pass
+    except OSError as exc:
+        return f"{exc.strerror or exc} ({exc.filename or path})"
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return ""
 
 
 class ConfigError(Exception):

@@ -21,7 +21,9 @@ from typing import Any
 
 import requests
 
+from actuator import untrusted
 from actuator.models import Case
+from actuator.notice import Notice, ProvenFacts
 
 log = logging.getLogger(__name__)
 HOLD_S = 3600.0  # how long an info alert stays active in Alertmanager
@@ -62,11 +64,14 @@ class DecisionAlerts:
 
     def _case_alert(self, name: str, severity: str, case: Case, summary: str,
                     ends: float, **extra: str) -> dict[str, Any]:  # fmt: skip
+        """Labels and annotations from the facts the node proved, each cleaned: chat
+        templates downstream render them, and a user chose the command line."""
         now = self.clock()
+        facts = ProvenFacts.of_case(case)
         labels = {
             "alertname": name, "severity": severity, "node": case.node,
-            "gpu": case.labels.get("gpu", ""), "user": case.user or "",
-            "project": case.project or case.labels.get("project", ""),
+            "gpu": facts.gpu if facts else "", "user": case.user or "",
+            "project": facts.project if facts else "",
             "case": str(case.id), "pid": str(case.pid),
         }  # fmt: skip
         annotations = {"summary": summary, **extra}
@@ -74,16 +79,21 @@ class DecisionAlerts:
             labels["case_url"] = f"{self.external_url}/api/v1/cases/{case.id}"
         if self.runbook_url:
             annotations["runbook_url"] = self.runbook_url
-        return {"labels": {k: v for k, v in labels.items() if v}, "annotations": annotations,
+
+        def safe(key: str, value: str, limit: int) -> str:  # our own links stay links
+            return value if key.endswith("_url") else untrusted.label(value, limit)
+
+        return {"labels": {k: safe(k, v, 200) for k, v in labels.items() if v},
+                "annotations": {k: safe(k, v, 500) for k, v in annotations.items()},
                 "startsAt": _iso(now), "endsAt": _iso(ends),
                 "generatorURL": labels.get("case_url", "")}  # fmt: skip
 
-    def scheduled(self, case: Case, deadline: float) -> bool:
-        who = case.user or "?"
+    def scheduled(self, notice: Notice, case: Case) -> bool:
+        f, deadline = notice.facts, notice.deadline
         return self.post([self._case_alert(
             "GpuReclaimScheduled", "info", case,
-            f"{who}'s {case.labels.get('command', 'process')} (PID {case.pid}) on {case.node} "
-            f"GPU {case.labels.get('gpu', '?')} will be reclaimed at {_iso(deadline)} unless kept",
+            f"{notice.user or '?'}'s {f.program or 'process'} (PID {f.pid}) on {f.node} "
+            f"GPU {f.gpu} will be reclaimed at {_iso(deadline)} unless kept",
             deadline + HOLD_S, deadline=_iso(deadline),
         )])  # fmt: skip
 

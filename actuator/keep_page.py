@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from flask import Blueprint, Response, request
 
+from actuator import untrusted
 from actuator.audit import AuditError
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
+from actuator.notice import ProvenFacts
 from actuator.store import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -88,9 +90,14 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, snooze: Snooze, keep_max: floa
             if case.state == State.NOTIFIED and case.term_at is None and case.notified_at:
                 grace = (case.effective or {}).get("grace", 0) + case.notice_extra_grace
                 deadline = t["deadline"].format(_local(case.notified_at + grace))
+            facts = ProvenFacts.of_case(case)
             values |= {
-                "command": case.labels.get("command", "?"), "gpu": case.labels.get("gpu", "?"),
-                "memory": size(case.gpu_memory_bytes or 0),
+                # What the node proved (never the alert's claims); autoescaped HTML.
+                "command": untrusted.plain(facts.cmdline or facts.program, 300)
+                if facts else "?",
+                "gpu": facts.gpu if facts else "?",
+                "memory": size((facts.memory_bytes if facts else None)
+                               or case.gpu_memory_bytes or 0),
                 "why": t["stalled" if "Stalled" in case.alertname else "idle"],
                 "deadline": deadline, "csrf": links.csrf(token), "keep_hours": hours,
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,

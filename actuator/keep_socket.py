@@ -7,7 +7,10 @@ Protocol: one JSON line each way, `{"pid": 4242, "action": "keep", "seconds": 72
 `"action": "release"`) -> `{"ok": true, "case": 7, "state": "snoozed", "until": ...}`.
 
 One worker serves the socket at a time (it holds a flock next to it; the others retry), so
-every worker can take over when the serving one exits.
+every worker can take over when the serving one exits. It serves many peers at once: each
+connection has its own thread and a whole-request deadline (a peer trickling one byte at a
+time is cut off), and each uid at most PER_UID connections at a time, so a slow or hostile
+local user never delays another user's `keep` while the grace runs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pwd
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_REQUEST = 4096
 RETRY_S = 5.0
+REQUEST_DEADLINE_S = 2.0  # the whole request line, however it trickles in
+PER_UID = 4  # connections served at once for one uid; more are refused at once
+MAX_CONNECTIONS = 64  # for all uids together
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -75,6 +82,8 @@ class KeepSocket:
         self.rt, self.path, self.snooze, self.release = rt, Path(path), snooze, release
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
+        self._active: dict[int, int] = {}  # uid -> connections being served
+        self._active_lock = threading.Lock()
 
     # -- serving ----------------------------------------------------------------------------
 
@@ -98,7 +107,7 @@ class KeepSocket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(str(self.path))
         os.chmod(self.path, 0o666)  # anyone connects; the kernel says who they are
-        sock.listen(16)
+        sock.listen(128)
         sock.settimeout(0.5)
         self._sock = sock
         log.info("keep socket listening on %s", self.path)
@@ -108,21 +117,50 @@ class KeepSocket:
                     conn, _ = sock.accept()
                 except TimeoutError:
                     continue
-                with conn:
-                    conn.settimeout(5)
-                    self._handle(conn)
+                self._dispatch(conn)
         finally:
             sock.close()
             self.path.unlink(missing_ok=True)
 
-    def _handle(self, conn: socket.socket) -> None:
+    def _dispatch(self, conn: socket.socket) -> None:
+        """Serve the connection in its own thread, within its uid's share."""
         try:
             caller = peer_credentials(conn)
-            raw = conn.makefile("rb").readline(MAX_REQUEST)
+        except OSError:
+            conn.close()
+            return
+        uid = caller[1]
+        with self._active_lock:
+            busy = self._active.get(uid, 0) >= PER_UID or \
+                sum(self._active.values()) >= MAX_CONNECTIONS  # fmt: skip
+            if not busy:
+                self._active[uid] = self._active.get(uid, 0) + 1
+        if busy:
+            with conn, contextlib.suppress(OSError):
+                conn.setblocking(False)
+                conn.send(b'{"ok": false, "error": "busy: too many requests from uid %d"}\n' % uid)
+            return
+        threading.Thread(target=self._serve_one, args=(conn, caller), daemon=True,
+                         name=f"keep-uid-{uid}").start()  # fmt: skip
+
+    def _serve_one(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
+        try:
+            with conn:
+                self._handle(conn, caller)
+        finally:
+            with self._active_lock:
+                self._active[caller[1]] -= 1
+                if not self._active[caller[1]]:
+                    del self._active[caller[1]]
+
+    def _handle(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
+        try:
+            raw = read_line(conn, time.monotonic() + REQUEST_DEADLINE_S)
             answer = self.answer(caller, raw)
         except (OSError, ValueError) as exc:
             answer = {"ok": False, "error": f"bad request: {exc}"}
         with contextlib.suppress(OSError):
+            conn.settimeout(REQUEST_DEADLINE_S)
             conn.sendall(json.dumps(answer).encode() + b"\n")
 
     # -- deciding ---------------------------------------------------------------------------
@@ -173,6 +211,24 @@ class KeepSocket:
         with contextlib.suppress(Exception):
             self.rt.audit.write({"event": "keep_socket", "uid": uid, "pid": pid,
                                  "action": action, "case": case_id, "result": result})  # fmt: skip
+
+
+def read_line(conn: socket.socket, deadline: float) -> bytes:
+    """One request line by `deadline` (monotonic), at most MAX_REQUEST bytes; a peer that
+    has not sent it by then gets TimeoutError, however it trickles."""
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no whole request within {REQUEST_DEADLINE_S:g}s")
+        conn.settimeout(left)
+        chunk = conn.recv(MAX_REQUEST - len(data))
+        if not chunk:
+            break
+        data += chunk
+        if len(data) >= MAX_REQUEST:
+            raise ValueError(f"request longer than {MAX_REQUEST} bytes")
+    return data.split(b"\n", 1)[0]
 
 
 def request_keep(path: str, pid: int, action: str, seconds: float = 0.0,

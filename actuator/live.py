@@ -18,7 +18,7 @@ from actuator.protect import Protection, command_names
 from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
 from exporter.heartbeat_reader import ProcessRef, read_heartbeats
-from exporter.identity import ProjectMapping, group_name, user_name
+from exporter.identity import ProjectMapping, command_name, group_name, user_name
 from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReading
@@ -160,6 +160,8 @@ class Inspector:
             user=user_name(status.uid),
             command=" ".join(command_names(target.pid, root_dir)),
         )
+        argv = procfs.read_cmdline(target.pid, root_dir)
+        identity |= {"program": command_name(argv), "cmdline": " ".join(argv)}
         if stat.start_ticks != target.start_ticks or self._boot_id != target.boot_id:
             return LiveState(**identity)  # another process has this PID: look no further
         groups = tuple(group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
@@ -210,6 +212,8 @@ class Inspector:
             project=project,
             protected=self.protection.reason(stat, status),
             gpu_found=gpu_found,
+            gpu_index=gpu.index if gpu is not None else None,
+            gpu_model=gpu.name if gpu is not None else "",
             on_gpu=on_gpu,
             gpu_memory_bytes=mem,
             sm_util=util,

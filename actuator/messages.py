@@ -1,5 +1,9 @@
-"""What the owner reads: a notice's facts rendered from Jinja templates in their language
-and time zone, as Markdown (chat robots), plain text and HTML (email).
+"""What the owner reads: a notice (actuator/notice.py) rendered from Jinja templates in their
+language and time zone, as plain text, chat Markdown, Slack mrkdwn and HTML (e-mail).
+
+Every string a template prints is untrusted unless the actuator wrote it (`Trusted`): it is
+escaped for each syntax after the template's own markup is turned into that syntax, so no
+process name, user name or display name becomes a link, an image, a mention or HTML.
 
 Templates are `<kind>.<language>.md.j2` (kinds: `warning` before the grace period ends,
 `reclaimed` after); a site directory given in the config is searched first, so a site
@@ -10,6 +14,8 @@ overrides one template by writing a file of the same name. A template sets `subj
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
@@ -20,66 +26,69 @@ from zoneinfo import ZoneInfo
 import jinja2
 import markdown
 
+from actuator import untrusted
+from actuator.notice import Notice
 from actuator.owners import Contact
 
-Kind = Literal["warning", "reclaimed"]
 BUILTIN_TEMPLATES = Path(str(files("actuator").joinpath("templates")))
 
 
 @dataclass(frozen=True)
-class NoticeFacts:
-    """Everything a message says about one case (wall-clock times are unix seconds)."""
-
-    case: int
-    kind: Kind
-    node: str
-    gpu: str
-    pid: int
-    command: str
-    user: str
-    project: str
-    alertname: str
-    memory_bytes: int
-    since: float  # when the alert's condition started
-    deadline: float  # SIGTERM unless kept
-    term_timeout: float
-    freed_bytes: int = 0
-    gpu_model: str = ""
-    keep_url: str = ""
-
-    @classmethod
-    def from_notice(cls, notice: dict[str, Any]) -> NoticeFacts:
-        return cls(
-            case=int(notice["case"]), kind=notice.get("kind", "warning"), node=notice["node"],
-            gpu=str(notice.get("gpu", "?")), pid=int(notice["pid"]),
-            command=notice.get("command") or "?", user=notice.get("user") or "?",
-            project=notice.get("project") or "", alertname=notice.get("alertname", ""),
-            memory_bytes=int(notice.get("gpu_memory_bytes") or 0),
-            since=float(notice.get("since") or notice["sigterm_at"]),
-            deadline=float(notice["sigterm_at"]),
-            term_timeout=float(notice.get("term_timeout") or 0),
-            freed_bytes=int(notice.get("freed_bytes") or 0),
-            gpu_model=notice.get("gpu_model") or "", keep_url=notice.get("keep_url") or "",
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
 class Message:
-    language: str
-    subject: str
-    markdown: str
+    """One notice in each syntax a channel speaks; every one is built from the same template
+    with untrusted values escaped for that syntax (actuator/untrusted.py)."""
 
-    @property
-    def text(self) -> str:
-        """Plain text: the Markdown without its emphasis marks."""
-        return re.sub(r"\*\*(.+?)\*\*", r"\1", self.markdown).replace("`", "")
+    language: str
+    subject: str  # plain text: a mail header, a plain_text title
+    text: str  # plain text: the mail's text part, Feishu's text elements
+    markdown: str  # chat Markdown (WeCom, DingTalk) and the source of the HTML part
+    subject_markdown: str
+    slack: str  # Slack mrkdwn
+    subject_slack: str
 
     @property
     def html(self) -> str:
-        body = markdown.markdown(self.markdown, output_format="html")
+        """The mail's HTML part from the Markdown, with raw HTML never passed through."""
+        converter = markdown.Markdown(output_format="html")
+        converter.preprocessors.deregister("html_block")
+        converter.inlinePatterns.deregister("html")
+        body = converter.convert(self.markdown)
         return (f'<!DOCTYPE html><html lang="{self.language}"><head><meta charset="utf-8">'
                 f"<title>{jinja2.filters.escape(self.subject)}</title></head>"
                 f"<body>{body}</body></html>")  # fmt: skip
+
+
+class Trusted(str):
+    """A template value the actuator itself wrote (a time, a size, a link it signed, the
+    site's own SRE text): inserted as is. Every other string is untrusted and escaped."""
+
+
+Dialect = Literal["text", "markdown", "slack"]
+_ESCAPE: dict[Dialect, Callable[[object], str]] = {
+    "text": untrusted.plain, "markdown": untrusted.markdown, "slack": untrusted.slack,
+}  # fmt: skip
+_SLOT = re.compile("\x00(\\d+)\x00")
+_slots: ContextVar[list[str]] = ContextVar("slots")
+
+
+def _finalize(value: Any) -> Any:
+    """Every `{{ }}` output: an untrusted string becomes a slot, filled once the template's
+    own markup has been turned into the dialect (so that never touches the value)."""
+    if isinstance(value, Trusted) or not isinstance(value, str):
+        return value
+    slots = _slots.get()
+    slots.append(value)
+    return f"\x00{len(slots) - 1}\x00"
+
+
+def _markup(text: str, dialect: Dialect) -> str:
+    """The template's own Markdown in the dialect."""
+    if dialect == "text":
+        return re.sub(r"\*\*(.+?)\*\*", r"\1", text).replace("`", "")
+    if dialect == "slack":  # Slack's control characters, then its single-star bold
+        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return text.replace("**", "*")
+    return text
 
 
 def size(n: int) -> str:
@@ -103,35 +112,68 @@ class Renderer:
         search = [str(site_dir)] if site_dir else []
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader([*search, str(BUILTIN_TEMPLATES)]),
-            autoescape=False,  # Markdown out; the HTML is built from it by `markdown`
+            autoescape=False,  # not HTML: untrusted values are escaped per dialect instead
+            finalize=_finalize,
             undefined=jinja2.StrictUndefined,  # a typo in a site template fails loudly
             keep_trailing_newline=True,
         )
         self.sre = sre
 
-    def render(self, facts: NoticeFacts, contact: Contact, now: float) -> Message:
-        language = contact.language
+    def values(self, notice: Notice, contact: Contact, now: float) -> dict[str, Any]:
+        """What a template may print; strings not marked Trusted are escaped."""
+        language, facts = contact.language, notice.facts
         zone = ZoneInfo(contact.timezone)
 
-        def local(ts: float) -> str:
-            return datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M")
+        def local(ts: float) -> Trusted:
+            return Trusted(datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M"))
 
-        template = self.env.get_template(f"{facts.kind}.{language}.md.j2")
-        values = {
-            "case": facts.case, "node": facts.node, "gpu": facts.gpu, "pid": facts.pid,
-            "command": facts.command, "gpu_model": facts.gpu_model,
-            "name": contact.name or facts.user, "user": facts.user, "project": facts.project,
-            "alertname": facts.alertname, "memory": size(facts.memory_bytes),
-            "freed": size(facts.freed_bytes), "since": local(facts.since),
-            "idle_minutes": max(0, round((now - facts.since) / 60)),
-            "deadline": local(facts.deadline), "timezone": contact.timezone,
-            "term_timeout": duration(facts.term_timeout, language),
+        limits = dict(notice.thresholds)
+        keep_url = (f"{notice.keep_url}?lang={language}&tz={contact.timezone}"
+                    if notice.keep_url else "")  # fmt: skip
+        return {
+            "case": notice.case, "node": facts.node, "gpu": facts.gpu, "pid": facts.pid,
+            "command": facts.program or "?", "cmdline": untrusted.clean(facts.cmdline, 300),
+            "gpu_model": facts.gpu_model,
+            "name": contact.name or notice.user, "user": notice.user, "project": facts.project,
+            "pod": facts.pod, "namespace": facts.namespace, "slurm_job": facts.slurm_job,
+            "alertname": notice.alertname, "memory": Trusted(size(facts.memory_bytes or 0)),
+            "freed": Trusted(size(notice.freed_bytes)), "since": local(notice.since),
+            "idle_minutes": max(0, round((now - notice.since) / 60)),
+            "deadline": local(notice.deadline), "timezone": Trusted(contact.timezone),
+            "term_timeout": Trusted(duration(notice.term_timeout, language)),
+            "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
+            "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
+            if "max_sm_util" in limits else "",
             # The page opens in the owner's language whatever their browser says.
-            "keep_url": f"{facts.keep_url}?lang={language}&tz={contact.timezone}"
-            if facts.keep_url
-            else "",
-            "sre": self.sre or ("GPU 运维团队" if language == "zh-CN" else "the GPU SRE team"),
+            "keep_url": Trusted(keep_url),
+            "sre": Trusted(self.sre or ("GPU 运维团队" if language == "zh-CN" else
+                                        "the GPU SRE team")),
         }  # fmt: skip
-        body = template.render(values)
-        subject = str(template.make_module(values).subject).strip()  # type: ignore[attr-defined]
-        return Message(language, subject, body.strip() + "\n")
+
+    def render(self, notice: Notice, contact: Contact, now: float) -> Message:
+        template = self.env.get_template(f"{notice.kind}.{contact.language}.md.j2")
+        values = self.values(notice, contact, now)
+        out: dict[Dialect, tuple[str, str]] = {}
+        for dialect in ("text", "markdown", "slack"):
+            token = _slots.set([])
+            try:
+                body = template.render(values)
+                subject = str(template.make_module(values).subject).strip()  # type: ignore[attr-defined]
+                slots = _slots.get()
+            finally:
+                _slots.reset(token)
+            escape = _ESCAPE[dialect]
+
+            def fill(
+                text: str, escape: Callable[[object], str] = escape, slots: list[str] = slots
+            ) -> str:
+                return _SLOT.sub(lambda m: escape(slots[int(m.group(1))]), text)
+
+            out[dialect] = (fill(_markup(subject, dialect)),
+                            fill(_markup(body.strip(), dialect)) + "\n")  # fmt: skip
+        return Message(
+            language=contact.language, subject=untrusted.plain(out["text"][0], 500),
+            text=out["text"][1], markdown=out["markdown"][1],
+            subject_markdown=out["markdown"][0], slack=out["slack"][1],
+            subject_slack=out["slack"][0],
+        )  # fmt: skip

@@ -267,9 +267,13 @@ class LiveState:
     pod_container: str = ""  # the container's name in the pod
     slurm_job: str = ""  # from the node (exporter/slurm.py), never from the alert
     project: str = ""  # from the node's project mapping, never from the alert
-    command: str = ""
+    command: str = ""  # the names protection matches (comm, exe, argv[0], module)
+    program: str = ""  # what runs, named as the exporter's `command` label names it
+    cmdline: str = ""  # the whole command line, as /proc says (untrusted: the user wrote it)
     protected: str | None = None
     gpu_found: bool | None = None
+    gpu_index: int | None = None  # the target's GPU as NVML numbers it now
+    gpu_model: str = ""
     on_gpu: bool | None = None  # the target itself is listed on the GPU
     gpu_memory_bytes: int | None = None  # held by the target and its signalled members
     sm_util: float | None = None
@@ -301,7 +305,10 @@ class LiveState:
             "slurm_job": self.slurm_job or None,
             "project": self.project,
             "command": self.command,
+            "program": self.program,
+            "cmdline": self.cmdline,
             "protected": self.protected,
+            "gpu_index": self.gpu_index,
             "on_gpu": self.on_gpu,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "sm_util": self.sm_util,
@@ -427,6 +434,7 @@ class Case:
     slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
     pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
     owner: dict[str, str] | None = None  # who the workload names (a pod's owner annotation)
+    facts: dict[str, Any] | None = None  # what the node proved of the target (ProvenFacts)
 
     @property
     def target(self) -> Target:

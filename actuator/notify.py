@@ -3,16 +3,18 @@ WeCom, DingTalk, Feishu, Slack; `OwnerNotifier`), or as JSON to one webhook."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import requests
 
 from actuator.channels import Channel
-from actuator.messages import NoticeFacts, Renderer
+from actuator.messages import Renderer
+from actuator.notice import Notice
 from actuator.owners import Contact, OwnerDirectory
 
 if TYPE_CHECKING:  # ldap3 loads only where LDAP is configured (actuator/server.py)
@@ -28,20 +30,20 @@ class NoticeResult:
 
 
 class Notifier(Protocol):
-    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult: ...
+    def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult: ...
 
-    def followup(self, notice: dict[str, Any]) -> NoticeResult: ...
+    def followup(self, notice: Notice) -> NoticeResult: ...
 
 
 class NullNotifier:
     """No channel configured: the notice exists only in the audit log and the API."""
 
-    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
+    def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult:
         prefix = "DRY-RUN: would record" if dry_run else "recorded"
-        log.info("%s notice for case %s (no notifier configured)", prefix, notice.get("case"))
+        log.info("%s notice for case %s (no notifier configured)", prefix, notice.case)
         return NoticeResult(False, "no notifier configured")
 
-    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+    def followup(self, notice: Notice) -> NoticeResult:
         return NoticeResult(False, "no notifier configured")
 
 
@@ -54,13 +56,13 @@ class WebhookNotifier:
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self._session = requests.Session()
 
-    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
+    def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult:
         if dry_run:
-            log.info("DRY-RUN: would POST notice for case %s to %s", notice.get("case"), self.url)
+            log.info("DRY-RUN: would POST notice for case %s to %s", notice.case, self.url)
             return NoticeResult(False, "dry run")
         try:
             response = self._session.post(
-                self.url, json=notice, headers=self.headers, timeout=self.timeout
+                self.url, json=notice.to_json(), headers=self.headers, timeout=self.timeout
             )
         except requests.RequestException as exc:
             return NoticeResult(False, f"{type(exc).__name__}: {exc}")
@@ -68,7 +70,7 @@ class WebhookNotifier:
             return NoticeResult(False, f"HTTP {response.status_code}")
         return NoticeResult(True, f"HTTP {response.status_code}")
 
-    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+    def followup(self, notice: Notice) -> NoticeResult:
         """The JSON webhook gets warnings only (its receivers count on one notice per case)."""
         return NoticeResult(False, "the JSON webhook gets no follow-up")
 
@@ -85,29 +87,30 @@ class OwnerNotifier:
         self.directory, self.channels, self.renderer = directory, dict(channels), renderer
         self.clock, self.ldap = clock, ldap
 
-    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
-        facts = NoticeFacts.from_notice(notice)
+    def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult:
+        """To the person the node proves owns the process: its user (uid -> name), the owner
+        the scheduler proves (a pod's annotation, a Slurm job's user), the project of the
+        node's mapping, the SRE route. Alert labels never choose a recipient."""
         lookup = self.ldap.lookup if self.ldap else None
         named = None
-        if notice.get("owner_email"):  # a pod's owner annotation, its namespace's language
-            named = Contact(email=notice["owner_email"],
-                            language=notice.get("owner_language") or "en")  # fmt: skip
-        recipient = self.directory.resolve(
-            facts.user, facts.project, set(self.channels), lookup, named=named
-        )
+        if notice.owner.email:  # a pod's owner annotation, its namespace's language
+            language = notice.owner.language if notice.owner.language == "zh-CN" else "en"
+            named = Contact(email=notice.owner.email, language=language)
+        user, project = notice.user, notice.facts.project
+        recipient = self.directory.resolve(user, project, set(self.channels), lookup, named=named)
         if recipient is None:
             why = f" ({self.ldap.last_error})" if self.ldap and self.ldap.last_error else ""
             return NoticeResult(
                 False,
-                f"nobody to tell: user {facts.user!r}, project {facts.project!r} and the SRE "
+                f"nobody to tell: user {user!r}, project {project!r} and the SRE "
                 f"route have no address on a configured channel{why}",
             )
-        message = self.renderer.render(facts, recipient.contact, self.clock())
-        who = f"{recipient.via} {recipient.contact.name or facts.user}"
+        message = self.renderer.render(notice, recipient.contact, self.clock())
+        who = f"{recipient.via} {recipient.contact.name or user}"
         if recipient.via != "user" and self.ldap and self.ldap.last_error:
             who += f" ({self.ldap.last_error})"
         if dry_run:
-            log.info("DRY-RUN: would send case %s to %s by %s", facts.case, who,
+            log.info("DRY-RUN: would send case %s to %s by %s", notice.case, who,
                      ", ".join(recipient.channels))  # fmt: skip
             return NoticeResult(False, "dry run")
         results = [(name, self.channels[name].send(message, recipient.contact))
@@ -117,6 +120,6 @@ class OwnerNotifier:
         )
         return NoticeResult(any(r.delivered for _, r in results), detail)
 
-    def followup(self, notice: dict[str, Any]) -> NoticeResult:
+    def followup(self, notice: Notice) -> NoticeResult:
         """After a reclaim: what was freed and the case id (best effort, not a gate)."""
-        return self.send({**notice, "kind": "reclaimed"}, dry_run=False)
+        return self.send(dataclasses.replace(notice, kind="reclaimed"), dry_run=False)

@@ -57,6 +57,7 @@ from actuator.models import (
     parse_uid_label,
 )
 from actuator.node import Node
+from actuator.notice import Notice, OwnerHint, ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
 from actuator.schedulers import KubePods, Scheduler, SlurmJobs, gate
@@ -327,7 +328,6 @@ class Reconciler:
             updated=now,
             reason="alert received",
             uid=uid if isinstance(uid, int) else None,
-            project=ep.labels.get("project") or None,
             mode=str(self.config.mode),
             created_mono=self.mono(),
             clock=self.store.clock_id,
@@ -554,6 +554,12 @@ class Reconciler:
         assert d.state is not None
         if live is not None and live.user:
             case.user = live.user
+        disagree: dict[str, dict[str, str]] = {}
+        if live is not None and live.exists and live.start_ticks == case.start_ticks:
+            # What people will read is what the node proved now (never the alert's claims).
+            facts = ProvenFacts.from_live(case, live)
+            case.facts, case.project = facts.to_json(), facts.project or None
+            disagree = disagreements(case.labels, facts)
         case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
         if d.action == Action.TERM:
             assert live is not None
@@ -572,6 +578,8 @@ class Reconciler:
         if live is not None:
             record["live"] = live.evidence()
         record["thresholds"] = self._thresholds(eff)
+        if disagree:  # the alert claimed otherwise; the node won
+            record["alert_disagrees"] = disagree
         try:
             self.audit.write(record)
         except AuditError as exc:
@@ -626,43 +634,38 @@ class Reconciler:
 
     # -- side effects -------------------------------------------------------------------
 
-    def _notice(self, case: Case, eff: Effective, sigterm_at: float) -> dict[str, Any]:
-        """The facts every channel renders from (actuator/messages.py)."""
-        return {
-            "kind": "warning",
-            "case": case.id,
-            "node": case.node,
-            "gpu": case.labels.get("gpu", ""),
-            "pid": case.pid,
-            "command": case.labels.get("command", ""),
-            "user": (case.owner or {}).get("user") or case.user,
-            "owner_email": (case.owner or {}).get("email", ""),
-            "owner_language": (case.owner or {}).get("language", ""),
-            "project": case.project or case.labels.get("project", ""),
-            "uuid": case.uuid,
-            "alertname": case.alertname,
-            "gpu_memory_bytes": case.gpu_memory_bytes,
-            "since": case.starts_ts,
-            "sigterm_at": sigterm_at,
-            "term_timeout": eff.term_timeout,
-            "freed_bytes": case.freed_bytes,
-            "keep_url": self.links.url(case.id) if self.links else "",
-            "snooze": f"/api/v1/cases/{case.id}/snooze",
-            "message": (
-                f"GPU process {case.pid} of {case.user} on {case.node} holds GPU memory and is "
-                f"idle; it will be sent SIGTERM in {eff.grace:g}s unless snoozed."
-            ),
-        }
+    def _notice(self, case: Case, eff: Effective, sigterm_at: float) -> Notice | None:
+        """What people are told, from the facts the node proved (None: it proved none)."""
+        facts = ProvenFacts.of_case(case)
+        if facts is None:
+            return None
+        owner = case.owner or {}
+        return Notice(
+            kind="warning", case=case.id, facts=facts, alertname=case.alertname,
+            since=case.starts_ts, deadline=sigterm_at, term_timeout=eff.term_timeout,
+            grace=eff.grace, freed_bytes=case.freed_bytes,
+            keep_url=self.links.url(case.id) if self.links else "",
+            owner=OwnerHint(user=owner.get("user", ""), email=owner.get("email", ""),
+                            language=owner.get("language", "")),
+            thresholds=(("max_sm_util", self.thresholds.max_sm_util),
+                        ("log_quiet_for", self.config.idle.log_quiet_for)),
+        )  # fmt: skip
 
     def _followup(self, case: Case, eff: Effective) -> None:
         """What was freed, to whoever got the warning; best effort, audited."""
-        result = self.notifier.followup(self._notice(case, eff, case.term_at or self.clock()))
+        notice = self._notice(case, eff, case.term_at or self.clock())
+        if notice is None:
+            return
+        result = self.notifier.followup(notice)
         with contextlib.suppress(AuditError):
             self.audit.write({"event": "followup", "case": case.id,
                               "delivered": result.delivered, "detail": result.detail})  # fmt: skip
 
     def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
         notice = self._notice(case, eff, now + eff.grace + case.notice_extra_grace)
+        if notice is None:  # never: a notice follows a live re-check, which records facts
+            log.error("case %d: no proven facts to tell anyone; not notified", case.id)
+            return
         result = self.notifier.send(notice, dry_run=dry_run)
         if dry_run:
             return
@@ -670,7 +673,7 @@ class Reconciler:
             case, result.delivered, self.config.notice, self.clock(), self.mono()
         ).apply_to(case)
         if self.alerts is not None and case.notified_mono is not None:  # the grace started
-            self.alerts.scheduled(case, notice["sigterm_at"])
+            self.alerts.scheduled(notice, case)
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {"event": "notice", "case": case.id, "delivered": result.delivered,

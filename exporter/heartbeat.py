@@ -15,6 +15,8 @@ namespace is unknown) with::
 
 ``pid`` is the PID this process sees (its container PID in a container), ``start_ticks`` is
 field 22 of /proc/self/stat (it tells a live process from a dead one whose PID was reused).
+``close()`` removes the file (and is run at exit); where it cannot, it writes the record
+with ``"closed": true``, which readers ignore: a heartbeat exists only while the work does.
 The directory comes from ``GPU_RECLAIMER_HEARTBEAT_DIR``, else /run/gpu-reclaimer/heartbeats;
 mount it into containers at the same place. A heartbeat never raises: a full disk or a
 missing directory must not crash a training run.
@@ -54,6 +56,7 @@ class Heartbeat:
         self._start_ticks: int | None = None
         self._last_attempt = float("-inf")
         self._warned = False
+        self._exit_registered = False
 
     @property
     def path(self) -> str:
@@ -88,11 +91,16 @@ class Heartbeat:
         return True
 
     def close(self) -> None:
-        """Remove this process's heartbeat file; a later ``beat()`` writes it again."""
+        """Remove this process's heartbeat file; a later ``beat()`` writes it again. Where
+        it cannot be removed, it is marked closed (readers ignore a closed heartbeat)."""
         self._last_attempt = float("-inf")
-        # Nothing to clean up, or cannot: either way, go on.
-        with contextlib.suppress(Exception):
+        try:
             os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except Exception:  # cannot remove it: say it is over instead, or give up quietly
+            with contextlib.suppress(Exception):
+                self._write(closed=True)
 
     def __enter__(self) -> Heartbeat:
         return self
@@ -109,9 +117,13 @@ class Heartbeat:
             self._start_ticks = _start_ticks()
             self._last_attempt = float("-inf")
 
-    def _write(self) -> None:
+    def _write(self, *, closed: bool = False) -> None:
         path = self.path
-        record = {
+        if not closed and not self._exit_registered:
+            # A clean exit leaves no heartbeat behind to go stale.
+            atexit.register(self.close)
+            self._exit_registered = True
+        record: dict[str, object] = {
             "pid": self._pid,
             "pid_namespace": self._namespace,
             "start_ticks": self._start_ticks,
@@ -119,6 +131,8 @@ class Heartbeat:
             "epoch": self.epoch,
             "step": self.step,
         }
+        if closed:  # the activity is over (the file could not be removed)
+            record["closed"] = True
         os.makedirs(self.directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.directory)
         try:
@@ -178,7 +192,5 @@ def beat(*, epoch: int | None = None, step: int | None = None) -> bool:
     if _default is None:
         with _default_lock:
             if _default is None:
-                _default = Heartbeat()
-                # A clean exit leaves no heartbeat behind to go stale.
-                atexit.register(_default.close)
+                _default = Heartbeat()  # removed at exit once written
     return _default.beat(epoch=epoch, step=step)

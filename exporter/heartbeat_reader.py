@@ -109,6 +109,8 @@ def _matching_timestamp(path: Path, key: _Key) -> float | None:
         return None  # vanished, half-written by a non-atomic writer, or not JSON
     if not isinstance(record, dict):
         return None
+    if record.get("closed", False) is not False:
+        return None  # a closed heartbeat (or a bogus mark) reports no activity
     pid = _int(record.get("pid"))
     namespace = record.get("pid_namespace")
     timestamp = record.get("timestamp")

@@ -19,6 +19,8 @@ class Ingest:
     recorded: int
     ignored: int
     rejected: int = 0
+    # (fingerprint, starts_at, deliveries) of alerts delivered before: the audit says so
+    duplicates: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class EpisodeQueries(Database):
         so a late or duplicated `firing` copy can never revive it.
         """
         recorded = ignored = 0
+        duplicates: list[tuple[str, str, int]] = []
         with self._tx() as conn:
             for alert in alerts:
                 if not is_reclaimable(alert):
@@ -49,7 +52,7 @@ class EpisodeQueries(Database):
                     continue
                 ends = None if is_zero_time(alert.endsAt) else epoch(alert.endsAt)  # type: ignore[arg-type]
                 starts_ts = epoch(alert.startsAt)
-                conn.execute(
+                row = conn.execute(
                     """
                     INSERT INTO episodes (fingerprint, starts_at, starts_ts, alertname, labels,
                         annotations, status, ends_ts, first_seen, last_seen)
@@ -62,6 +65,7 @@ class EpisodeQueries(Database):
                         deliveries = episodes.deliveries + 1,
                         processed = CASE WHEN episodes.status = 'firing' AND
                                     excluded.status = 'resolved' THEN 0 ELSE episodes.processed END
+                    RETURNING deliveries
                     """,
                     (
                         alert.fingerprint,
@@ -75,14 +79,18 @@ class EpisodeQueries(Database):
                         now,
                         now,
                     ),
-                )
+                ).fetchone()
+                deliveries = int(row["deliveries"])
+                if deliveries > 1:
+                    duplicates.append((alert.fingerprint, repr(starts_ts), deliveries))
                 recorded += 1
             bump(conn, "webhook_requests", "200")
             if rejected:
                 bump(conn, "alerts_rejected", "", rejected)
         return Ingest(
-            received=len(alerts) + rejected, recorded=recorded, ignored=ignored, rejected=rejected
-        )
+            received=len(alerts) + rejected, recorded=recorded, ignored=ignored,
+            rejected=rejected, duplicates=tuple(duplicates),
+        )  # fmt: skip
 
     def pending_episodes(self, limit: int = 500) -> list[Episode]:
         rows = self._read(

@@ -16,6 +16,7 @@ import pytest
 from actuator.decision_alerts import DecisionAlerts
 from actuator.demo.ruleset import render_deploy
 from actuator.models import State
+from actuator.notice import Notice, ProvenFacts
 from tests.actuator.test_decisions import make_case
 from tests.helpers.prom import Server, start_alertmanager
 from tests.support import REPO, wait_until
@@ -61,15 +62,23 @@ def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
     alerts = DecisionAlerts([am.url], external_url="https://reclaimer.example.com",
                             runbook_url="https://wiki.example.com/gpu-reclaimer",
                             clock=time.time)  # fmt: skip
+    # The alert's labels claim another command, GPU and project: the node's facts win.
+    facts = ProvenFacts(node="n", pid=4242, gpu_uuid="GPU-2", gpu_index=2, user="lilei",
+                        project="vision", program="python train\u202e.py\n<!channel>")  # fmt: skip
     case = make_case(
         id=7,
         state=State.NOTIFIED,
         user="lilei",
         project="vision",
-        labels={"command": "python train.py", "gpu": "2"},
+        labels={"command": "forged", "gpu": "9", "project": "other"},
+        facts=facts.to_json(),
         freed_bytes=8 << 30,
     )
-    assert alerts.scheduled(case, time.time() + 600)
+    deadline = time.time() + 600
+    notice = Notice(kind="warning", case=7, facts=facts, alertname="GpuProcessIdle",
+                    since=deadline - 900, deadline=deadline, term_timeout=10,
+                    grace=600)  # fmt: skip
+    assert alerts.scheduled(notice, case)
     assert alerts.reclaimed(case)
     wait_until(lambda: {a["labels"]["alertname"] for a in chat.alerts()} >= {
         "GpuReclaimScheduled", "GpuProcessReclaimed"}, 20)  # fmt: skip
@@ -80,7 +89,9 @@ def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
         "case_url": "https://reclaimer.example.com/api/v1/cases/7",
     }  # fmt: skip
     assert scheduled["annotations"]["runbook_url"] == "https://wiki.example.com/gpu-reclaimer"
-    assert "python train.py (PID 4242)" in scheduled["annotations"]["summary"]
+    summary = scheduled["annotations"]["summary"]
+    # one line, no bidi override, no live mention for the chat template downstream
+    assert "python train.py \u2039!channel\u203a (PID 4242) on n GPU 2" in summary
     (reclaimed,) = [a for a in chat.alerts() if a["labels"]["alertname"] == "GpuProcessReclaimed"]
     assert "8.0 GiB freed" in reclaimed["annotations"]["summary"]
 

@@ -81,7 +81,9 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
     (link,) = re.findall(r"http://127\.0\.0\.1:\d+/keep/[\w.-]+\?lang=zh-CN&tz=Asia/Shanghai", text)
     browser.get(link)
     assert "保留 GPU 任务" in browser.title
-    assert f"python train.py (PID {w.pid})" in browser.page_source
+    # What the node runs as that PID, not what the alert claimed.
+    assert "exporter.cli sim run" in browser.page_source and f"(PID {w.pid})" in browser.page_source
+    assert "python train.py" not in browser.page_source
     assert " CST 发送 SIGTERM" in browser.page_source  # the deadline in the owner's zone
     shots.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(shots / "keep-page.zh-CN.png"))

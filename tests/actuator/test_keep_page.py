@@ -13,6 +13,7 @@ import pytest
 from actuator.app import Runtime, create_app
 from actuator.keeplinks import KeepLinks, LinkError, link_key
 from actuator.models import State
+from actuator.notice import ProvenFacts
 from actuator.store.cases import insert_case
 from tests.actuator.test_decisions import make_case
 from tests.actuator.test_webhook import TOKEN, make_runtime
@@ -48,9 +49,21 @@ def client(rt: Runtime) -> Any:
 
 
 def notified_case(rt: Runtime, **over: Any) -> int:
-    case = make_case(id=0, state=State.NOTIFIED, user="lilei", labels={"command": "python t.py",
-                     "gpu": "2"}, gpu_memory_bytes=8 << 30, notified_at=rt.clock(),
-                     notified_mono=rt.mono(), effective={"grace": 600}, **over)  # fmt: skip
+    # The alert claims another command and GPU; the page shows what the node proved.
+    facts = ProvenFacts(
+        node="n",
+        pid=4242,
+        gpu_uuid="GPU-2",
+        gpu_index=2,
+        user="lilei",
+        program="t.py",
+        cmdline="python t.py",
+        memory_bytes=8 << 30,
+    )
+    case = make_case(id=0, state=State.NOTIFIED, user="lilei", labels={"command": "forged.py",
+                     "gpu": "7"}, gpu_memory_bytes=8 << 30, notified_at=rt.clock(),
+                     notified_mono=rt.mono(), effective={"grace": 600}, facts=facts.to_json(),
+                     **over)  # fmt: skip
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
     return case.id
@@ -79,6 +92,7 @@ def test_the_page_shows_the_case_in_the_owners_language_without_the_api_token(rt
     assert page.status_code == 200
     html = page.get_data(as_text=True)
     assert "保留 GPU 任务" in html and "python t.py (PID 4242)" in html and "8.0 GiB" in html
+    assert "forged" not in html and "GPU 2" in html
     assert 'id="keep-4h"' in html and 'id="release"' in html and "发送 SIGTERM" in html
     assert "Keep for 4 h" in client.get(path + "?lang=en").get_data(as_text=True)
     assert page.headers["Referrer-Policy"] == "no-referrer"

@@ -8,7 +8,9 @@ import dataclasses
 import email
 import email.policy
 import json
+import re
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +22,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from actuator import untrusted
 from actuator.channels import (
     DingTalkChannel,
     EmailChannel,
@@ -28,7 +31,8 @@ from actuator.channels import (
     WeComChannel,
 )
 from actuator.config import ConfigError, load_config
-from actuator.messages import NoticeFacts, Renderer
+from actuator.messages import Renderer
+from actuator.notice import Notice, ProvenFacts
 from actuator.notify import OwnerNotifier
 from actuator.owners import Contact, DirectoryError, OwnerDirectory
 from tests.helpers.robots import robot
@@ -43,14 +47,21 @@ BOB = Contact(name="Bob", email="bob@example.com", slack="U024BOB", language="en
               timezone="Europe/Berlin")  # fmt: skip
 
 
-def notice(**over: Any) -> dict[str, Any]:
-    base = {
-        "kind": "warning", "case": 42, "node": "gpu-node-3", "gpu": "2", "pid": 31337,
-        "command": "python train_yolo.py", "user": "lilei", "project": "vision",
-        "alertname": "GpuProcessIdle", "gpu_memory_bytes": 18 * GiB,
-        "since": NOW - 7 * 60, "sigterm_at": NOW + 600, "term_timeout": 10.0,
+def notice(**over: Any) -> Notice:
+    """A notice as the reconciler builds it from what the node proved (`facts` fields may be
+    given directly: user, project, program, cmdline, ...)."""
+    proven = {
+        "node": "gpu-node-3", "pid": 31337, "gpu_uuid": "GPU-2", "gpu_index": 2,
+        "program": "python train_yolo.py", "user": "lilei", "project": "vision",
+        "memory_bytes": 18 * GiB,
     }  # fmt: skip
-    return base | over
+    names = {f.name for f in dataclasses.fields(ProvenFacts)}
+    proven |= {k: over.pop(k) for k in list(over) if k in names}
+    base: dict[str, Any] = {
+        "kind": "warning", "case": 42, "alertname": "GpuProcessIdle", "since": NOW - 7 * 60,
+        "deadline": NOW + 600, "term_timeout": 10.0, "grace": 600.0,
+    }  # fmt: skip
+    return Notice(facts=ProvenFacts(**proven), **(base | over))
 
 
 # -- the directory ----------------------------------------------------------------------
@@ -84,7 +95,7 @@ def test_a_directory_file_with_a_mistake_names_it(tmp_path: Path) -> None:
 
 def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
     message = Renderer(sre="GPU 运维（企业微信群 GPU-help）").render(
-        NoticeFacts.from_notice(notice()), LILEI, NOW)  # fmt: skip
+        notice(), LILEI, NOW)  # fmt: skip
     assert message.subject == (
         "[GPU 回收] gpu-node-3 GPU 2 上的 python train_yolo.py（PID 31337）将于 "
         "2026-12-01 14:10 被回收"
@@ -101,15 +112,13 @@ def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
 
 def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
     renderer = Renderer()
-    stalled = renderer.render(NoticeFacts.from_notice(notice(alertname="GpuProcessStalled")),
+    stalled = renderer.render(notice(alertname="GpuProcessStalled"),
                               BOB, NOW)  # fmt: skip
     assert stalled.subject.startswith("[GPU reclaim] python train_yolo.py (PID 31337)")
     assert "at 2026-12-01 07:10" in stalled.subject  # Berlin
     assert "heartbeat and log have not moved since 2026-12-01 06:53" in stalled.text
     assert "as in an NCCL hang" in stalled.text and "the GPU SRE team" in stalled.text
-    done = renderer.render(
-        NoticeFacts.from_notice(notice(kind="reclaimed", freed_bytes=18 * GiB)), BOB, NOW
-    )
+    done = renderer.render(notice(kind="reclaimed", freed_bytes=18 * GiB), BOB, NOW)
     assert "was reclaimed" in done.subject and "18.0 GiB of GPU memory was freed (case 42)" \
         in done.text  # fmt: skip
     # A site template of the same name wins.
@@ -119,7 +128,7 @@ def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
         "{% set subject %}Site: case {{ case }}{% endset %}Ours: {{ command }} until "
         "{{ deadline }}\n"
     )
-    mine = Renderer(site).render(NoticeFacts.from_notice(notice()), BOB, NOW)
+    mine = Renderer(site).render(notice(), BOB, NOW)
     assert mine.subject == "Site: case 42" and mine.text == "Ours: python train_yolo.py until " \
         "2026-12-01 07:10\n"  # fmt: skip
 
@@ -176,7 +185,7 @@ def test_mail_goes_over_starttls_with_auth_as_text_and_html(smtp_server) -> None
     inbox, port, cert = smtp_server
     channel = EmailChannel("127.0.0.1", port, "gpu-reclaimer@example.com", security="starttls",
                            username="reclaimer", password="s3cret", ca_file=str(cert))  # fmt: skip
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     result = channel.send(message, LILEI)
     assert result.delivered, result.detail
     (mail,) = inbox.messages
@@ -199,7 +208,7 @@ def test_a_long_chinese_subject_keeps_every_space_through_smtp() -> None:
     from email.generator import BytesGenerator
 
     channel = EmailChannel("127.0.0.1", 25, "gpu-reclaimer@example.com", security="none")
-    base = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    base = Renderer().render(notice(), LILEI, NOW)
     for pad in range(40):
         subject = f"[GPU 回收] {'n' * pad} GPU  上的 yolo（PID 12226）将于 2026-12-01 21:44 被回收"
         mail = channel.compose(dataclasses.replace(base, subject=subject), LILEI)
@@ -214,7 +223,7 @@ def test_mail_with_a_wrong_password_or_an_untrusted_certificate_is_not_delivered
     smtp_server, tmp_path: Path
 ) -> None:
     inbox, port, cert = smtp_server
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     wrong = EmailChannel("127.0.0.1", port, "r@example.com", username="reclaimer",
                          password="guess", ca_file=str(cert)).send(message, LILEI)  # fmt: skip
     assert not wrong.delivered and "SMTPAuthenticationError" in wrong.detail
@@ -228,13 +237,13 @@ def test_mail_with_a_wrong_password_or_an_untrusted_certificate_is_not_delivered
 
 
 def test_wecom_gets_markdown_that_mentions_the_owner() -> None:
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     with robot("wecom") as wecom:
         assert WeComChannel(wecom.url).send(message, LILEI).delivered, wecom.refused
         (body,) = wecom.received
     content = body["markdown"]["content"]
-    assert content.startswith(f"**{message.subject}**") and content.endswith("<@lilei>")
-    long = Renderer().render(NoticeFacts.from_notice(notice(command="x" * 5000)), LILEI, NOW)
+    assert content.startswith(f"**{message.subject_markdown}**") and content.endswith("<@lilei>")
+    long = Renderer().render(notice(program="x" * 5000), LILEI, NOW)
     with robot("wecom") as wecom:  # cut to the robot's 4096 bytes, the mention kept
         assert WeComChannel(wecom.url).send(long, LILEI).delivered, wecom.refused
         assert wecom.received[0]["markdown"]["content"].endswith("<@lilei>")
@@ -242,7 +251,7 @@ def test_wecom_gets_markdown_that_mentions_the_owner() -> None:
 
 @pytest.mark.parametrize("secret", [None, "SECdingtalk-secret"])
 def test_dingtalk_signed_and_unsigned(secret: str | None) -> None:
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     with robot("dingtalk", secret) as ding:
         result = DingTalkChannel(ding.url, secret=secret).send(message, LILEI)
         assert result.delivered, (result.detail, ding.refused)
@@ -253,7 +262,7 @@ def test_dingtalk_signed_and_unsigned(secret: str | None) -> None:
 
 
 def test_dingtalk_and_feishu_refuse_a_wrong_secret_and_it_is_not_delivered() -> None:
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     with robot("dingtalk", "right") as ding:
         result = DingTalkChannel(ding.url, secret="wrong").send(message, LILEI)
         assert not result.delivered and "310000" in result.detail
@@ -267,7 +276,7 @@ def test_dingtalk_and_feishu_refuse_a_wrong_secret_and_it_is_not_delivered() -> 
 
 @pytest.mark.parametrize("secret", [None, "feishu-secret"])
 def test_feishu_gets_a_post_with_the_owner_mentioned(secret: str | None) -> None:
-    message = Renderer().render(NoticeFacts.from_notice(notice()), LILEI, NOW)
+    message = Renderer().render(notice(), LILEI, NOW)
     with robot("feishu", secret) as feishu:
         result = FeishuChannel(feishu.url, secret=secret).send(message, LILEI)
         assert result.delivered, (result.detail, feishu.refused)
@@ -279,14 +288,14 @@ def test_feishu_gets_a_post_with_the_owner_mentioned(secret: str | None) -> None
 
 
 def test_slack_gets_block_kit_with_the_owner_mentioned() -> None:
-    message = Renderer().render(NoticeFacts.from_notice(notice(user="bob")), BOB, NOW)
+    message = Renderer().render(notice(user="bob"), BOB, NOW)
     with robot("slack") as slack:
         assert SlackChannel(slack.url).send(message, BOB).delivered, slack.refused
         (body,) = slack.received
     header, section = body["blocks"]
     assert header["text"]["text"] == message.subject[:150]
     assert section["text"]["text"].startswith("<@U024BOB> *Hello Bob,*")
-    assert body["text"] == message.subject
+    assert body["text"] == message.subject_slack
 
 
 # -- the notifier -----------------------------------------------------------------------
@@ -353,11 +362,16 @@ def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
         assert case["state"] == "reclaimed", case
         wait_until(lambda: len(wecom.received) == 2, 10)
         warning, followup = (r["markdown"]["content"] for r in wecom.received)
-    assert f"python train.py（PID {w.pid}）" in warning and "是否仍在进行" in warning
+    # The alert claimed `python train.py`; the owner reads what the node runs as that PID.
+    assert f"`exporter.cli`（PID {w.pid}）" in warning and "是否仍在进行" in warning
+    assert "train.py" not in warning and "train.py" not in followup
     assert warning.endswith("<@tester>") and f"工单号 {case['id']}" in warning
     assert "已被回收" in followup and f"工单号 {case['id']}" in followup
     audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text()
              .splitlines()]  # fmt: skip
+    (notified,) = [r for r in audit if r.get("to") == "notified"]
+    assert notified["alert_disagrees"]["command"] == {"alert": "python train.py",
+                                                      "node": "exporter.cli"}  # fmt: skip
     (sent,) = [r for r in audit if r.get("event") == "notice"]
     assert sent["delivered"] and "wecom delivered" in sent["detail"]
     (told,) = [r for r in audit if r.get("event") == "followup"]
@@ -432,3 +446,136 @@ def test_an_unreachable_ldap_falls_back_to_the_sre_route_and_says_why(tmp_path: 
     assert "to sre GPU SRE (LDAP ldap://127.0.0.1" in result.detail
     assert notifier.send(notice(user="lilei"), dry_run=False).delivered
     assert channel.to[-1] == "lilei@example.com"  # from the cache
+
+
+# -- people are told proven facts (who, what) ----------------------------------------------
+
+
+def test_who_is_warned_follows_what_the_node_proves_never_the_alert_labels(
+    tmp_path: Path, workloads, actuator_factory
+) -> None:
+    """A forged `project` (and `user`) label chose the other project's contact, and the
+    delivery counted; now the node's project mapping decides, and the labels are audited
+    as disagreeing."""
+    import getpass
+
+    from tests.actuator.conftest import alert_for, payload
+
+    me = getpass.getuser()
+    owners = tmp_path / "owners.yml"
+    owners.write_text(
+        "users:\n  victim-user: {name: Victim, wecom: victim-user}\n"
+        "projects:\n  vision: {name: Vision on-call, wecom: vision-oncall}\n"
+        "  victim: {name: Victim on-call, wecom: victim-oncall}\n"
+    )
+    projects = tmp_path / "projects.yml"
+    projects.write_text(f"projects:\n  - name: vision\n    users: [{me}]\n")
+    with robot("wecom") as wecom:
+        actuator = actuator_factory(
+            workloads.node_dir,
+            node={"projects_file": str(projects)},
+            notice={"required": True},
+            notifier={"directory": str(owners), "wecom": {"url": wecom.url}},
+        )
+        w = workloads.spawn()
+        forged = alert_for(w, project="victim", user="victim-user", gpu="7")
+        assert actuator.post(payload(forged)).status_code == 200
+        case = actuator.wait_state(w, "reclaimed", "refused", "failed", timeout=30)
+        assert case["state"] == "reclaimed", case
+        mentions = [r["markdown"]["content"].rsplit("\n", 1)[-1] for r in wecom.received]
+    assert mentions and set(mentions) == {"<@vision-oncall>"}, mentions
+    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text()
+             .splitlines()]  # fmt: skip
+    (notified,) = [r for r in audit if r.get("to") == "notified"]
+    assert notified["alert_disagrees"]["project"] == {"alert": "victim", "node": "vision"}
+    assert notified["alert_disagrees"]["gpu"] == {"alert": "7", "node": "0"}
+    (sent,) = [r for r in audit if r.get("event") == "notice"]
+    assert "project Vision on-call" in sent["detail"], sent
+
+
+# -- untrusted text is data in every channel --------------------------------------------
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "<!channel> <!here> <!everyone> <@U0ADMIN> <#C0GENERAL>",
+    '<@all> @all <font color="warning">urgent</font>',
+    "[click me](http://evil.example/login) ![pixel](http://evil.example/p.png)",
+    "<http://evil.example|your job> http://evil.example www.evil.example",
+    "**bold** _it_ ~strike~ # heading\n> quote\n- item",
+    "`code` ``` fence",
+    "train\u202egnp.exe\u202c \u2066isolate\u2069 zero\u200bwidth",
+    "line one\r\nline two\x00nul\x1b[31mansi\x7f",
+    "&lt;script&gt; &amp; &",
+    "{{ 7*7 }} {% if 1 %}jinja{% endif %}",
+    "x" * 5000,
+]
+LIVE_LINK = re.compile(r"https?://|www\.", re.IGNORECASE)
+
+
+def _outside_code(markdown_text: str) -> str:
+    """The Markdown with its inline code spans removed: what a chat client would format."""
+    return re.sub(r"`[^`\n]*`", "", markdown_text)
+
+
+def _hostile_notice(text: str) -> Notice:
+    return notice(program=text, cmdline=text, project=text, user=text, pod=text,
+                  namespace=text, gpu_model=text)  # fmt: skip
+
+
+@pytest.mark.parametrize("hostile", HOSTILE, ids=lambda t: t[:20])
+@pytest.mark.parametrize("contact", [LILEI, BOB], ids=["zh-CN", "en"])
+@pytest.mark.parametrize("kind", ["warning", "reclaimed"])
+def test_untrusted_text_is_rendered_as_data_in_every_channel(
+    hostile: str, contact: Contact, kind: str
+) -> None:
+    """A process name (or user, project, pod, display name) carrying HTML, a Slack
+    broadcast, a WeCom mention, links, images, bidi overrides or control characters shows
+    as text in every channel: no live markup, mention, link or image survives."""
+    hostile_contact = contact.model_copy(update={"name": hostile})
+    message = Renderer().render(
+        dataclasses.replace(_hostile_notice(hostile), kind=kind), hostile_contact, NOW
+    )
+    everything = [message.subject, message.text, message.markdown, message.subject_markdown,
+                  message.slack, message.subject_slack, message.html]  # fmt: skip
+    for rendered in everything:
+        assert not any(c in untrusted.BIDI_CONTROLS for c in rendered)
+        assert not any(unicodedata.category(c) == "Cc" and c != "\n" for c in rendered)
+        assert "x" * 301 not in rendered  # capped
+    assert "\n" not in message.subject
+    # Chat Markdown (WeCom, DingTalk): outside code spans no tag, mention, link or image.
+    for md in (message.markdown, message.subject_markdown):
+        live = _outside_code(md)
+        assert not re.search(r"[<>]|\]\(|!\[|@all|bold\*\*|&lt;", live), live
+        assert not LIVE_LINK.search(live), live
+    # Slack mrkdwn: the only angle brackets are escaped ones; no broadcast, link or mention.
+    for mrkdwn in (message.slack, message.subject_slack):
+        assert "<" not in mrkdwn and ">" not in mrkdwn, mrkdwn
+        assert not LIVE_LINK.search(_outside_code(mrkdwn)), mrkdwn
+    # E-mail HTML: only the tags the template itself makes, no attributes but the page's.
+    tags = set(re.findall(r"<\s*([a-zA-Z][\w-]*)", message.html))
+    assert tags <= {"html", "head", "meta", "title", "body", "p", "strong", "code", "ul", "li"}
+    assert not re.search(r"<[^>]*\son\w+\s*=", message.html), message.html
+    shown = re.sub(r"<code>.*?</code>|<title>.*?</title>", "", message.html, flags=re.S)
+    assert not LIVE_LINK.search(shown), shown  # the title is text, never a link
+    # Every channel's request body, as sent.
+    wecom = WeComChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
+    content = wecom["markdown"]["content"]
+    assert re.findall(r"<@[^>]*>", content) == [f"<@{contact.wecom}>"] if contact.wecom else \
+        re.findall(r"<@[^>]*>", content) == []  # fmt: skip
+    slack = SlackChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
+    section = slack["blocks"][1]["text"]["text"]
+    assert re.findall(r"<[^>]*>", section) == ([f"<@{contact.slack}>"] if contact.slack else [])
+    assert "<" not in slack["text"]
+    feishu = FeishuChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
+    (post,) = feishu["content"]["post"].values()
+    assert {e["tag"] for line in post["content"] for e in line} <= {"at", "text"}
+
+
+def test_cleaning_removes_what_makes_a_reviewer_read_another_name() -> None:
+    assert untrusted.clean("train\u202egnp.exe") == "traingnp.exe"
+    assert untrusted.clean("a\r\nb\tc\x00d\x1b[1m") == "a  b cd[1m"
+    assert untrusted.clean("y" * 10, limit=5) == "yyyy…"
+    assert untrusted.markdown("李雷") == "李雷"  # plain words stay plain
+    assert untrusted.markdown("<@all>") == "`\u2039@all\u203a`"
+    assert untrusted.slack("<!channel> & co") == "`&lt;!channel&gt; &amp; co`"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from actuator.app import Runtime, create_app
 from actuator.audit import AuditLog
-from actuator.config import ActuatorConfig
+from actuator.config import ActuatorConfig, ConfigError, load_config
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
@@ -208,6 +208,23 @@ def test_ready_reports_unwritable_audit(tmp_path):
     assert r.status_code == 503 and "audit log" in r.json["reasons"][0]
 
 
+def test_an_api_error_path_answers_a_reason_never_500(tmp_path):
+    """The audit log made unreadable (a directory): every GET path answers 4xx with a
+    reason, or 503 while the dependency is away; none answers 500."""
+    (tmp_path / "dir").mkdir()
+    rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),
+                                          "audit_log": str(tmp_path / "dir")})  # fmt: skip
+    app = create_app(rt)
+    client = app.test_client()
+    r = client.get("/api/v1/audit", headers=AUTH)
+    assert r.status_code == 503 and "audit log" in r.json["error"], r.json
+    paths = {rule.rule.replace("<int:case_id>", "1").replace("<token>", "x")
+             for rule in app.url_map.iter_rules() if "GET" in rule.methods}  # fmt: skip
+    for path in sorted(p for p in paths if "<" not in p):
+        answer = client.get(path, headers=AUTH)
+        assert answer.status_code != 500, (path, answer.data[:300])
+
+
 text = st.text(max_size=20)
 labels = st.dictionaries(
     st.sampled_from(["alertname", "reclaim", "node", "pid", "uuid", "uid", "start_time", "x"]),
@@ -294,3 +311,78 @@ def test_snooze_survives_a_reconciler_tick_between_read_and_write(client, rt):
     assert real_get(case.id).state == State.SNOOZED
     snoozes = [rec for rec in rt.audit.tail(10) if rec["event"] == "snooze"]
     assert len(snoozes) == 1  # retries do not repeat the audit record
+
+
+def test_the_records_say_who_really_acted(client, rt, tmp_path):
+    """Without operators the shared token is the principal: what a caller writes in `by` is
+    kept as what they said, never as who acted; refused logins and duplicate deliveries are
+    on the record."""
+    case = make_case(id=0, state=State.NOTIFIED)
+    with rt.store._tx() as conn:
+        insert_case(conn, case, {})
+    r = client.post(f"/api/v1/cases/{case.id}/snooze",
+                    json={"duration": "1h", "by": "the-ceo"}, headers=AUTH)  # fmt: skip
+    assert r.status_code == 200, r.json
+    (snooze,) = [rec for rec in rt.audit.tail(20) if rec["event"] == "snooze"]
+    assert snooze["by"] == "token (the shared bearer token), said 'the-ceo'", snooze
+    reset = client.post("/api/v1/breaker/reset", json={"by": "root", "reason": "test"},
+                        headers=AUTH)  # fmt: skip
+    assert reset.status_code == 200, reset.json
+    (record,) = [rec for rec in rt.audit.tail(20) if rec["event"] == "breaker_reset"]
+    assert record["by"].startswith("token (the shared bearer token)"), record
+
+    # A wrong or missing shared token is audited (never the token itself).
+    assert client.get("/api/v1/cases", headers={"Authorization": "Bearer guess"}).status_code \
+        == 403  # fmt: skip
+    assert client.post("/api/v1/alerts", json=body(alert())).status_code == 401
+    failed = [rec for rec in rt.audit.tail(50) if rec["event"] == "auth_failed"]
+    assert [(f["reason"], f["path"]) for f in failed] == [
+        ("invalid", "/api/v1/cases"), ("missing", "/api/v1/alerts")]  # fmt: skip
+    assert "guess" not in json.dumps(failed)
+
+    # The same payload twice: the second delivery is recorded as a duplicate.
+    payload = body(alert(fingerprint="dup-1"))
+    for _ in range(2):
+        assert client.post("/api/v1/alerts", json=payload, headers=AUTH).status_code == 200
+    (dup,) = [rec for rec in rt.audit.tail(50) if rec["event"] == "alert_duplicate"]
+    assert dup["fingerprint"] == "dup-1" and dup["deliveries"] == 2
+
+
+def load_config_text(tmp_path: Path, text: str) -> ActuatorConfig:
+    path = tmp_path / "actuator.yml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
+    """A path the old check passed (its nearest existing folder is writable) that the start
+    cannot create; a limit of 0 under enforce is said, not silently deferred for ever."""
+    import subprocess
+    import sys
+
+    from actuator.config import check_storage, config_warnings
+
+    too_long = tmp_path / ("x" * 300) / "actuator.db"
+    config = load_config_text(tmp_path, f"storage: {{database: {too_long}}}\n")
+    with pytest.raises(ConfigError, match=r"storage.database: .* cannot be written: .*too long"):
+        check_storage(config)
+    fine = load_config_text(tmp_path, f"storage: {{database: {tmp_path}/a/b/actuator.db, "
+                            f"audit_log: {tmp_path}/a/audit.jsonl}}\n")  # fmt: skip
+    check_storage(fine)
+    assert not (tmp_path / "a").exists()  # the check leaves nothing behind
+
+    enforce = "mode: enforce\nnotice: {required: false}\nlimits: {terminations_per_minute: 0}\n"
+    never = load_config_text(tmp_path, enforce)
+    assert any("can never signal" in w for w in config_warnings(never))
+    token = tmp_path / "token"
+    token.write_text("a-token-of-enough-bytes\n")
+    token.chmod(0o600)
+    path = tmp_path / "never.yml"
+    storage = f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
+    path.write_text(enforce + storage)
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "actuator", "--config", str(path),
+         "--token-file", str(token), "--check-config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "can never signal" in result.stdout + result.stderr, result

@@ -1,0 +1,144 @@
+"""What a person is told about a case: one typed value built from facts the node proved.
+
+The alert names a target (node, PID, start ticks, GPU UUID); everything else it says
+(command, GPU index, project, user, memory) is a claim. A notice shows only what the live
+re-check of that target saw (`ProvenFacts`), recorded on the case when the node proved it,
+so a follow-up after the process has gone still tells the same truth. Where a claim
+disagrees with the node, the node wins and `disagreements` says so for the audit.
+
+Every channel, template, the keep page, the decision alerts and the audit read `Notice`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+from actuator.models import Case, LiveState
+
+Kind = Literal["warning", "reclaimed"]
+
+
+@dataclass(frozen=True)
+class ProvenFacts:
+    """The target as the node saw it at its last live re-check (untrusted text included:
+    a user chose the command line; escaping is the renderer's job, actuator/untrusted.py)."""
+
+    node: str
+    pid: int
+    gpu_uuid: str
+    gpu_index: int | None = None
+    gpu_model: str = ""
+    user: str = ""
+    uid: int | None = None
+    project: str = ""  # the node's project mapping (user, groups, namespace)
+    program: str = ""
+    cmdline: str = ""
+    memory_bytes: int | None = None
+    sm_util: float | None = None
+    namespace: str = ""
+    pod: str = ""
+    slurm_job: str = ""
+    checked_at: float = 0.0
+
+    @classmethod
+    def from_live(cls, case: Case, live: LiveState) -> ProvenFacts:
+        return cls(
+            node=case.node, pid=case.pid, gpu_uuid=case.uuid, gpu_index=live.gpu_index,
+            gpu_model=live.gpu_model, user=live.user or "", uid=live.uid,
+            project=live.project, program=live.program, cmdline=live.cmdline,
+            memory_bytes=live.gpu_memory_bytes, sm_util=live.sm_util,
+            namespace=live.namespace, pod=live.pod, slurm_job=live.slurm_job,
+            checked_at=live.sampled_at,
+        )  # fmt: skip
+
+    @classmethod
+    def of_case(cls, case: Case) -> ProvenFacts | None:
+        """The facts recorded on the case, or None when the node never proved any."""
+        if not case.facts:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in case.facts.items() if k in known})
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def gpu(self) -> str:
+        """The GPU as people name it: its index on the node, else its UUID."""
+        return str(self.gpu_index) if self.gpu_index is not None else self.gpu_uuid
+
+
+# alert label -> how to read the same fact from ProvenFacts
+_CLAIMS = {
+    "gpu": lambda f: f.gpu if f.gpu_index is not None else None,
+    "command": lambda f: f.program or None,
+    "user": lambda f: f.user or None,
+    "project": lambda f: f.project,
+    "namespace": lambda f: f.namespace,
+    "pod": lambda f: f.pod,
+}
+
+
+def disagreements(labels: dict[str, str], facts: ProvenFacts) -> dict[str, dict[str, str]]:
+    """Labels the alert carries that the node contradicts: {label: {alert, node}}. A label
+    the node has no reading for is not a disagreement (nothing to compare)."""
+    found = {}
+    for label, read in _CLAIMS.items():
+        claimed = labels.get(label)
+        proven = read(facts)
+        if claimed and proven is not None and claimed != proven:
+            found[label] = {"alert": claimed, "node": str(proven)}
+    return found
+
+
+@dataclass(frozen=True)
+class OwnerHint:
+    """Who the workload names as its owner, proven by the scheduler (a pod's annotation on
+    the pod the cgroup names; Slurm's job record): never from the alert."""
+
+    user: str = ""
+    email: str = ""
+    language: str = ""
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: Kind
+    case: int
+    facts: ProvenFacts
+    alertname: str  # which idle definition flagged it (the rule, not a fact about people)
+    since: float  # when the condition started (unix seconds)
+    deadline: float  # SIGTERM unless kept (warning) or when SIGTERM was sent (reclaimed)
+    term_timeout: float
+    grace: float
+    freed_bytes: int = 0
+    keep_url: str = ""
+    owner: OwnerHint = OwnerHint()
+    thresholds: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def user(self) -> str:
+        """Whose notice this is: the scheduler-proven owner, else the process's user."""
+        return self.owner.user or self.facts.user
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON webhook's body and the audit's copy (stable keys)."""
+        f = self.facts
+        return {
+            "kind": self.kind, "case": self.case, "node": f.node, "gpu": f.gpu,
+            "uuid": f.gpu_uuid, "gpu_model": f.gpu_model, "pid": f.pid,
+            "command": f.program, "cmdline": f.cmdline, "user": self.user,
+            "project": f.project, "namespace": f.namespace, "pod": f.pod,
+            "slurm_job": f.slurm_job, "alertname": self.alertname,
+            "gpu_memory_bytes": f.memory_bytes, "since": self.since,
+            "sigterm_at": self.deadline, "term_timeout": self.term_timeout,
+            "freed_bytes": self.freed_bytes, "keep_url": self.keep_url,
+            "snooze": f"/api/v1/cases/{self.case}/snooze",
+            "owner_email": self.owner.email, "owner_language": self.owner.language,
+            "thresholds": dict(self.thresholds),
+            "message": (
+                f"GPU process {f.pid} of {self.user or '?'} on {f.node} holds GPU memory and "
+                f"is idle; it will be sent SIGTERM in {self.grace:g}s unless snoozed."
+            ),
+        }  # fmt: skip

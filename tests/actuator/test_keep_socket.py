@@ -1,0 +1,73 @@
+"""The node's keep socket under hostile local peers: one trickling a byte at a time, and a
+flood of connections from another uid, while the owner keeps their process."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from actuator.keep_socket import PER_UID, REQUEST_DEADLINE_S, request_keep
+from tests.actuator.conftest import alert_for, payload
+from tests.support import wait_until
+
+# A local user's processes: one trickles a request a byte every half second; the other opens
+# many connections and sends nothing.
+TRICKLE = (
+    "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);\n"
+    'for b in b\'{"pid": 1, "action": "keep", "seconds": 60}\':\n'
+    "    time.sleep(0.5)\n"
+    "    try: s.send(bytes([b]))\n"
+    "    except OSError: print('cut off'); break\n"
+)
+FLOOD = (
+    "import socket, sys, time; held = []\n"
+    "for _ in range(int(sys.argv[2])):\n"
+    "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); held.append(s)\n"
+    "print('connected', flush=True); time.sleep(30)\n"
+)
+
+
+def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return subprocess.Popen([python, "-c", code, *args], user=65534, group=65534,
+                            extra_groups=[], stdout=subprocess.PIPE, text=True,
+                            cwd="/")  # fmt: skip
+
+
+def test_a_slow_or_flooding_peer_never_delays_the_owners_keep(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))  # another uid must reach it
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    sock = shared / "keep.sock"
+    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
+                                server={"keep_socket": str(sock)})  # fmt: skip
+    w = workloads.spawn()
+    assert actuator.post(payload(alert_for(w))).status_code == 200
+    wait_until(lambda: (actuator.case_for(w) or {}).get("state") == "notified", 20)
+    wait_until(sock.exists, 10)
+
+    peers = [_as_nobody(TRICKLE, str(sock)), _as_nobody(FLOOD, str(sock), str(PER_UID * 10))]
+    request.addfinalizer(lambda: [p.kill() for p in peers])
+    flood = peers[1]
+    assert flood.stdout is not None and flood.stdout.readline().strip() == "connected"
+    time.sleep(0.3)  # the trickle is under way and the flood holds its connections
+
+    started = time.monotonic()
+    answer = request_keep(str(sock), w.pid, "keep", 3600, timeout=5)
+    took = time.monotonic() - started
+    assert answer["ok"], answer
+    assert took < 1.0, f"the owner's keep took {took:.2f}s"
+    assert actuator.case_for(w)["state"] == "snoozed"
+
+    # The trickling peer is cut off at the whole-request deadline, not served forever.
+    trickle = peers[0]
+    out, _ = trickle.communicate(timeout=REQUEST_DEADLINE_S + 30)
+    assert "cut off" in out or trickle.returncode != 0
