@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
 
-.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos
+.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics
 
 setup: $(VENV)/.installed system-deps
 
@@ -74,6 +74,13 @@ bench: setup
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup
 	$(BIN)/python benchmarks/exporter_vs_nvitop.py --install
+
+# Opt-in, not part of `make test`: the heartbeat's lifecycle with the real Ultralytics package
+# (tiny models trained on the CPU on synthetic data; a throwaway venv of several GB).
+check-ultralytics:
+	$(PYTHON) -m venv .venv-ultralytics
+	.venv-ultralytics/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190
+	.venv-ultralytics/bin/python checks/ultralytics_heartbeat.py
 
 # Ten minutes at 50 webhooks/s (reliability case 44); not part of bench.
 soak: setup

@@ -57,6 +57,7 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, C
         server.shutdown()
 
 
+@pytest.mark.reliability(47, 48)
 def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
     am, chat = routed
     alerts = DecisionAlerts([am.url], external_url="https://reclaimer.example.com",

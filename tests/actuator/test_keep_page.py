@@ -85,6 +85,7 @@ def audit(rt: Runtime) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.reliability(47)
 def test_the_page_shows_the_case_in_the_owners_language_without_the_api_token(rt, client):
     case_id = notified_case(rt)
     path = path_of(rt.links.url(case_id))

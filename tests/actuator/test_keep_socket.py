@@ -40,6 +40,7 @@ def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
                             cwd="/")  # fmt: skip
 
 
+@pytest.mark.reliability(49)
 def test_a_slow_or_flooding_peer_never_delays_the_owners_keep(
     workloads, actuator_factory, request: pytest.FixtureRequest
 ) -> None:

@@ -335,6 +335,7 @@ def test_config_names_what_is_missing(tmp_path: Path) -> None:
 # -- through the real actuator ------------------------------------------------------------
 
 
+@pytest.mark.reliability(47)
 def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
     tmp_path: Path, workloads, actuator_factory
 ) -> None:
@@ -451,6 +452,7 @@ def test_an_unreachable_ldap_falls_back_to_the_sre_route_and_says_why(tmp_path: 
 # -- people are told proven facts (who, what) ----------------------------------------------
 
 
+@pytest.mark.reliability(47)
 def test_who_is_warned_follows_what_the_node_proves_never_the_alert_labels(
     tmp_path: Path, workloads, actuator_factory
 ) -> None:
@@ -526,6 +528,7 @@ def _hostile_notice(text: str) -> Notice:
 @pytest.mark.parametrize("hostile", HOSTILE, ids=lambda t: t[:20])
 @pytest.mark.parametrize("contact", [LILEI, BOB], ids=["zh-CN", "en"])
 @pytest.mark.parametrize("kind", ["warning", "reclaimed"])
+@pytest.mark.reliability(48)
 def test_untrusted_text_is_rendered_as_data_in_every_channel(
     hostile: str, contact: Contact, kind: str
 ) -> None:

@@ -208,6 +208,7 @@ def test_ready_reports_unwritable_audit(tmp_path):
     assert r.status_code == 503 and "audit log" in r.json["reasons"][0]
 
 
+@pytest.mark.reliability(55)
 def test_an_api_error_path_answers_a_reason_never_500(tmp_path):
     """The audit log made unreadable (a directory): every GET path answers 4xx with a
     reason, or 503 while the dependency is away; none answers 500."""

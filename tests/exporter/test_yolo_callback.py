@@ -105,6 +105,7 @@ def test_batches_and_epochs_are_recorded(tmp_path: Path) -> None:
     assert heartbeat_file(tmp_path)["epoch"] == 1
 
 
+@pytest.mark.reliability(50)
 def test_a_heartbeat_exists_only_while_training_does(tmp_path: Path) -> None:
     """Ended normally, ended by an exception, evaluated afterwards, trained again."""
     model = FakeModel()
@@ -129,6 +130,7 @@ def test_a_heartbeat_exists_only_while_training_does(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.reliability(50)
 def test_a_heartbeat_that_cannot_be_removed_is_marked_closed_and_not_counted(
     tmp_path: Path,
 ) -> None:
