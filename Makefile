@@ -36,6 +36,7 @@ protos: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python grafana/generate_dashboards.py --check
 	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py --check
 

@@ -108,6 +108,7 @@ def _reconciler_stalled(rt: Runtime) -> str | None:
             return None  # just started
         return f"no reconciler has finished a pass in {limit:g}s (nothing is being advanced)"
     holder, _, progressed = progress
+    assert progressed is not None  # checked above
     if now - progressed > limit:
         return (
             f"the reconciler ({holder}) last finished a pass {now - progressed:.0f}s ago "

@@ -13,7 +13,6 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from actuator.audit import AuditLog
 from actuator.policy import Duration, Mode, Policy, Size, Strict
 from exporter import config_errors
 from exporter.identity import ProjectMapping, ProjectMappingError
@@ -341,7 +340,7 @@ class ActuatorConfig(Policy):
 
     @model_validator(mode="after")
     def _no_instant_kill(self) -> ActuatorConfig:
-        timings = [self.defaults, *self.projects]
+        timings: list[Any] = [self.defaults, *self.projects]
         for t in timings:
             grace = self.defaults.grace if t.grace is None else t.grace
             term = self.defaults.term_timeout if t.term_timeout is None else t.term_timeout
@@ -487,11 +486,6 @@ def idle_thresholds(config: ActuatorConfig) -> Thresholds:
         return load_thresholds(config.idle.rules_file)
     except ThresholdsError as exc:
         raise ConfigError(f"idle.rules_file: {exc}") from None
-
-
-def open_audit(config: ActuatorConfig) -> AuditLog:
-    storage = config.storage
-    return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
 
 
 def check_tls(config: ActuatorConfig) -> None:

@@ -120,14 +120,15 @@ class DecisionAlerts:
             return
         now = self.clock()
         summary = f"enforcement paused: {reason}" if is_open else "the circuit breaker was reset"
+        annotations = {"summary": summary}
+        if self.runbook_url:
+            annotations["runbook_url"] = self.runbook_url
         alert = {
             "labels": {"alertname": "GpuReclaimerCircuitBreakerOpen", "severity": "critical"},
-            "annotations": {"summary": summary},
+            "annotations": annotations,
             "startsAt": _iso(now),
             "endsAt": _iso(now + 5 * BREAKER_RESEND_S if is_open else now),
         }
-        if self.runbook_url:
-            alert["annotations"]["runbook_url"] = self.runbook_url
         if self.post([alert]):
             self._breaker_sent = mono if is_open else None
             self._breaker_open = is_open

@@ -161,7 +161,8 @@ def _seen(obj: dict[str, Any]) -> Seen:
     generation = meta.get("generation")
     generation = generation if isinstance(generation, int) else 0
     uid = str(meta.get("uid", ""))
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    raw_status = obj.get("status")
+    status: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
     if not all(key):
         log.warning("GpuReclaimPolicy without namespace or name skipped")
         return Seen(key, uid, generation, None, "no namespace or name", status)
@@ -201,7 +202,7 @@ class PolicyWatch:
                 stop.wait(self._backoff)
 
     def _list(self) -> str:
-        answer = self._api.list_cluster_custom_object(
+        answer: Any = self._api.list_cluster_custom_object(
             GROUP, VERSION, PLURAL, _request_timeout=self._timeout
         )
         self.objects.replace(list(answer.get("items") or []))
@@ -237,7 +238,8 @@ class PolicyWatch:
         if self.cluster_mode is None:
             return
         for key in self.objects.keys(namespace):
-            seen, condition = self.objects.status_of(key, self.cluster_mode)
+            seen, found = self.objects.status_of(key, self.cluster_mode)
+            condition: dict[str, Any] = dict(found)
             conditions = seen.status.get("conditions") or []
             current = next(
                 (c for c in conditions if isinstance(c, dict) and c.get("type") == "Accepted"), {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from actuator.models import Excluded, LiveState, Member, Target
@@ -150,7 +150,8 @@ class Inspector:
         status = procfs.read_status(target.pid, root_dir)
         if status is None:
             return LiveState(sampled_at=now, exists=True, errors=("cannot read its status",))
-        identity = dict(
+        argv = procfs.read_cmdline(target.pid, root_dir)
+        identity = LiveState(
             sampled_at=now,
             exists=True,
             start_ticks=stat.start_ticks,
@@ -159,18 +160,18 @@ class Inspector:
             uid=status.uid,
             user=user_name(status.uid),
             command=" ".join(command_names(target.pid, root_dir)),
+            program=command_name(argv),
+            cmdline=" ".join(argv),
         )
-        argv = procfs.read_cmdline(target.pid, root_dir)
-        identity |= {"program": command_name(argv), "cmdline": " ".join(argv)}
         if stat.start_ticks != target.start_ticks or self._boot_id != target.boot_id:
-            return LiveState(**identity)  # another process has this PID: look no further
+            return identity  # another process has this PID: look no further
         groups = tuple(group_name(g) for g in dict.fromkeys((status.gid, *status.groups)))
         container = read_cgroup_identity(target.pid, root_dir)
         pod, pod_error = self._pod(container.pod, target.uuid)
         namespace = pod.namespace if pod else ""
         slurm_job = slurm_job_of(target.pid, root_dir, container.slurm_job)
         mapping = self.evidence.projects
-        project = mapping.project_for(identity["user"], groups, namespace) if mapping else ""
+        project = mapping.project_for(identity.user or "", groups, namespace) if mapping else ""
         table = procfs.read_process_table(root_dir)
         table.setdefault(stat.pid, stat)
         children = procfs.children_map(table)
@@ -178,7 +179,7 @@ class Inspector:
         cpu = procfs.tree_cpu_seconds(target.pid, table, children)
         errors: list[str] = [pod_error] if pod_error else []
         # A reading from before the process started would say it is not on the GPU.
-        gpu, why = self.gpu(target.uuid, not_before=identity["start_time"])
+        gpu, why = self.gpu(target.uuid, not_before=identity.start_time or 0.0)
         gpu_found: bool | None = None if gpu is None and why != "not found" else gpu is not None
         on_gpu = mem = util = None
         util_unknown = ""
@@ -201,8 +202,8 @@ class Inspector:
         if self.evidence.heartbeat_dir is not None:
             beats = read_heartbeats(self.evidence.heartbeat_dir, [ProcessRef(target.pid)], root_dir)
             heartbeat = beats.get(target.pid)
-        return LiveState(
-            **identity,
+        return replace(
+            identity,
             groups=groups,
             namespace=namespace,
             pod=pod.name if pod else "",

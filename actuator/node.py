@@ -13,8 +13,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from actuator.config import NodeConfig, load_node_projects
 from actuator.live import Evidence, Inspector, process_tree
 from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
@@ -25,9 +26,16 @@ from exporter.guard import BoundedCall
 from exporter.nvml_reader import NvmlReader, NvmlReading
 from exporter.slurm import slurm_job_of
 
+if TYPE_CHECKING:  # grpc loads only where the kubelet's API is configured
+    from exporter.kube.pod_resources import PodResources
+
 # A trusted exporter answers within 2 s; the re-check gives NVML no longer.
 NVML_TIMEOUT = 2.0
 READING_TTL = 0.25  # several cases checked in one tick share one NVML reading
+
+
+class NodeUnreachable(Exception):
+    """The node's agent did not give a usable answer (the node itself is not judged)."""
 
 
 class Node(Protocol):
@@ -211,3 +219,29 @@ class LocalNode:
                 continue
             results.append(self.pidfds.send(m, sig, dry_run=dry_run))
         return results
+
+
+def _pod_resources(socket_path: str | None) -> PodResources | None:
+    if socket_path is None:
+        return None
+    from exporter.kube.pod_resources import PodResources
+
+    return PodResources(socket_path)
+
+
+def local_node(settings: NodeConfig, protect: Protect, sm_window: float) -> LocalNode:
+    """The node this process runs on, reading its evidence where its exporter does."""
+    evidence = Evidence(
+        heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
+        log_globs=settings.log_globs,
+        projects=load_node_projects(settings),
+        pods=_pod_resources(settings.pod_resources_socket),
+    )
+    return LocalNode(
+        settings.name,
+        protect,
+        sim_dir=settings.sim_dir,
+        sm_window=sm_window,
+        nvml_timeout=settings.nvml_timeout,
+        evidence=evidence,
+    )

@@ -41,7 +41,6 @@ from actuator.decisions import (
     decide_unreachable,
 )
 from actuator.fleet.directory import NodeDirectory
-from actuator.fleet.remote import NodeUnreachable
 from actuator.keeplinks import KeepLinks
 from actuator.kube import KubeApi
 from actuator.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch, start_watch
@@ -56,7 +55,7 @@ from actuator.models import (
     parse_target,
     parse_uid_label,
 )
-from actuator.node import Node
+from actuator.node import Node, NodeUnreachable
 from actuator.notice import Notice, OwnerHint, ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
@@ -406,13 +405,14 @@ class Reconciler:
             reason=f"re-armed: the alert still fires {window:g}s after the activity that "
             f"cancelled case {old.id}",
             reason_code=Reason.REARMED,
-            **dict.fromkeys(_RESET_ON_REARM),
             notice_attempts=0,
             notice_extra_grace=0.0,
             freed_bytes=0,
             members=[],
             rearmed_from=old.id,
         )
+        for name in _RESET_ON_REARM:  # what belonged to the old case's escalation
+            setattr(new, name, None)
 
         def audit_rearmed(case: Case) -> None:
             self.audit.write(
@@ -590,7 +590,8 @@ class Reconciler:
             evidence["live"] = live.evidence()
         try:
             done = self.store.transition(
-                case, d.state, reason=d.reason, evidence=evidence, now=now, reason_code=d.code,
+                case, d.state, reason=d.reason, evidence=evidence, now=now,
+                reason_code=d.code or "",
                 mono=mono, fence=self.fence(),
             )  # fmt: skip
         except LeaseLost as exc:

@@ -223,7 +223,8 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
         return out.getvalue()
     markdown = fmt == "markdown"
     lines = [_table(["", "this period", *(["before", "change"] if before else [])],
-                    _compare(summary_rows(f, price), before and summary_rows(before, price)),
+                    _compare(summary_rows(f, price),
+                             summary_rows(before, price) if before else None),
                     markdown)]  # fmt: skip
     groups = group_rows(f, price)
     if groups:

@@ -25,10 +25,10 @@ from typing import Protocol
 from actuator.config import KubernetesSettings, SlurmSettings
 from actuator.decisions import Action, Decision, defer, move, wait
 from actuator.fleet.directory import NodeDirectory
-from actuator.fleet.remote import NodeUnreachable
 from actuator.kube import EvictionBlocked, KubeApi, KubeError, Pod
 from actuator.kube_policies import NamespacePolicies
 from actuator.models import Case, LiveState, Reason, State, Target
+from actuator.node import NodeUnreachable
 from actuator.slurm import SlurmApi, SlurmError
 from actuator.store import Store
 
@@ -195,7 +195,8 @@ class SlurmJobs:
             ok, detail = self.cli.cancel(case.slurm_job, signal=sig)
         except SlurmError as exc:
             ok, detail = False, str(exc)
-        record = {"event": "slurm_cancel", "job": case.slurm_job, "signal": sig}
+        record: dict[str, object] = {"event": "slurm_cancel", "job": case.slurm_job,
+                                     "signal": sig}  # fmt: skip
         return Step(name, ok, detail, record)
 
     def verify(self, case: Case) -> dict[str, object]:

@@ -14,6 +14,7 @@ from gunicorn.app.base import BaseApplication
 
 from actuator.app import Runtime, create_app, snooze_case
 from actuator.asgi import asgi_app
+from actuator.audit import AuditLog
 from actuator.channels import (
     Channel,
     DingTalkChannel,
@@ -24,30 +25,24 @@ from actuator.channels import (
 )
 from actuator.config import (
     ActuatorConfig,
-    NodeConfig,
     NotifierSettings,
-    load_node_projects,
-    open_audit,
 )
 from actuator.decision_alerts import DecisionAlerts
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_page import release
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
-from actuator.live import Evidence
 from actuator.messages import Renderer
-from actuator.node import LocalNode
+from actuator.node import local_node
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
 from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
-from actuator.policy import Protect
 from actuator.reconciler import Reconciler
 from actuator.store import StoreUnavailable, open_store
 from exporter import ownprocs
 
 if TYPE_CHECKING:
     from actuator.ldap_owners import LdapOwners
-    from exporter.kube.pod_resources import PodResources
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +98,12 @@ def build_operators(config: ActuatorConfig) -> Operators | None:
     if config.operators is None:
         return None
     settings, oidc, ldap = config.operators, None, None
+    roles: dict[str, list[str]] = {str(k): v for k, v in settings.roles.items()}
     if settings.oidc is not None:
         o = settings.oidc
         oidc = OidcVerifier(
             o.issuer, o.audience, o.jwks_url, groups_claim=o.groups_claim,
-            roles=settings.roles, leeway=o.leeway, timeout=o.timeout,
+            roles=roles, leeway=o.leeway, timeout=o.timeout,
         )  # fmt: skip
     if settings.ldap is not None:
         from actuator.ldap_operators import LdapBindVerifier
@@ -115,7 +111,7 @@ def build_operators(config: ActuatorConfig) -> Operators | None:
         b = settings.ldap
         ldap = LdapBindVerifier(
             b.url, b.user_dn, group_base=b.group_base, group_filter=b.group_filter,
-            roles=settings.roles, timeout=b.timeout, cache_ttl=b.cache_ttl,
+            roles=roles, timeout=b.timeout, cache_ttl=b.cache_ttl,
         )  # fmt: skip
     return Operators(oidc, ldap)
 
@@ -144,30 +140,9 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
     return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)
 
 
-def _pod_resources(socket_path: str | None) -> PodResources | None:
-    if socket_path is None:
-        return None
-    from exporter.kube.pod_resources import PodResources
-
-    return PodResources(socket_path)
-
-
-def local_node(settings: NodeConfig, protect: Protect, sm_window: float) -> LocalNode:
-    """The node this process runs on, reading its evidence where its exporter does."""
-    evidence = Evidence(
-        heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
-        log_globs=settings.log_globs,
-        projects=load_node_projects(settings),
-        pods=_pod_resources(settings.pod_resources_socket),
-    )
-    return LocalNode(
-        settings.name,
-        protect,
-        sim_dir=settings.sim_dir,
-        sm_window=sm_window,
-        nvml_timeout=settings.nvml_timeout,
-        evidence=evidence,
-    )
+def open_audit(config: ActuatorConfig) -> AuditLog:
+    storage = config.storage
+    return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
 
 
 def build_nodes(config: ActuatorConfig) -> NodeDirectory:
@@ -227,7 +202,7 @@ class _Worker:
         ownprocs.unregister(self.own)
 
 
-class ActuatorApplication(BaseApplication):  # type: ignore[misc]
+class ActuatorApplication(BaseApplication):
     def __init__(self, config: ActuatorConfig, token: str, listen: str) -> None:
         self.config = config
         self.token = token

@@ -156,7 +156,7 @@ def _number(value: object) -> int | float | None:
     """numpy / torch scalars as plain numbers; anything else as null, never an error."""
     for kind in (int, float):
         try:
-            return kind(value)
+            return kind(value)  # type: ignore[call-overload, arg-type]
         except (TypeError, ValueError, OverflowError):
             pass
     return None

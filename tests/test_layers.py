@@ -94,3 +94,32 @@ def test_top_level_help_lists_every_command() -> None:
     assert done.returncode == 0
     for command in ("exporter", "sim", "actuator", "demo"):
         assert command in done.stdout
+
+
+# What the node agent's serving path imports: the Node interface and its readers, never the
+# central service (reconciler, HTTP API, store, server) or its libraries.
+CENTRAL = ("actuator.reconciler", "actuator.app", "actuator.store", "actuator.server",
+           "actuator.notify", "actuator.channels", "actuator.schedulers", "flask", "psycopg",
+           "jwt", "kubernetes", "ldap3", "sqlalchemy")  # fmt: skip
+
+
+def test_the_node_agent_stands_apart_from_the_central_service() -> None:
+    probe = (
+        "import json, sys, tempfile\n"
+        "from actuator.fleet.agent_server import AgentApplication\n"
+        "from actuator.fleet.agent_app import create_agent_app\n"
+        "from actuator.fleet.journal import SignalJournal\n"
+        "from actuator.node import local_node\n"
+        "from actuator.config import NodeConfig\n"
+        "from actuator.policy import Protect\n"
+        "node = local_node(NodeConfig(name='n', sim_dir=tempfile.mkdtemp()), Protect(), 4.0)\n"
+        "create_agent_app(node, SignalJournal(tempfile.mkdtemp() + '/j.db'))\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "actuator.fleet.agent_app" in loaded
+    central = {m for m in loaded for c in CENTRAL if m == c or m.startswith(c + ".")}
+    assert not central, central

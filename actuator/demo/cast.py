@@ -93,12 +93,12 @@ def judge(role: Role, workload: Workload, snap: Snapshot) -> Verdict:
         status = f"{state} ({case['reason_code'] or case['reason']})"
 
     if role.expect in (Expect.RECLAIMED, Expect.KILLED):
-        if state == "reclaimed" and not alive:
+        if state == "reclaimed" and not alive and case is not None:
             if role.expect == Expect.KILLED and "SIGKILL" not in signals:
                 return Verdict(False, "ended without SIGKILL", status)
             return Verdict(True, None, f"reclaimed, {case['freed_bytes'] / 2**30:.1f} GiB freed"
                            + (" (SIGKILL)" if "SIGKILL" in signals else ""))  # fmt: skip
-        if state == "failed":
+        if state == "failed" and case is not None:
             return Verdict(False, f"case failed: {case['reason']}", status)
         if not alive and state not in ("terminating", "killing"):
             return Verdict(False, f"exited without being reclaimed ({status})", status)
@@ -114,7 +114,7 @@ def judge(role: Role, workload: Workload, snap: Snapshot) -> Verdict:
             return Verdict(True, None, "refused: protected")
         return Verdict(False, None, status)
     if role.expect == Expect.CANCELLED:
-        if state == "cancelled":
+        if state == "cancelled" and case is not None:
             return Verdict(True, None, f"cancelled: {case['reason']}")
         return Verdict(False, None, status)
     return Verdict(True, None, "untouched" if case is None else status)

@@ -4,52 +4,106 @@ Only this node's processes: a target naming another node is refused (403), whate
 caller. The agent keeps no escalation state beyond its journal of steps already carried
 out, so a retried or replayed signal request changes nothing. Every answer carries the
 agent's clock, so the actuator can rebase the node's timestamps onto its own.
+
+A plain WSGI application on Werkzeug's request, response and routing (no Flask): the agent
+is the node's hands and loads nothing of the central service.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import BaseModel, ValidationError
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
 
 from actuator.fleet import wire
 from actuator.fleet.journal import SignalJournal
 from actuator.node import LocalNode
 from exporter import procfs
 
-
-def _error(code: int, message: str) -> tuple[Response, int]:
-    return jsonify({"error": message}), code
+MAX_BODY = 2**20
 
 
-def create_agent_app(
-    node: LocalNode, journal: SignalJournal, *, clock: Callable[[], float] = time.time
-) -> Flask:
-    app = Flask("agent")
-    app.config["MAX_CONTENT_LENGTH"] = 2**20
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    lock = threading.Lock()  # one node, one set of pidfds: requests take turns
-    boot_id = procfs.boot_id()
-    registry = CollectorRegistry(auto_describe=False)
-    info = Gauge("gpu_reclaimer_agent_info", "The node this agent serves.", ["node", "boot_id"],
-                 registry=registry)  # fmt: skip
-    info.labels(node.name, boot_id).set(1)
-    requests_total = Counter(
-        "gpu_reclaimer_agent_requests_total", "Agent API requests by endpoint and code.",
-        ["endpoint", "code"], registry=registry,
-    )  # fmt: skip
-    signals_total = Counter(
-        "gpu_reclaimer_agent_signals_total", "Signals this agent sent, by signal.", ["signal"],
-        registry=registry,
-    )  # fmt: skip
+class _Request(Request):
+    max_content_length = MAX_BODY
 
-    def body(model: type[BaseModel]) -> Any:
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _json(payload: dict[str, Any], code: int = 200) -> Response:
+    return Response(json.dumps(payload), status=code, mimetype="application/json")
+
+
+def _error(code: int, message: str) -> Response:
+    return _json({"error": message}, code)
+
+
+_ROUTES = Map([
+    Rule("/-/healthy", endpoint="healthy", methods=["GET"]),
+    Rule("/-/ready", endpoint="ready", methods=["GET"]),
+    Rule("/metrics", endpoint="metrics", methods=["GET"]),
+    Rule("/v1/node", endpoint="about", methods=["GET"]),
+    Rule("/v1/inspect", endpoint="inspect", methods=["POST"]),
+    Rule("/v1/alive", endpoint="alive", methods=["POST"]),
+    Rule("/v1/gpus/<uuid>/processes", endpoint="gpu_processes", methods=["GET"]),
+    Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
+    Rule("/v1/monitored", endpoint="monitored", methods=["GET"]),
+    Rule("/v1/signal", endpoint="send", methods=["POST"]),
+])  # fmt: skip
+
+
+class AgentApp:
+    """The agent's WSGI application: one handler per route, requests taking turns on the
+    node (one node, one set of pidfds)."""
+
+    def __init__(
+        self, node: LocalNode, journal: SignalJournal, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.node, self.journal, self.clock = node, journal, clock
+        self.lock = threading.Lock()
+        self.boot_id = procfs.boot_id()
+        self.registry = CollectorRegistry(auto_describe=False)
+        info = Gauge("gpu_reclaimer_agent_info", "The node this agent serves.",
+                     ["node", "boot_id"], registry=self.registry)  # fmt: skip
+        info.labels(node.name, self.boot_id).set(1)
+        self.requests_total = Counter(
+            "gpu_reclaimer_agent_requests_total", "Agent API requests by endpoint and code.",
+            ["endpoint", "code"], registry=self.registry,
+        )  # fmt: skip
+        self.signals_total = Counter(
+            "gpu_reclaimer_agent_signals_total", "Signals this agent sent, by signal.",
+            ["signal"], registry=self.registry,
+        )  # fmt: skip
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = _Request(environ)
+        endpoint = "none"
+        try:
+            endpoint, args = _ROUTES.bind_to_environ(environ).match()
+            response = getattr(self, f"on_{endpoint}")(request, **args)
+        except _Refused as exc:
+            response = _error(exc.code, exc.message)
+        except HTTPException as exc:  # unknown path, wrong method, body too large
+            response = _error(exc.code or 400, exc.description or exc.name)
+        with contextlib.suppress(Exception):
+            self.requests_total.labels(endpoint, str(response.status_code)).inc()
+        return response(environ, start_response)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def body(self, request: Request, model: type[BaseModel]) -> Any:
         data = request.get_json(silent=True)
         if data is None:
             raise _Refused(400, "the body must be JSON")
@@ -58,98 +112,81 @@ def create_agent_app(
         except ValidationError as exc:
             raise _Refused(422, f"invalid request: {exc.errors(include_url=False)[:3]}") from None
 
-    def ours(node_name: str) -> None:
-        if node_name != node.name:
-            raise _Refused(403, f"this agent serves node {node.name!r}, not {node_name!r}")
+    def ours(self, node_name: str) -> None:
+        if node_name != self.node.name:
+            raise _Refused(403, f"this agent serves node {self.node.name!r}, not {node_name!r}")
 
-    def answer(payload: dict[str, Any]) -> Response:
-        return jsonify({"node": node.name, "now": clock(), **payload})
+    def answer(self, payload: dict[str, Any]) -> Response:
+        return _json({"node": self.node.name, "now": self.clock(), **payload})
 
-    class _Refused(Exception):
-        def __init__(self, code: int, message: str) -> None:
-            super().__init__(message)
-            self.code, self.message = code, message
+    # -- routes --------------------------------------------------------------------------
 
-    @app.errorhandler(_Refused)
-    def refused(exc: _Refused) -> tuple[Response, int]:
-        return _error(exc.code, exc.message)
+    def on_healthy(self, _request: Request) -> Response:
+        return self.answer({"status": "ok"})
 
-    @app.after_request
-    def counted(resp: Response) -> Response:
-        with contextlib.suppress(Exception):
-            requests_total.labels(request.endpoint or "none", str(resp.status_code)).inc()
-        return resp
-
-    @app.get("/-/healthy")
-    def healthy() -> Response:
-        return answer({"status": "ok"})
-
-    @app.get("/-/ready")
-    def ready() -> tuple[Response, int]:
-        with lock:
-            count = node.monitored_count()
+    def on_ready(self, _request: Request) -> Response:
+        with self.lock:
+            count = self.node.monitored_count()
         if count is None:
             return _error(503, "NVML is not answering")
-        return answer({"status": "ready", "monitored": count}), 200
+        return self.answer({"status": "ready", "monitored": count})
 
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), mimetype="text/plain; version=0.0.4")
+    def on_metrics(self, _request: Request) -> Response:
+        return Response(generate_latest(self.registry), mimetype="text/plain; version=0.0.4")
 
-    @app.get("/v1/node")
-    def about() -> Response:
-        return answer({"protocol": wire.PROTOCOL, "boot_id": boot_id})
+    def on_about(self, _request: Request) -> Response:
+        return self.answer({"protocol": wire.PROTOCOL, "boot_id": self.boot_id})
 
-    @app.post("/v1/inspect")
-    def inspect() -> Response:
-        req: wire.InspectRequest = body(wire.InspectRequest)
-        ours(req.target.node)
-        with lock:
-            live = node.inspect(req.target)
-        return answer({"live": wire.dump_live(live)})
+    def on_inspect(self, request: Request) -> Response:
+        req: wire.InspectRequest = self.body(request, wire.InspectRequest)
+        self.ours(req.target.node)
+        with self.lock:
+            live = self.node.inspect(req.target)
+        return self.answer({"live": wire.dump_live(live)})
 
-    @app.post("/v1/alive")
-    def alive() -> Response:
-        req: wire.AliveRequest = body(wire.AliveRequest)
-        with lock:
-            members = node.alive(req.members)
-        return answer({"members": wire.dump_members(members)})
+    def on_alive(self, request: Request) -> Response:
+        req: wire.AliveRequest = self.body(request, wire.AliveRequest)
+        with self.lock:
+            members = self.node.alive(req.members)
+        return self.answer({"members": wire.dump_members(members)})
 
-    @app.get("/v1/gpus/<uuid>/processes")
-    def gpu_processes(uuid: str) -> Response:
-        with lock:
-            procs = node.gpu_processes(uuid)
+    def on_gpu_processes(self, _request: Request, uuid: str) -> Response:
+        with self.lock:
+            procs = self.node.gpu_processes(uuid)
         listed = None if procs is None else {str(pid): mem for pid, mem in procs.items()}
-        return answer({"processes": listed})
+        return self.answer({"processes": listed})
 
-    @app.get("/v1/slurm/jobs/<job>/processes")
-    def job_processes(job: str) -> Response:
+    def on_job_processes(self, _request: Request, job: str) -> Response:
         if not job.isascii() or not job.isdigit() or len(job) > 12:
             raise _Refused(422, "not a Slurm job id")
-        with lock:
-            found = node.job_processes(job)
+        with self.lock:
+            found = self.node.job_processes(job)
         listed = None if found is None else [wire.dump_target(t) for t in found]
-        return answer({"processes": listed})
+        return self.answer({"processes": listed})
 
-    @app.get("/v1/monitored")
-    def monitored() -> Response:
-        with lock:
-            return answer({"count": node.monitored_count()})
+    def on_monitored(self, _request: Request) -> Response:
+        with self.lock:
+            return self.answer({"count": self.node.monitored_count()})
 
-    @app.post("/v1/signal")
-    def send() -> Response:
-        req: wire.SignalRequest = body(wire.SignalRequest)
-        ours(req.target.node)
+    def on_send(self, request: Request) -> Response:
+        req: wire.SignalRequest = self.body(request, wire.SignalRequest)
+        self.ours(req.target.node)
         key = f"{req.key}:{req.signal}:{'dry' if req.dry_run else 'real'}"
-        with lock:
-            earlier = journal.claim(key)
+        with self.lock:
+            earlier = self.journal.claim(key)
             if earlier is not None:
-                return answer({"results": wire.dump_results(earlier), "replayed": True})
-            results = node.signal_tree(req.target, req.members, req.signum, dry_run=req.dry_run)
-            journal.finish(key, results)
+                return self.answer({"results": wire.dump_results(earlier), "replayed": True})
+            results = self.node.signal_tree(
+                req.target, req.members, req.signum, dry_run=req.dry_run
+            )
+            self.journal.finish(key, results)
         for r in results:
             if r.sent:
-                signals_total.labels(r.signal).inc()
-        return answer({"results": wire.dump_results(results), "replayed": False})
+                self.signals_total.labels(r.signal).inc()
+        return self.answer({"results": wire.dump_results(results), "replayed": False})
 
-    return app
+
+def create_agent_app(
+    node: LocalNode, journal: SignalJournal, *, clock: Callable[[], float] = time.time
+) -> AgentApp:
+    return AgentApp(node, journal, clock=clock)

@@ -13,13 +13,13 @@ from gunicorn.app.base import BaseApplication
 from actuator.fleet.agent_app import create_agent_app
 from actuator.fleet.agent_config import AgentConfig, AgentTls
 from actuator.fleet.journal import SignalJournal
-from actuator.server import local_node
+from actuator.node import local_node
 from exporter import ownprocs
 
 log = logging.getLogger(__name__)
 
 
-class AgentApplication(BaseApplication):  # type: ignore[misc]
+class AgentApplication(BaseApplication):
     def __init__(self, config: AgentConfig, tls: AgentTls, listen: str) -> None:
         self.config = config
         self.tls = tls

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actuator.models import SignalResult
-from actuator.store.database import create_private
+from actuator.private_files import create_private
 
 IN_DOUBT = "in doubt: an earlier attempt of this step was interrupted; not sent again"
 

@@ -15,18 +15,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import quote
 
 import requests
 from pydantic import ValidationError
 
 from actuator.fleet import wire
 from actuator.models import LiveState, Member, SignalResult, Target
+from actuator.node import NodeUnreachable
 
 SIGNAL_ATTEMPTS = 3
-
-
-class NodeUnreachable(Exception):
-    """The node's agent did not give a usable answer."""
 
 
 class ClientTls:
@@ -120,7 +118,7 @@ class RemoteNode:
 
     def gpu_processes(self, uuid: str) -> dict[int, int] | None:
         try:
-            data = self._call("GET", f"/v1/gpus/{requests.utils.quote(uuid, safe='')}/processes")
+            data = self._call("GET", f"/v1/gpus/{quote(uuid, safe='')}/processes")
         except NodeUnreachable:
             return None  # unknown: the caller treats it as "cannot tell"
         listed = data.get("processes")
@@ -132,7 +130,7 @@ class RemoteNode:
             return None
 
     def job_processes(self, job: str) -> list[Target] | None:
-        data = self._call("GET", f"/v1/slurm/jobs/{requests.utils.quote(job, safe='')}/processes")
+        data = self._call("GET", f"/v1/slurm/jobs/{quote(job, safe='')}/processes")
         listed = data.get("processes")
         if listed is None:
             return None

@@ -6,7 +6,7 @@ Both sides validate with pydantic against the same dataclasses, so a field added
 
 from __future__ import annotations
 
-import signal
+from signal import Signals
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -45,12 +45,12 @@ class SignalRequest(_Body):
     dry_run: bool = False
 
     @property
-    def signum(self) -> signal.Signals:
-        return signal.Signals[self.signal]
+    def signum(self) -> Signals:
+        return Signals[self.signal]
 
 
 def dump_live(live: LiveState) -> dict[str, Any]:
-    return _live.dump_python(live, mode="json")  # type: ignore[no-any-return]
+    return _live.dump_python(live, mode="json")
 
 
 def load_live(data: Any) -> LiveState:
@@ -58,7 +58,7 @@ def load_live(data: Any) -> LiveState:
 
 
 def dump_target(target: Target) -> dict[str, Any]:
-    return _target.dump_python(target, mode="json")  # type: ignore[no-any-return]
+    return _target.dump_python(target, mode="json")
 
 
 def load_target(data: Any) -> Target:
@@ -66,7 +66,7 @@ def load_target(data: Any) -> Target:
 
 
 def dump_members(members: list[Member]) -> list[dict[str, Any]]:
-    return _members.dump_python(members, mode="json")  # type: ignore[no-any-return]
+    return _members.dump_python(members, mode="json")
 
 
 def load_members(data: Any) -> list[Member]:
@@ -74,7 +74,7 @@ def load_members(data: Any) -> list[Member]:
 
 
 def dump_results(results: list[SignalResult]) -> list[dict[str, Any]]:
-    return _results.dump_python(results, mode="json")  # type: ignore[no-any-return]
+    return _results.dump_python(results, mode="json")
 
 
 def load_results(data: Any) -> list[SignalResult]:

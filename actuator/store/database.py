@@ -11,10 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib.resources import files
-from pathlib import Path
 from typing import Any, Protocol
 
 from actuator.clock import boottime
+from actuator.private_files import create_private
 from exporter import procfs
 
 SCHEMA_VERSION = 2  # 2: process identity is (boot_id, start_ticks)
@@ -46,17 +46,6 @@ WAL_PAGES = 100
 
 def schema() -> str:
     return files("actuator.store").joinpath("schema.sql").read_text(encoding="utf-8")
-
-
-def create_private(path: str) -> None:
-    """Create the database file 0600 before SQLite first opens it (its -wal and -shm files
-    copy the mode). Only ever a new file: opening and closing an existing one outside SQLite
-    drops every POSIX lock the process holds on it, so another process takes itself for the
-    last reader, checkpoints and deletes the write-ahead log, and this process's next
-    commits go to a deleted file (decisions lost; seen as "database disk image is malformed")."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 class StoreUnavailable(Exception):

@@ -46,10 +46,10 @@ def parse_phases(spec: str) -> tuple[Phase, ...]:
         if duration == CUE:
             if is_last:
                 raise ValueError(f"the last phase lasts forever; `{CUE}` needs a next phase")
-            phases.append(Phase(name, None, until_cue=True))  # type: ignore[arg-type]
+            phases.append(Phase(name, None, until_cue=True))
             continue
         seconds = None if is_last else parse_duration(duration)
-        phases.append(Phase(name, seconds))  # type: ignore[arg-type]
+        phases.append(Phase(name, seconds))
     return tuple(phases)
 
 

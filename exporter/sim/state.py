@@ -137,8 +137,8 @@ def load_faults(directory: Path) -> Faults:
         process_util_unsupported=tuple(raw.get("process_util_unsupported", ())),
         hang_call=str(raw.get("hang_call", "")),
         hang_seconds=float(raw.get("hang_seconds", 3600.0)),
-        ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),  # type: ignore[misc]
-        util_pid_offsets=tuple(tuple(o) for o in raw.get("util_pid_offsets", ())),  # type: ignore[misc]
+        ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),
+        util_pid_offsets=tuple(tuple(o) for o in raw.get("util_pid_offsets", ())),
     )
 
 

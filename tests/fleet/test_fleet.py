@@ -208,7 +208,7 @@ def test_a_node_whose_clock_differs_is_read_on_the_actuator_s_clock(fleet: Fleet
     assert live.start_time is not None and abs(live.start_time - (w.start_time + ahead)) < 5
     # Talking to an agent under the wrong name is not an answer.
     wrong = RemoteNode("node-a", fleet.agents["node-b"].url, tls)
-    from actuator.fleet.remote import NodeUnreachable
+    from actuator.node import NodeUnreachable
 
     with pytest.raises(NodeUnreachable, match="serves node 'node-b'"):
         wrong.alive([])
@@ -217,8 +217,9 @@ def test_a_node_whose_clock_differs_is_read_on_the_actuator_s_clock(fleet: Fleet
 def test_a_silent_agent_costs_one_timeout_then_fails_fast(fleet: Fleet) -> None:
     import socket
 
-    from actuator.fleet.remote import ClientTls, NodeUnreachable, RemoteNode
+    from actuator.fleet.remote import ClientTls, RemoteNode
     from actuator.models import Member
+    from actuator.node import NodeUnreachable
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
