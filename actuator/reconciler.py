@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -34,12 +33,12 @@ from actuator.decisions import (
     Action,
     Decision,
     FleetState,
-    after_notice,
     breaker_should_open,
     decide_live,
     decide_signalled,
     decide_unreachable,
 )
+from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.keeplinks import KeepLinks
 from actuator.kube import KubeApi
@@ -56,7 +55,7 @@ from actuator.models import (
     parse_uid_label,
 )
 from actuator.node import Node, NodeUnreachable
-from actuator.notice import Notice, OwnerHint, ProvenFacts, disagreements
+from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
 from actuator.schedulers import KubePods, Scheduler, SlurmJobs, gate
@@ -144,6 +143,12 @@ class Reconciler:
             self.schedulers.append(KubePods(kube, k, self.namespaces))
         self.kube = kube
         self._pool: ThreadPoolExecutor | None = None
+        self.executor = Executor(
+            store=store, audit=audit, notifier=notifier, gate=config.notice, clock=clock,
+            mono=mono, fence=self.fence, alerts=alerts, links=links,
+            thresholds=(("max_sm_util", self.thresholds.max_sm_util),
+                        ("log_quiet_for", config.idle.log_quiet_for)),
+        )  # fmt: skip
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -466,18 +471,6 @@ class Reconciler:
     def _owner_of(self, case: Case) -> Scheduler | None:
         return next((s for s in self.schedulers if s.owns(case)), None)
 
-    def _through_scheduler(self, case: Case, scheduler: Scheduler, *, kill: bool) -> None:
-        step = scheduler.reclaim(case, kill=kill)
-        if step.ok:
-            self.store.record_signal(case.id, case.pid, step.name, self.clock())
-        with contextlib.suppress(AuditError):
-            self.audit.write({**step.record, "case": case.id, "ok": step.ok,
-                              "detail": step.detail})  # fmt: skip
-
-    def _verify(self, case: Case, scheduler: Scheduler) -> None:
-        with contextlib.suppress(AuditError):
-            self.audit.write({**scheduler.verify(case), "case": case.id})
-
     def _observe(self, case: Case, node: Node) -> Observation | NodeUnreachable:
         """What the node says now: the recorded members still alive (and, once none is, the
         GPU's process list) for a signalled case, else the live re-check."""
@@ -546,6 +539,7 @@ class Reconciler:
         now: float,
         mono: float,
     ) -> None:
+        """Record the decision and commit its state, then have the executor carry it out."""
         d.updates.apply_to(case)
         if not d.changes_state:
             if d.updates:
@@ -561,12 +555,13 @@ class Reconciler:
             case.facts, case.project = facts.to_json(), facts.project or None
             disagree = disagreements(case.labels, facts)
         case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
+        # The scheduler, once per step: the live process's, or the one that took the case.
+        scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
         if d.action == Action.TERM:
             assert live is not None
             case.term_at, case.term_mono = now, mono
             case.members = list(live.members)
             case.gpu_memory_bytes = live.gpu_memory_bytes
-            scheduler = self._scheduler_for(live)
             if scheduler is not None:
                 scheduler.claim(case, live)
         elif d.action == Action.KILL:
@@ -601,28 +596,7 @@ class Reconciler:
             self._aborted(case, decision_id, "the case changed meanwhile (snoozed?)")
             return
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
-        if d.action == Action.NOTIFY:
-            if live is not None and (scheduler := self._scheduler_for(live)):
-                case.owner = scheduler.owner(case, live) or case.owner
-            self._notify(case, eff, now, dry_run=False)
-        elif d.action in (Action.TERM, Action.KILL) and (owner := self._owner_of(case)):
-            self._through_scheduler(case, owner, kill=d.action == Action.KILL)
-        elif d.action in (Action.TERM, Action.KILL):
-            sig = signal.SIGTERM if d.action == Action.TERM else signal.SIGKILL
-            self._signal(case, node, sig, dry_run=False)
-        elif d.state == State.RECLAIMED and case.notified_at is not None:
-            self._followup(case, eff)
-        if d.state == State.RECLAIMED and (owner := self._owner_of(case)):
-            self._verify(case, owner)
-        if self.alerts is not None and d.state in (State.RECLAIMED, State.FAILED):
-            (self.alerts.reclaimed if d.state == State.RECLAIMED else self.alerts.failed)(case)
-        elif d.state == State.OBSERVED and live is not None:
-            # Observe/notify mode: exercise the same side-effect functions as a dry run.
-            if eff.mode == "observe":
-                self._notify(case, eff, now, dry_run=True)
-            node.signal_tree(
-                case.target, live.members, signal.SIGTERM, dry_run=True, key=f"case-{case.id}"
-            )
+        self.executor.carry_out(Step(case, d, live, eff, node, scheduler, now))
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""
@@ -632,72 +606,6 @@ class Reconciler:
                 {"event": "decision_aborted", "case": case.id, "decision_id": decision_id,
                  "reason": why}
             )  # fmt: skip
-
-    # -- side effects -------------------------------------------------------------------
-
-    def _notice(self, case: Case, eff: Effective, sigterm_at: float) -> Notice | None:
-        """What people are told, from the facts the node proved (None: it proved none)."""
-        facts = ProvenFacts.of_case(case)
-        if facts is None:
-            return None
-        owner = case.owner or {}
-        return Notice(
-            kind="warning", case=case.id, facts=facts, alertname=case.alertname,
-            since=case.starts_ts, deadline=sigterm_at, term_timeout=eff.term_timeout,
-            grace=eff.grace, freed_bytes=case.freed_bytes,
-            keep_url=self.links.url(case.id) if self.links else "",
-            owner=OwnerHint(user=owner.get("user", ""), email=owner.get("email", ""),
-                            language=owner.get("language", "")),
-            thresholds=(("max_sm_util", self.thresholds.max_sm_util),
-                        ("log_quiet_for", self.config.idle.log_quiet_for)),
-        )  # fmt: skip
-
-    def _followup(self, case: Case, eff: Effective) -> None:
-        """What was freed, to whoever got the warning; best effort, audited."""
-        notice = self._notice(case, eff, case.term_at or self.clock())
-        if notice is None:
-            return
-        result = self.notifier.followup(notice)
-        with contextlib.suppress(AuditError):
-            self.audit.write({"event": "followup", "case": case.id,
-                              "delivered": result.delivered, "detail": result.detail})  # fmt: skip
-
-    def _notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
-        notice = self._notice(case, eff, now + eff.grace + case.notice_extra_grace)
-        if notice is None:  # never: a notice follows a live re-check, which records facts
-            log.error("case %d: no proven facts to tell anyone; not notified", case.id)
-            return
-        result = self.notifier.send(notice, dry_run=dry_run)
-        if dry_run:
-            return
-        after_notice(
-            case, result.delivered, self.config.notice, self.clock(), self.mono()
-        ).apply_to(case)
-        if self.alerts is not None and case.notified_mono is not None:  # the grace started
-            self.alerts.scheduled(notice, case)
-        with contextlib.suppress(AuditError):
-            self.audit.write(
-                {"event": "notice", "case": case.id, "delivered": result.delivered,
-                 "detail": result.detail, "attempt": case.notice_attempts,
-                 "grace_started": case.notified_mono is not None}
-            )  # fmt: skip
-        self.store.save_samples(case, self.fence())
-
-    def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
-        results = node.signal_tree(
-            case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
-        )
-        now = self.clock()
-        for r in results:
-            if r.sent:
-                self.store.record_signal(case.id, r.pid, r.signal, now)
-        try:
-            self.audit.write(
-                {"event": "signals", "case": case.id, "signal": sig.name,
-                 "results": [r.__dict__ for r in results]}
-            )  # fmt: skip
-        except AuditError as exc:
-            log.error("case %d: %s", case.id, exc)
 
     # -- records ------------------------------------------------------------------------
 

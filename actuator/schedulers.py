@@ -74,7 +74,10 @@ class Scheduler(Protocol):
         every scheduler, whether or not it gates the process)."""
         ...
 
-    def reclaim(self, case: Case, *, kill: bool) -> Step: ...
+    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
+        """The step enforcement takes (or, with `dry_run`, what it would take: nothing is
+        changed, and the Step says what would have been done)."""
+        ...
 
     def verify(self, case: Case) -> dict[str, object]: ...
 
@@ -188,9 +191,14 @@ class SlurmJobs:
     def owns(self, case: Case) -> bool:
         return case.slurm_job is not None and self.settings.action == "cancel"
 
-    def reclaim(self, case: Case, *, kill: bool) -> Step:
+    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
         assert case.slurm_job is not None
         name, sig = ("SCANCEL-KILL", "KILL") if kill else ("SCANCEL", None)
+        if dry_run:
+            return Step(name, True, f"would cancel Slurm job {case.slurm_job}"
+                        + (" with SIGKILL" if kill else ""),
+                        {"event": "slurm_cancel", "job": case.slurm_job, "signal": sig,
+                         "dry_run": True})  # fmt: skip
         try:
             ok, detail = self.cli.cancel(case.slurm_job, signal=sig)
         except SlurmError as exc:
@@ -327,10 +335,14 @@ class KubePods:
         return Pod(case.pod["namespace"], case.pod["name"], case.pod["uid"], case.node, "",
                    False)  # fmt: skip
 
-    def reclaim(self, case: Case, *, kill: bool) -> Step:
+    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
         assert case.pod is not None
         pod, action = self._pod(case), case.pod.get("action", "evict")
         name = "EVICT" if action == "evict" else "DELETE"
+        if dry_run:
+            verb = "evict" if action == "evict" else "delete"
+            return self._step(case, "DELETE-NOW" if kill else name, True,
+                              f"would {verb} pod {pod.namespace}/{pod.name}")  # fmt: skip
         try:
             if not kill:
                 if action == "evict":

@@ -213,3 +213,21 @@ def test_a_pod_whose_process_outlives_term_timeout_is_deleted_with_grace_0(site:
     assert case["state"] == "reclaimed", case
     assert [s["signal"] for s in case["signals"]] == ["EVICT", "DELETE-NOW"]
     assert pod.deletions == [{"grace": 0, "uid": pod.uid}]
+
+
+def test_observe_mode_rehearses_a_pods_eviction_not_a_pid_signal(site: Site) -> None:
+    """A namespace in observe mode: the rehearsal is the step enforcement would take for a
+    pod (its eviction, as a dry run), never a PID signal; nothing changes in the cluster."""
+    site.policy("rehearsal", "watch", {"mode": "observe"})
+    # GPU 5's pod was deleted above: the kubelet lists it no more.
+    w, pod = site.pod(5, "rehearsal", "dry-0")
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w, "observed", "reclaimed", "refused", "cancelled", "failed")
+    assert case["state"] == "observed", case
+    rehearsed = f"case {case['id']}: DRY-RUN: would EVICT"
+    log = wait_until(lambda: (text := site.actuator.log.read_text()) and rehearsed in text
+                     and text, 10)  # fmt: skip
+    assert "would evict pod rehearsal/dry-0" in log
+    assert f"DRY-RUN: would send SIGTERM to pid {w.pid}" not in log
+    assert pod.evictions == [] and pod.deletions == [] and w.alive()
+    assert case["signals"] == []

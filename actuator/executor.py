@@ -1,0 +1,198 @@
+"""Carries out a decision the reconciler has committed: one table from action to effect.
+
+The reconciler decides (pure functions in actuator/decisions.py), records the decision and
+commits the new state; then `Executor.carry_out` does what the decision means, through
+the one function that performs each side effect: the notice, a signal to a process tree,
+a scheduler's step (scancel, eviction, deletion), the follow-up, the verification and the
+decision alerts. Observe mode passes `dry_run` into whichever of them enforcement would
+use, so a pod's rehearsal is its eviction ("DRY-RUN: would evict ..."), a Slurm job's is
+its scancel, and a bare process's is its signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actuator.audit import AuditError, AuditLog
+from actuator.decision_alerts import DecisionAlerts
+from actuator.decisions import Action, Decision, after_notice
+from actuator.keeplinks import KeepLinks
+from actuator.models import Case, LiveState, State
+from actuator.node import Node
+from actuator.notice import Notice, OwnerHint, ProvenFacts
+from actuator.notify import Notifier
+from actuator.policy import Effective
+from actuator.policy import Notice as NoticeGate
+from actuator.schedulers import Scheduler
+from actuator.store import Fence, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One committed decision to carry out, with what the reconciler saw for it."""
+
+    case: Case
+    decision: Decision
+    live: LiveState | None  # None for a signalled case (only survivors were asked about)
+    eff: Effective
+    node: Node
+    scheduler: Scheduler | None  # looked up once per step: the live process's, or the owner
+    now: float
+
+
+class Executor:
+    def __init__(
+        self, *, store: Store, audit: AuditLog, notifier: Notifier, gate: NoticeGate,
+        clock: Callable[[], float], mono: Callable[[], float], fence: Callable[[], Fence],
+        alerts: DecisionAlerts | None = None, links: KeepLinks | None = None,
+        thresholds: tuple[tuple[str, float], ...] = (),
+    ) -> None:  # fmt: skip
+        self.store, self.audit, self.notifier, self.gate = store, audit, notifier, gate
+        self.clock, self.mono, self.fence = clock, mono, fence
+        self.alerts, self.links, self.thresholds = alerts, links, thresholds
+
+    def carry_out(self, step: Step) -> None:
+        """What the committed decision means: its action's effect, then its new state's."""
+        effect = {
+            Action.NOTIFY: self._notify_owner,
+            Action.TERM: self._terminate,
+            Action.KILL: self._kill,
+        }.get(step.decision.action)
+        if effect is not None:
+            effect(step)
+        state, case = step.decision.state, step.case
+        if state == State.RECLAIMED:
+            if effect is None and case.notified_at is not None:
+                self._followup(case, step.eff)
+            if step.scheduler is not None and step.scheduler.owns(case):
+                self._verify(case, step.scheduler)
+            if self.alerts is not None:
+                self.alerts.reclaimed(case)
+        elif state == State.FAILED and self.alerts is not None:
+            self.alerts.failed(case)
+        elif state == State.OBSERVED and step.live is not None:
+            self._rehearse(step)
+
+    # -- the effects -------------------------------------------------------------------
+
+    def _notify_owner(self, step: Step) -> None:
+        case, live, scheduler = step.case, step.live, step.scheduler
+        if live is not None and scheduler is not None:
+            case.owner = scheduler.owner(case, live) or case.owner
+        self.notify(case, step.eff, step.now, dry_run=False)
+
+    def _terminate(self, step: Step) -> None:
+        self._stop(step, kill=False)
+
+    def _kill(self, step: Step) -> None:
+        self._stop(step, kill=True)
+
+    def _stop(self, step: Step, *, kill: bool) -> None:
+        case, scheduler = step.case, step.scheduler
+        if scheduler is not None and scheduler.owns(case):
+            self._through_scheduler(case, scheduler, kill=kill, dry_run=False)
+        else:
+            sig = signal.SIGKILL if kill else signal.SIGTERM
+            self._signal(case, step.node, sig, dry_run=False)
+
+    def _rehearse(self, step: Step) -> None:
+        """Observe/notify mode: the same side effects enforcement would use, as dry runs."""
+        case, live, scheduler = step.case, step.live, step.scheduler
+        assert live is not None
+        if step.eff.mode == "observe":
+            self.notify(case, step.eff, step.now, dry_run=True)
+        rehearsal = dataclasses.replace(case, members=list(live.members))
+        if scheduler is not None:
+            scheduler.claim(rehearsal, live)  # on a copy: nothing is recorded
+            if scheduler.owns(rehearsal):
+                self._through_scheduler(rehearsal, scheduler, kill=False, dry_run=True)
+                return
+        step.node.signal_tree(rehearsal.target, rehearsal.members, signal.SIGTERM,
+                              dry_run=True, key=f"case-{case.id}")  # fmt: skip
+
+    # -- the one place each side effect happens ------------------------------------------
+
+    def notice(self, case: Case, eff: Effective, sigterm_at: float) -> Notice | None:
+        """What people are told, from the facts the node proved (None: it proved none)."""
+        facts = ProvenFacts.of_case(case)
+        if facts is None:
+            return None
+        owner = case.owner or {}
+        return Notice(
+            kind="warning", case=case.id, facts=facts, alertname=case.alertname,
+            since=case.starts_ts, deadline=sigterm_at, term_timeout=eff.term_timeout,
+            grace=eff.grace, freed_bytes=case.freed_bytes,
+            keep_url=self.links.url(case.id) if self.links else "",
+            owner=OwnerHint(user=owner.get("user", ""), email=owner.get("email", ""),
+                            language=owner.get("language", "")),
+            thresholds=self.thresholds,
+        )  # fmt: skip
+
+    def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
+        notice = self.notice(case, eff, now + eff.grace + case.notice_extra_grace)
+        if notice is None:  # never: a notice follows a live re-check, which records facts
+            log.error("case %d: no proven facts to tell anyone; not notified", case.id)
+            return
+        result = self.notifier.send(notice, dry_run=dry_run)
+        if dry_run:
+            return
+        after_notice(case, result.delivered, self.gate, self.clock(), self.mono()).apply_to(case)
+        if self.alerts is not None and case.notified_mono is not None:  # the grace started
+            self.alerts.scheduled(notice, case)
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                {"event": "notice", "case": case.id, "delivered": result.delivered,
+                 "detail": result.detail, "attempt": case.notice_attempts,
+                 "grace_started": case.notified_mono is not None}
+            )  # fmt: skip
+        self.store.save_samples(case, self.fence())
+
+    def _followup(self, case: Case, eff: Effective) -> None:
+        """What was freed, to whoever got the warning; best effort, audited."""
+        notice = self.notice(case, eff, case.term_at or self.clock())
+        if notice is None:
+            return
+        result = self.notifier.followup(notice)
+        with contextlib.suppress(AuditError):
+            self.audit.write({"event": "followup", "case": case.id,
+                              "delivered": result.delivered, "detail": result.detail})  # fmt: skip
+
+    def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
+        results = node.signal_tree(
+            case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
+        )
+        now = self.clock()
+        for r in results:
+            if r.sent:
+                self.store.record_signal(case.id, r.pid, r.signal, now)
+        try:
+            self.audit.write(
+                {"event": "signals", "case": case.id, "signal": sig.name,
+                 "results": [r.__dict__ for r in results]}
+            )  # fmt: skip
+        except AuditError as exc:
+            log.error("case %d: %s", case.id, exc)
+
+    def _through_scheduler(
+        self, case: Case, scheduler: Scheduler, *, kill: bool, dry_run: bool
+    ) -> None:
+        step = scheduler.reclaim(case, kill=kill, dry_run=dry_run)
+        if dry_run:
+            log.info("case %d: DRY-RUN: would %s (%s)", case.id, step.name, step.detail)
+            return
+        if step.ok:
+            self.store.record_signal(case.id, case.pid, step.name, self.clock())
+        with contextlib.suppress(AuditError):
+            self.audit.write({**step.record, "case": case.id, "ok": step.ok,
+                              "detail": step.detail})  # fmt: skip
+
+    def _verify(self, case: Case, scheduler: Scheduler) -> None:
+        with contextlib.suppress(AuditError):
+            self.audit.write({**scheduler.verify(case), "case": case.id})
