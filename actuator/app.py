@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hmac
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
@@ -17,44 +14,29 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from actuator.audit import AuditError, AuditLog
-from actuator.clock import boottime
-from actuator.config import ActuatorConfig
-from actuator.keeplinks import KeepLinks
+from actuator import operations
+from actuator.audit import AuditError
 from actuator.metrics import ActuatorCollector
 from actuator.models import (
     AlertmanagerPayload,
-    Case,
-    Reason,
     State,
     parse_decimal,
     reject_duplicate_keys,
     split_alerts,
 )
-from actuator.operators import AuthError, Operators, Principal, Role
+from actuator.operations import MAX_SNOOZE, Refused, Why
+from actuator.operators import AuthError, Principal, Role
 from actuator.policy import Duration
-from actuator.store import Store, StoreUnavailable
+from actuator.runtime import Runtime
+from actuator.store import StoreUnavailable
 from exporter.procfs import PID_MAX_LIMIT
 
 log = logging.getLogger(__name__)
-MAX_SNOOZE = 7 * 86400.0
-SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
-SNOOZE_ATTEMPTS = 20
+# An operation's refusal as an HTTP status (503: retry once the audit log is back).
+STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
+          Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
 CASES_ARGS = frozenset({"state", "node", "user", "pid", "limit"})
 AUDIT_ARGS = frozenset({"limit", "case", "before"})
-
-
-@dataclass
-class Runtime:
-    config: ActuatorConfig
-    store: Store
-    audit: AuditLog
-    token: str
-    links: KeepLinks | None = None  # "keep my job" links, when notifier.public_url is set
-    operators: Operators | None = None  # people at the API, when `operators` is set
-    clock: Callable[[], float] = time.time
-    mono: Callable[[], float] = boottime
-    started_mono: float = field(default_factory=boottime)
 
 
 class SnoozeRequest(BaseModel):
@@ -77,10 +59,6 @@ def _unknown_args(allowed: frozenset[str]) -> tuple[Response, int] | None:
     if not unknown:
         return None
     return _error(400, f"unknown query parameter(s) {unknown}", allowed=sorted(allowed))
-
-
-def _not_snoozable(case: Case) -> str:
-    return f"case {case.id} is {case.state}; only live cases before any signal can be snoozed"
 
 
 def _error(code: int, message: str, **extra: Any) -> tuple[Response, int]:
@@ -115,51 +93,6 @@ def _reconciler_stalled(rt: Runtime) -> str | None:
             f"(limit {limit:g}s): cases are not being advanced"
         )
     return None
-
-
-def snooze_case(
-    rt: Runtime,
-    case_id: int,
-    duration: float,
-    by: str,
-    why: str,
-    evidence: dict[str, Any] | None = None,
-) -> tuple[int, Case | str]:
-    """Snooze a live case before any signal: (200, case), or (status, why not). One audit
-    record, written before the change; the API and the keep page share it."""
-    found = rt.store.get_case(case_id)
-    if found is None:
-        return 404, f"no case {case_id}"
-    if found.state not in SNOOZABLE:
-        return 409, _not_snoozable(found)
-    try:
-        rt.audit.write(
-            {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
-             "duration": duration, "by": by, "reason": why}
-        )  # fmt: skip
-    except AuditError as exc:
-        return 503, str(exc)
-    reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
-    # The reconciler saves samples on every tick, which moves the row's version: re-read
-    # and try again rather than hand the operator a conflict that is only bookkeeping.
-    for _ in range(SNOOZE_ATTEMPTS):
-        now = rt.clock()
-        found.snoozed_until = now + duration
-        found.snoozed_until_mono = rt.mono() + duration
-        found.cpu_seconds = found.cpu_rate = found.cpu_at = None
-        found.release_requested_mono = None  # a keep overrides an earlier "release now"
-        updated = rt.store.transition(
-            found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
-            reason_code=Reason.SNOOZED,
-        )  # fmt: skip
-        if updated is not None:
-            return 200, updated
-        found = rt.store.get_case(case_id)
-        if found is None or found.state not in SNOOZABLE:
-            break
-    if found is not None and found.state not in SNOOZABLE:
-        return 409, _not_snoozable(found)
-    return 409, f"case {case_id} kept changing; retry"
 
 
 # The shared bearer token is a principal too: whoever holds it, the audit names it.
@@ -379,20 +312,16 @@ def create_app(rt: Runtime) -> Flask:
             body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
         except ValidationError as exc:
             return _error(422, "invalid snooze request", details=_validation_details(exc))
-        status, result = snooze_case(rt, case_id, body.duration, actor(body.by), body.reason,
-                                     body.model_dump())  # fmt: skip
-        if isinstance(result, Case):
-            return jsonify(result.to_json()), status
-        return _error(status, result)
+        result = operations.snooze(rt, case_id, body.duration, actor(body.by), body.reason,
+                                   body.model_dump())  # fmt: skip
+        if isinstance(result, Refused):
+            return _error(STATUS[result.why], result.detail)
+        return jsonify(result.to_json()), 200
 
     if rt.links is not None:
         from actuator.keep_page import keep_blueprint
 
-        app.register_blueprint(
-            keep_blueprint(
-                rt, rt.links, functools.partial(snooze_case, rt), rt.config.notifier.keep_max
-            )
-        )
+        app.register_blueprint(keep_blueprint(rt, rt.links, rt.config.notifier.keep_max))
 
     @app.get("/api/v1/audit")
     def audit() -> tuple[Response, int]:
@@ -420,16 +349,11 @@ def create_app(rt: Runtime) -> Flask:
             body = BreakerReset.model_validate(data or {})
         except ValidationError as exc:
             return _error(422, "invalid reset request", details=_validation_details(exc))
-        was_open, since, why = rt.store.breaker()
-        try:
-            rt.audit.write(
-                {"event": "breaker_reset", "was_open": was_open, "opened_reason": why,
-                 "by": actor(body.by), "reason": body.reason}
-            )  # fmt: skip
-        except AuditError as exc:
-            return _error(503, str(exc))
-        rt.store.set_breaker(False, rt.clock(), f"reset by {actor(body.by)}: {body.reason}")
-        return jsonify({"open": False, "was_open": was_open, "opened_at": since}), 200
+        result = operations.reset_breaker(rt, actor(body.by), body.reason)
+        if isinstance(result, Refused):
+            return _error(STATUS[result.why], result.detail)
+        return jsonify({"open": False, "was_open": result.was_open,
+                        "opened_at": result.since}), 200  # fmt: skip
 
     # -- metrics and health -------------------------------------------------------------
 

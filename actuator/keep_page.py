@@ -7,24 +7,24 @@ and every action is audited with the link's identity (case, nonce) and the case'
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 from flask import Blueprint, Response, request
 
-from actuator import untrusted
+from actuator import operations, untrusted
 from actuator.audit import AuditError
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
 from actuator.notice import ProvenFacts
+from actuator.operations import Refused, Why
+from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
 
-if TYPE_CHECKING:
-    from actuator.app import Runtime
-
-Snooze = Callable[[int, float, str, str], tuple[int, "Case | str"]]
+# A refused keep as the page's status (503: the audit log is away, try again).
+STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
+          Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
 
 KEEP_HOURS = (1, 4, 24)
 TEXT = {
@@ -72,8 +72,9 @@ def language() -> str:
     return "zh-CN" if (asked or "").lower().startswith("zh") else "en"
 
 
-def keep_blueprint(rt: Runtime, links: KeepLinks, snooze: Snooze, keep_max: float) -> Blueprint:
-    """`snooze(case_id, seconds, by, reason)` is the API's own snooze."""
+def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
+    """The page; a keep is the API's own snooze, a release the same release as on the node
+    (actuator/operations.py)."""
     page = Blueprint("keep", __name__)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(BUILTIN_TEMPLATES)),
                              autoescape=True)  # fmt: skip
@@ -169,30 +170,17 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, snooze: Snooze, keep_max: floa
         except (AuditError, StoreUnavailable) as exc:
             return render(503, lang, case, token, problem=str(exc))
         if action == "keep":
-            status, kept = snooze(case.id, keep_hours * 3600.0, who, "kept by its owner")
-            if not isinstance(kept, Case):
-                return render(status, lang, case, token, problem=kept)
+            kept = operations.snooze(rt, case.id, keep_hours * 3600.0, who, "kept by its owner")
+            if isinstance(kept, Refused):
+                return render(STATUS[kept.why], lang, case, token, problem=kept.detail)
             return render(200, lang, kept, token,
                           done=t["kept"].format(_local(kept.snoozed_until or 0)))  # fmt: skip
-        released = release(rt, case.id)
-        if released is None:
+        released = operations.release(rt, case.id)
+        if isinstance(released, Refused):
             return render(409, lang, case, token, problem=t["closed"].format(case.state))
         return render(200, lang, released, token, done=t["released"])
 
     return page
-
-
-def release(rt: Runtime, case_id: int, attempts: int = 20) -> Case | None:
-    """Mark a notified case "release now": the reconciler skips the rest of the grace (every
-    other check still runs). Compare-and-set, retried like the snooze."""
-    for _ in range(attempts):
-        case = rt.store.get_case(case_id)
-        if case is None or case.state != State.NOTIFIED:
-            return None
-        case.release_requested_mono = rt.mono()
-        if rt.store.save_samples(case):
-            return case
-    return None
 
 
 def _local(ts: float) -> str:

@@ -26,15 +26,14 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from actuator import operations
 from actuator.models import LIVE_STATES, Case
+from actuator.operations import Refused
+from actuator.runtime import Runtime
 from exporter import procfs
-
-if TYPE_CHECKING:
-    from actuator.app import Runtime
 
 log = logging.getLogger(__name__)
 MAX_REQUEST = 4096
@@ -75,11 +74,10 @@ def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
 
 class KeepSocket:
     def __init__(
-        self, rt: Runtime, path: str, snooze: Callable[..., tuple[int, Case | str]],
-        release: Callable[[Runtime, int], Case | None], *, sre_groups: tuple[str, ...] = (),
+        self, rt: Runtime, path: str, *, sre_groups: tuple[str, ...] = (),
         max_seconds: float = 86400.0, node: str = "",
     ) -> None:  # fmt: skip
-        self.rt, self.path, self.snooze, self.release = rt, Path(path), snooze, release
+        self.rt, self.path = rt, Path(path)
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
         self._active: dict[int, int] = {}  # uid -> connections being served
@@ -190,15 +188,15 @@ class KeepSocket:
         who = f"uid {uid} on the node (peer credentials)"
         self._audit(uid, pid, action, case.id, "accepted")
         if action == "keep":
-            status, kept = self.snooze(case.id, seconds, who, "kept by its owner on the node")
-            if not isinstance(kept, Case):
-                return {"ok": False, "error": str(kept), "status": status}
+            kept = operations.snooze(self.rt, case.id, seconds, who,
+                                     "kept by its owner on the node")  # fmt: skip
+            if isinstance(kept, Refused):
+                return {"ok": False, "error": kept.detail, "why": str(kept.why)}
             return {"ok": True, "case": kept.id, "state": str(kept.state),
                     "until": kept.snoozed_until}  # fmt: skip
-        released = self.release(self.rt, case.id)
-        if released is None:
-            return {"ok": False, "error": f"case {case.id} is {case.state}: only a notified "
-                    "case can be released"}  # fmt: skip
+        released = operations.release(self.rt, case.id)
+        if isinstance(released, Refused):
+            return {"ok": False, "error": released.detail, "why": str(released.why)}
         return {"ok": True, "case": released.id, "state": str(released.state), "released": True}
 
     def _live_case(self, pid: int) -> Case | None:

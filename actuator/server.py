@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
-from actuator.app import Runtime, create_app, snooze_case
+from actuator.app import create_app
 from actuator.asgi import asgi_app
 from actuator.audit import AuditLog
 from actuator.channels import (
@@ -29,7 +28,6 @@ from actuator.config import (
 )
 from actuator.decision_alerts import DecisionAlerts
 from actuator.fleet.directory import NodeDirectory, build_agents
-from actuator.keep_page import release
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.messages import Renderer
@@ -38,6 +36,7 @@ from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifi
 from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
+from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable, open_store
 from exporter import ownprocs
 
@@ -188,8 +187,7 @@ class _Worker:
         server = self.config.server
         if server.keep_socket:
             keep = KeepSocket(
-                self.runtime, server.keep_socket, functools.partial(snooze_case, self.runtime),
-                release, sre_groups=server.keep_socket_groups,
+                self.runtime, server.keep_socket, sre_groups=server.keep_socket_groups,
                 max_seconds=self.config.notifier.keep_max, node=self.config.node.name,
             )  # fmt: skip
             threading.Thread(target=keep.run, args=(self.stop,), name="keep-socket",

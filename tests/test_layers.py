@@ -123,3 +123,48 @@ def test_the_node_agent_stands_apart_from_the_central_service() -> None:
     assert "actuator.fleet.agent_app" in loaded
     central = {m for m in loaded for c in CENTRAL if m == c or m.startswith(c + ".")}
     assert not central, central
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (anywhere in the file, TYPE_CHECKING and
+    function-level imports included)."""
+    paths = {}
+    for path in [*REPO.glob("actuator/**/*.py"), *REPO.glob("exporter/**/*.py")]:
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        paths[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {m for m in (node.module, *(f"{node.module}.{a.name}" for a in
+                                                     node.names)) if m in paths}  # fmt: skip
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in paths}
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    """The transports (HTTP API, keep page, keep socket) call operations; nothing calls back
+    up. The one allowed loop: a package's __init__ and its own submodules."""
+    graph = _module_graph()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            here = todo.pop()
+            if here == goal:
+                return True
+            if here not in seen:
+                seen.add(here)
+                todo.extend(graph.get(here, ()))
+        return False
+
+    cycles = sorted(
+        f"{a} <-> {b}"
+        for a, deps in graph.items()
+        for b in deps
+        if reaches(b, a) and not (b.startswith(a + ".") or a.startswith(b + "."))
+    )
+    assert not cycles

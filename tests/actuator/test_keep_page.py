@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from actuator.app import Runtime, create_app
+from actuator.app import create_app
 from actuator.keeplinks import KeepLinks, LinkError, link_key
 from actuator.models import State
 from actuator.notice import ProvenFacts
+from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.actuator.test_decisions import make_case
 from tests.actuator.test_webhook import TOKEN, make_runtime

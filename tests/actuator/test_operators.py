@@ -16,9 +16,10 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from actuator.app import Runtime, create_app
+from actuator.app import create_app
 from actuator.models import State
 from actuator.operators import OidcVerifier, Operators
+from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.actuator.test_decisions import make_case
 from tests.actuator.test_webhook import TOKEN, make_runtime

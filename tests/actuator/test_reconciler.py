@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from actuator.app import Runtime, create_app
+from actuator.app import create_app
 from actuator.audit import AuditLog
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notify import NoticeResult
 from actuator.reconciler import Reconciler
+from actuator.runtime import Runtime
 from actuator.store import open_store
 from tests.actuator.test_decisions import BOOT, TICKS
 from tests.actuator.test_webhook import AUTH, TOKEN, alert, body

@@ -11,13 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actuator.app import Runtime, create_app
+from actuator.app import create_app
 from actuator.audit import AuditLog
 from actuator.config import ActuatorConfig, ConfigError, load_config
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
+from actuator.runtime import Runtime
 from actuator.store import Store
 from actuator.store.cases import insert_case
 from tests.actuator.test_decisions import make_case

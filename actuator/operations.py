@@ -1,0 +1,114 @@
+"""What people do to cases and to the breaker, apart from how they ask: snooze (keep),
+release now, breaker reset. Each returns a typed result (done, or refused with why); the
+HTTP API, the keep page and the keep socket each translate it to their own protocol.
+
+Every operation writes its audit record before the change, and changes nothing when that
+record cannot be written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from actuator.audit import AuditError
+from actuator.models import Case, Reason, State
+from actuator.runtime import Runtime
+
+MAX_SNOOZE = 7 * 86400.0
+SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
+ATTEMPTS = 20  # compare-and-set retries: the reconciler moves a case's version every tick
+
+
+class Why(StrEnum):
+    NOT_FOUND = "not_found"
+    NOT_NOW = "not_allowed_in_this_state"
+    KEPT_CHANGING = "kept_changing"
+    AUDIT_UNAVAILABLE = "audit_unavailable"
+
+
+@dataclass(frozen=True)
+class Refused:
+    why: Why
+    detail: str
+
+
+@dataclass(frozen=True)
+class BreakerWas:
+    was_open: bool
+    since: float | None
+    reason: str
+
+
+def _not_snoozable(case: Case) -> Refused:
+    return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}; only live cases before any "
+                   "signal can be snoozed")  # fmt: skip
+
+
+def snooze(
+    rt: Runtime, case_id: int, duration: float, by: str, why: str,
+    evidence: dict[str, Any] | None = None,
+) -> Case | Refused:  # fmt: skip
+    """Keep a live case from escalating for `duration` seconds, before any signal."""
+    found = rt.store.get_case(case_id)
+    if found is None:
+        return Refused(Why.NOT_FOUND, f"no case {case_id}")
+    if found.state not in SNOOZABLE:
+        return _not_snoozable(found)
+    try:
+        rt.audit.write(
+            {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
+             "duration": duration, "by": by, "reason": why}
+        )  # fmt: skip
+    except AuditError as exc:
+        return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
+    reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
+    # The reconciler saves samples on every tick, which moves the row's version: re-read
+    # and try again rather than hand the operator a conflict that is only bookkeeping.
+    for _ in range(ATTEMPTS):
+        now = rt.clock()
+        found.snoozed_until = now + duration
+        found.snoozed_until_mono = rt.mono() + duration
+        found.cpu_seconds = found.cpu_rate = found.cpu_at = None
+        found.release_requested_mono = None  # a keep overrides an earlier "release now"
+        updated = rt.store.transition(
+            found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
+            reason_code=Reason.SNOOZED,
+        )  # fmt: skip
+        if updated is not None:
+            return updated
+        found = rt.store.get_case(case_id)
+        if found is None or found.state not in SNOOZABLE:
+            break
+    if found is not None and found.state not in SNOOZABLE:
+        return _not_snoozable(found)
+    return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
+
+
+def release(rt: Runtime, case_id: int) -> Case | Refused:
+    """Mark a notified case "release now": the reconciler skips the rest of the grace (every
+    other check still runs). Compare-and-set, retried like the snooze."""
+    for _ in range(ATTEMPTS):
+        case = rt.store.get_case(case_id)
+        if case is None:
+            return Refused(Why.NOT_FOUND, f"no case {case_id}")
+        if case.state != State.NOTIFIED:
+            return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}: only a notified "
+                           "case can be released")  # fmt: skip
+        case.release_requested_mono = rt.mono()
+        if rt.store.save_samples(case):
+            return case
+    return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
+
+
+def reset_breaker(rt: Runtime, by: str, reason: str) -> BreakerWas | Refused:
+    """Close the circuit breaker (whether or not it was open)."""
+    was_open, since, why = rt.store.breaker()
+    try:
+        rt.audit.write({"event": "breaker_reset", "was_open": was_open, "opened_reason": why,
+                        "by": by, "reason": reason})  # fmt: skip
+    except AuditError as exc:
+        return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
+    rt.store.set_breaker(False, rt.clock(), f"reset by {by}: {reason}")
+    return BreakerWas(was_open, since, why)
