@@ -6,16 +6,13 @@ import argparse
 import logging
 from typing import Any
 
-from actuator.config import (
-    DEFAULT_PORT,
-    ConfigError,
+from actuator.config import DEFAULT_PORT, ConfigError, config_warnings, load_config
+from actuator.startup import (
     check_kubernetes,
     check_notifier,
     check_storage,
     check_tls,
-    config_warnings,
     idle_thresholds,
-    load_config,
     load_projects,
     read_token,
 )

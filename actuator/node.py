@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actuator.config import NodeConfig, load_node_projects
+from actuator.config import NodeConfig
 from actuator.live import Evidence, Inspector, process_tree
 from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from actuator.protect import Protection
+from actuator.startup import load_node_projects
 from exporter import procfs
 from exporter.guard import BoundedCall
 from exporter.nvml_reader import NvmlReader, NvmlReading

@@ -27,7 +27,7 @@ from typing import Any
 
 from actuator.audit import AuditError, AuditLog
 from actuator.clock import boottime
-from actuator.config import ActuatorConfig, idle_thresholds
+from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
     Action,
@@ -41,8 +41,7 @@ from actuator.decisions import (
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.keeplinks import KeepLinks
-from actuator.kube import KubeApi
-from actuator.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch, start_watch
+from actuator.kube_policies import NamespacePolicies, PolicyWatch, start_watch
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -58,9 +57,8 @@ from actuator.node import Node, NodeUnreachable
 from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
-from actuator.schedulers import KubePods, Scheduler, SlurmJobs, gate
-from actuator.slurm import SlurmApi, SlurmCli
-from actuator.slurm_rest import SlurmRest
+from actuator.schedulers import Scheduler, Schedulers, gate
+from actuator.startup import idle_thresholds
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
 
@@ -102,8 +100,7 @@ class Reconciler:
         holder: str | None = None,
         links: KeepLinks | None = None,
         alerts: DecisionAlerts | None = None,
-        slurm: SlurmApi | None = None,
-        kube: KubeApi | None = None,
+        schedulers: Schedulers | None = None,
     ) -> None:
         self.config = config
         self.links = links
@@ -121,27 +118,12 @@ class Reconciler:
         self.thresholds = idle_thresholds(config)
         self.pid_max = procfs.pid_max()
         self._acting = threading.Lock()
-        self.schedulers: list[Scheduler] = []
-        self.namespaces: NamespacePolicies | None = None  # GpuReclaimPolicy objects
+        # Built by the composition root (actuator/server.py); none in a bare reconciler.
+        found = schedulers or Schedulers()
+        self.schedulers: list[Scheduler] = list(found.schedulers)
+        self.namespaces: NamespacePolicies | None = found.namespaces  # GpuReclaimPolicy objects
         self.policy_watch: PolicyWatch | None = None
-        if config.slurm is not None:
-            s = config.slurm
-            if slurm is None and s.rest is not None:
-                r = s.rest
-                slurm = SlurmRest(r.url, r.user, r.token_file, api_version=r.api_version,
-                                  timeout=s.timeout)  # fmt: skip
-            elif slurm is None:
-                env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
-                slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
-            self.schedulers.append(SlurmJobs(slurm, s, self.nodes, store))
-        if config.kubernetes is not None:
-            k = config.kubernetes
-            if kube is None:
-                kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)
-            if k.policies:
-                self.namespaces = NamespacePolicies(PolicyObjects(), k.action)
-            self.schedulers.append(KubePods(kube, k, self.namespaces))
-        self.kube = kube
+        self.kube = found.kube
         self._pool: ThreadPoolExecutor | None = None
         self.executor = Executor(
             store=store, audit=audit, notifier=notifier, gate=config.notice, clock=clock,

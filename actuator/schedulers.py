@@ -378,3 +378,13 @@ class KubePods:
         if now is None or now.uid != case.pod["uid"]:
             return {**record, "state": "gone"}
         return {**record, "state": "terminating" if now.terminating else now.phase}
+
+
+@dataclass(frozen=True)
+class Schedulers:
+    """The schedulers a reconciler consults, and what the Kubernetes one needs at run time
+    (its namespace policies, watched by the reconciler's thread; the API client)."""
+
+    schedulers: tuple[Scheduler, ...] = ()
+    namespaces: NamespacePolicies | None = None
+    kube: KubeApi | None = None

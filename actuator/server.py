@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -37,7 +38,9 @@ from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
-from actuator.store import StoreUnavailable, open_store
+from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
+from actuator.slurm import SlurmApi, SlurmCli
+from actuator.store import Store, StoreUnavailable, open_store
 from exporter import ownprocs
 
 if TYPE_CHECKING:
@@ -144,6 +147,36 @@ def open_audit(config: ActuatorConfig) -> AuditLog:
     return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
 
 
+def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store) -> Schedulers:
+    """Slurm (through its CLI or slurmrestd) and Kubernetes (through the API server), where
+    configured: the clients are made here, once; the reconciler only consults them."""
+    found: list[Scheduler] = []
+    namespaces, kube = None, None
+    if config.slurm is not None:
+        s = config.slurm
+        slurm: SlurmApi
+        if s.rest is not None:
+            from actuator.slurm_rest import SlurmRest
+
+            r = s.rest
+            slurm = SlurmRest(r.url, r.user, r.token_file, api_version=r.api_version,
+                              timeout=s.timeout)  # fmt: skip
+        else:
+            env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
+            slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
+        found.append(SlurmJobs(slurm, s, nodes, store))
+    if config.kubernetes is not None:
+        from actuator.kube import KubeApi
+        from actuator.kube_policies import NamespacePolicies, PolicyObjects
+
+        k = config.kubernetes
+        kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)
+        if k.policies:
+            namespaces = NamespacePolicies(PolicyObjects(), k.action)
+        found.append(KubePods(kube, k, namespaces))
+    return Schedulers(tuple(found), namespaces, kube)
+
+
 def build_nodes(config: ActuatorConfig) -> NodeDirectory:
     """This node (unless agents do all the work) and the fleet's agents."""
     local = None
@@ -171,9 +204,11 @@ class _Worker:
                                started_mono=started)  # fmt: skip
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
+        nodes = build_nodes(config)
         self.reconciler = Reconciler(
-            config, store, audit, build_nodes(config), build_notifier(config), links=links,
+            config, store, audit, nodes, build_notifier(config), links=links,
             alerts=build_decision_alerts(config), mono=store.mono,
+            schedulers=build_schedulers(config, nodes, store),
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.own: Path | None = None

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from actuator.config import ConfigError, load_config, read_token
+from actuator.config import ConfigError, load_config
 from actuator.policy import Claims, Facts, Mode, Policy, resolve
+from actuator.startup import read_token
 from exporter.units import parse_duration, parse_size
 from tests.support import REPO
 

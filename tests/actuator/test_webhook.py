@@ -362,7 +362,8 @@ def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
     import subprocess
     import sys
 
-    from actuator.config import check_storage, config_warnings
+    from actuator.config import config_warnings
+    from actuator.startup import check_storage
 
     too_long = tmp_path / ("x" * 300) / "actuator.db"
     config = load_config_text(tmp_path, f"storage: {{database: {too_long}}}\n")
