@@ -14,7 +14,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 COPY actuator ./actuator
-RUN pip install . \
+# One image for every role (exporter, agent, actuator): the package with all its extras.
+RUN pip install ".[all]" \
     && rm -rf /src \
     && gpu-reclaimer --version
 

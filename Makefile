@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
 
-.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics
+.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
 
 setup: $(VENV)/.installed system-deps
 
@@ -13,7 +13,7 @@ setup: $(VENV)/.installed system-deps
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $@
 
 # Prometheus, Alertmanager, OpenLDAP (slapd), PostgreSQL, Slurm (slurm-wlm, munge) and
@@ -75,6 +75,11 @@ bench: setup
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup
 	$(BIN)/python benchmarks/exporter_vs_nvitop.py --install
+
+# The bare package (no extras) in a fresh venv: the exporter serves, a command that needs
+# an extra names it. CI runs it after `make test` (it installs from PyPI, about 20 s).
+check-bare:
+	$(PYTHON) checks/bare_install.py
 
 # Opt-in, not part of `make test`: the heartbeat's lifecycle with the real Ultralytics package
 # (tiny models trained on the CPU on synthetic data; a throwaway venv of several GB).

@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jwt
-
 Role = Literal["sre", "admin"]
 ROLES: tuple[Role, ...] = ("sre", "admin")
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "PS256")  # never "none" nor HS*
@@ -72,9 +70,13 @@ class OidcVerifier:
         self.issuer, self.audience, self.groups_claim = issuer, audience, groups_claim
         self.roles = {role: set(groups) for role, groups in (roles or {}).items()}
         self.leeway = leeway
+        import jwt  # the `oidc` extra: loaded only where operators sign in with OIDC
+
         self.jwks = jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=300, timeout=timeout)
 
     def verify(self, token: str) -> Principal:
+        import jwt
+
         try:
             key = self.jwks.get_signing_key_from_jwt(token)
             claims: dict[str, Any] = jwt.decode(

@@ -15,6 +15,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from exporter import __version__
 from exporter.argtypes import CommandError
+from exporter.extras import missing_extra
 
 COMMANDS_GROUP = "gpu_reclaimer.commands"
 
@@ -65,6 +66,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as error:
+        missing = missing_extra(error)
+        if missing is None:
+            raise
+        print(f"gpu-reclaimer: error: {missing}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
