@@ -41,7 +41,6 @@ from actuator.decisions import (
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.keeplinks import KeepLinks
-from actuator.kube_policies import NamespacePolicies, PolicyWatch, start_watch
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -58,6 +57,7 @@ from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
 from actuator.schedulers import Scheduler, Schedulers, gate
+from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
 from actuator.startup import idle_thresholds
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs

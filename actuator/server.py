@@ -39,7 +39,7 @@ from actuator.owners import OwnerDirectory
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
-from actuator.slurm import SlurmApi, SlurmCli
+from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
 from actuator.store import Store, StoreUnavailable, open_store
 from exporter import ownprocs
 
@@ -156,7 +156,7 @@ def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store)
         s = config.slurm
         slurm: SlurmApi
         if s.rest is not None:
-            from actuator.slurm_rest import SlurmRest
+            from actuator.schedulers.slurm_rest import SlurmRest
 
             r = s.rest
             slurm = SlurmRest(r.url, r.user, r.token_file, api_version=r.api_version,
@@ -166,8 +166,8 @@ def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store)
             slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
         found.append(SlurmJobs(slurm, s, nodes, store))
     if config.kubernetes is not None:
-        from actuator.kube import KubeApi
-        from actuator.kube_policies import NamespacePolicies, PolicyObjects
+        from actuator.schedulers.kube_api import KubeApi
+        from actuator.schedulers.kube_policies import NamespacePolicies, PolicyObjects
 
         k = config.kubernetes
         kube = KubeApi.connect(k.kubeconfig, k.context, timeout=k.timeout)

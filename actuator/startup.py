@@ -93,7 +93,7 @@ def check_kubernetes(config: ActuatorConfig) -> None:
     settings = config.kubernetes
     if settings is None:
         return
-    from actuator.kube import KubeApi
+    from actuator.schedulers.kube_api import KubeApi
 
     try:
         KubeApi.connect(settings.kubeconfig, settings.context, timeout=settings.timeout)

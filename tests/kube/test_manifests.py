@@ -17,7 +17,7 @@ import yaml
 
 from actuator.config import ActuatorConfig
 from actuator.fleet.agent_config import AgentConfig
-from actuator.kube_policies import GROUP, KIND, PLURAL, VERSION, PolicySpec
+from actuator.schedulers.kube_policies import GROUP, KIND, PLURAL, VERSION, PolicySpec
 from exporter.config import ExporterConfig
 from exporter.units import parse_duration
 

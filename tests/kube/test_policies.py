@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from actuator.kube import KubeApi
-from actuator.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch
 from actuator.policy import Facts, Match, Mode, Policy, ProjectRule, resolve
+from actuator.schedulers.kube_api import KubeApi
+from actuator.schedulers.kube_policies import NamespacePolicies, PolicyObjects, PolicyWatch
 from tests.helpers.kube import ApiServer
 from tests.support import wait_until
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from actuator.slurm import parse_fields
+from actuator.schedulers.slurm_cli import parse_fields
 from exporter.cgroup import parse_cgroup
 from exporter.slurm import environ_job, slurm_job_of
 from tests.support import wait_until

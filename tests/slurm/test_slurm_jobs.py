@@ -16,7 +16,7 @@ import pytest
 
 from actuator.live import target_of
 from actuator.node import READING_TTL
-from actuator.slurm import SlurmCli
+from actuator.schedulers.slurm_cli import SlurmCli
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
 from tests.helpers.slurm import JobProcess, Slurm, slurm_cluster

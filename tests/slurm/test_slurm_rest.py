@@ -14,8 +14,8 @@ import pytest
 
 from actuator.live import target_of
 from actuator.node import READING_TTL
-from actuator.slurm import SlurmError
-from actuator.slurm_rest import SlurmRest
+from actuator.schedulers.slurm_cli import SlurmError
+from actuator.schedulers.slurm_rest import SlurmRest
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.slurm import slurm_job_of
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload

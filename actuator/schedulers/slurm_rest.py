@@ -16,7 +16,7 @@ from typing import Any
 import hostlist
 import requests
 
-from actuator.slurm import _GPUS_USED, JOB_ID, JobCache, SlurmError, SlurmJob
+from actuator.schedulers.slurm_cli import _GPUS_USED, JOB_ID, JobCache, SlurmError, SlurmJob
 
 
 class SlurmRest:

@@ -1,0 +1,73 @@
+"""The interface every scheduler implements, and the gate on the SIGTERM step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from actuator.decisions import Action, Decision, defer, move, wait
+from actuator.models import Case, LiveState, Reason, State
+
+Why = tuple[Reason, str]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a scheduler did for one escalation step."""
+
+    name: str  # recorded like a signal: SCANCEL, EVICT, DELETE, ...
+    ok: bool
+    detail: str
+    record: dict[str, object]  # the audit record's own fields ("event" first)
+
+
+class Scheduler(Protocol):
+    hold: Reason  # the deferral reason of a case this scheduler holds back
+
+    def applies(self, live: LiveState) -> bool:
+        """The process runs under this scheduler (from the node's evidence)."""
+        ...
+
+    def not_ready(self, case: Case, live: LiveState) -> Why | None:
+        """None when the step may go ahead; else why not (refusal or this hold)."""
+        ...
+
+    def claim(self, case: Case, live: LiveState) -> None:
+        """At the SIGTERM step: record on the case that the scheduler carries it out."""
+        ...
+
+    def owns(self, case: Case) -> bool: ...
+
+    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
+        """Who the workload names as its owner, for the notice (None: the process's user)."""
+        ...
+
+    def facts(self, live: LiveState) -> dict[str, str]:
+        """What the scheduler says of the workload that policy rules match on (asked of
+        every scheduler, whether or not it gates the process)."""
+        ...
+
+    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
+        """The step enforcement takes (or, with `dry_run`, what it would take: nothing is
+        changed, and the Step says what would have been done)."""
+        ...
+
+    def verify(self, case: Case) -> dict[str, object]: ...
+
+
+def gate(scheduler: Scheduler, case: Case, live: LiveState, decision: Decision) -> Decision:
+    """Only the SIGTERM step and the way back to it are gated: an exit, a resolved alert or
+    a refusal goes through as for any case. A held case stays held without a new
+    transition each tick."""
+    resuming = case.state == State.DEFERRED and case.reason_code == scheduler.hold
+    if decision.action != Action.TERM and not (resuming and decision.code == Reason.RESUMED):
+        return decision
+    why = scheduler.not_ready(case, live)
+    if why is None:
+        return decision
+    code, reason = why
+    if code != scheduler.hold:
+        return move(State.REFUSED, code, reason)
+    if resuming:
+        return wait()
+    return defer(case, why, {})
