@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from actuator import operations
-from actuator.audit import AuditError
+from actuator.audit import AuditError, Event
 from actuator.metrics import ActuatorCollector
 from actuator.models import (
     AlertmanagerPayload,
@@ -127,7 +127,7 @@ def create_app(rt: Runtime) -> Flask:
         with contextlib.suppress(StoreUnavailable):
             rt.store.count("auth_failures", reason)
         with contextlib.suppress(AuditError):
-            rt.audit.write({"event": "auth_failed", "reason": reason, "path": request.path,
+            rt.audit.write({"event": Event.AUTH_FAILED, "reason": reason, "path": request.path,
                             "method": request.method, "remote": request.remote_addr})  # fmt: skip
         resp, status = _error(code, message)
         if code == 401:
@@ -238,7 +238,7 @@ def create_app(rt: Runtime) -> Flask:
         if rejected:
             with contextlib.suppress(AuditError):
                 rt.audit.write_many(
-                    [{"event": "alert_rejected", "fingerprint": r.fingerprint,
+                    [{"event": Event.ALERT_REJECTED, "fingerprint": r.fingerprint,
                       "group": payload.groupKey[:200], "errors": list(r.errors)}
                      for r in rejected]
                 )  # fmt: skip
@@ -246,7 +246,7 @@ def create_app(rt: Runtime) -> Flask:
         if ingest.duplicates:  # a re-delivery is harmless, and on the record
             with contextlib.suppress(AuditError):
                 rt.audit.write_many(
-                    [{"event": "alert_duplicate", "fingerprint": fp, "starts_at": starts,
+                    [{"event": Event.ALERT_DUPLICATE, "fingerprint": fp, "starts_at": starts,
                       "deliveries": n} for fp, starts, n in ingest.duplicates]
                 )  # fmt: skip
         if payload.truncatedAlerts:

@@ -17,12 +17,36 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 _BLOCK = 64 * 1024
 _PROBE_BYTES = 4096
+
+
+class Event(StrEnum):
+    """What an audit record is about (its `event` field); a StrEnum, so the JSON is text."""
+
+    ALERT_DUPLICATE = "alert_duplicate"
+    ALERT_REJECTED = "alert_rejected"
+    AUTH_FAILED = "auth_failed"
+    BREAKER_OPEN = "breaker_open"
+    BREAKER_RESET = "breaker_reset"
+    DECISION = "decision"
+    DECISION_ABORTED = "decision_aborted"
+    FOLLOWUP = "followup"
+    KEEP_LINK = "keep_link"
+    KEEP_SOCKET = "keep_socket"
+    KUBE_RECLAIM = "kube_reclaim"
+    KUBE_VERIFIED = "kube_verified"
+    NOTICE = "notice"
+    SIGNALS = "signals"
+    SLURM_CANCEL = "slurm_cancel"
+    SLURM_VERIFIED = "slurm_verified"
+    SNOOZE = "snooze"
+    STEP_ERROR = "step_error"
 
 
 class AuditError(Exception):

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actuator.audit import AuditError, AuditLog
+from actuator.audit import AuditError, AuditLog, Event
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import Action, Decision, after_notice
 from actuator.keeplinks import KeepLinks
@@ -148,7 +148,7 @@ class Executor:
             self.alerts.scheduled(notice, case)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": "notice", "case": case.id, "delivered": result.delivered,
+                {"event": Event.NOTICE, "case": case.id, "delivered": result.delivered,
                  "detail": result.detail, "attempt": case.notice_attempts,
                  "grace_started": case.notified_mono is not None}
             )  # fmt: skip
@@ -161,7 +161,7 @@ class Executor:
             return
         result = self.notifier.followup(notice)
         with contextlib.suppress(AuditError):
-            self.audit.write({"event": "followup", "case": case.id,
+            self.audit.write({"event": Event.FOLLOWUP, "case": case.id,
                               "delivered": result.delivered, "detail": result.detail})  # fmt: skip
 
     def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
@@ -174,7 +174,7 @@ class Executor:
                 self.store.record_signal(case.id, r.pid, r.signal, now)
         try:
             self.audit.write(
-                {"event": "signals", "case": case.id, "signal": sig.name,
+                {"event": Event.SIGNALS, "case": case.id, "signal": sig.name,
                  "results": [r.__dict__ for r in results]}
             )  # fmt: skip
         except AuditError as exc:

@@ -13,7 +13,7 @@ import jinja2
 from flask import Blueprint, Response, request
 
 from actuator import operations, untrusted
-from actuator.audit import AuditError
+from actuator.audit import AuditError, Event
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
@@ -164,7 +164,7 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         try:
             if not rt.store.use_keep_link(nonce, case.id, rt.clock(), action):
                 return render(409, lang, case, token, problem=t["used"].format(action))
-            rt.audit.write({"event": "keep_link", "case": case.id, "action": action,
+            rt.audit.write({"event": Event.KEEP_LINK, "case": case.id, "action": action,
                             "hours": keep_hours if action == "keep" else None,
                             "link": nonce, "owner": case.user})  # fmt: skip
         except (AuditError, StoreUnavailable) as exc:

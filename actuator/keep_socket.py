@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from actuator import operations
+from actuator.audit import Event
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
 from actuator.runtime import Runtime
@@ -207,7 +208,7 @@ class KeepSocket:
 
     def _audit(self, uid: int, pid: int, action: str, case_id: int | None, result: str) -> None:
         with contextlib.suppress(Exception):
-            self.rt.audit.write({"event": "keep_socket", "uid": uid, "pid": pid,
+            self.rt.audit.write({"event": Event.KEEP_SOCKET, "uid": uid, "pid": pid,
                                  "action": action, "case": case_id, "result": result})  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from actuator.audit import AuditError
+from actuator.audit import AuditError, Event
 from actuator.models import Case, Reason, State
 from actuator.runtime import Runtime
 
@@ -58,7 +58,7 @@ def snooze(
         return _not_snoozable(found)
     try:
         rt.audit.write(
-            {"event": "snooze", "case": case_id, "until": rt.clock() + duration,
+            {"event": Event.SNOOZE, "case": case_id, "until": rt.clock() + duration,
              "duration": duration, "by": by, "reason": why}
         )  # fmt: skip
     except AuditError as exc:
@@ -106,7 +106,7 @@ def reset_breaker(rt: Runtime, by: str, reason: str) -> BreakerWas | Refused:
     """Close the circuit breaker (whether or not it was open)."""
     was_open, since, why = rt.store.breaker()
     try:
-        rt.audit.write({"event": "breaker_reset", "was_open": was_open, "opened_reason": why,
+        rt.audit.write({"event": Event.BREAKER_RESET, "was_open": was_open, "opened_reason": why,
                         "by": by, "reason": reason})  # fmt: skip
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))

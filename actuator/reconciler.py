@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actuator.audit import AuditError, AuditLog
+from actuator.audit import AuditError, AuditLog, Event
 from actuator.clock import boottime
 from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
@@ -230,7 +230,7 @@ class Reconciler:
             self.store.count("step_errors")
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": "step_error", "case": case.id, "state": str(case.state),
+                {"event": Event.STEP_ERROR, "case": case.id, "state": str(case.state),
                  "error": f"{type(exc).__name__}: {exc}"[:500]}
             )  # fmt: skip
 
@@ -358,7 +358,7 @@ class Reconciler:
         if reason is None:
             return
         try:
-            self.audit.write({"event": "breaker_open", "node": case.node, "reason": reason})
+            self.audit.write({"event": Event.BREAKER_OPEN, "node": case.node, "reason": reason})
         except AuditError as exc:
             log.error("breaker: %s", exc)
         if self.store.set_breaker(True, now, reason):
@@ -585,7 +585,7 @@ class Reconciler:
         log.info("case %d: decision %s not carried out: %s", case.id, decision_id, why)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": "decision_aborted", "case": case.id, "decision_id": decision_id,
+                {"event": Event.DECISION_ABORTED, "case": case.id, "decision_id": decision_id,
                  "reason": why}
             )  # fmt: skip
 
@@ -601,7 +601,7 @@ class Reconciler:
         extra: dict[str, Any],
     ) -> dict[str, Any]:
         return {
-            "event": "decision",
+            "event": Event.DECISION,
             "decision_id": uuid.uuid4().hex[:16],
             "case": case.id or None,
             "from": str(previous) if previous else None,

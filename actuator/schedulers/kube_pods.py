@@ -6,6 +6,7 @@ import re
 import time
 from collections.abc import Callable
 
+from actuator.audit import Event
 from actuator.config import KubernetesSettings
 from actuator.models import Case, LiveState, Reason
 from actuator.schedulers.base import Step, Why
@@ -159,12 +160,12 @@ class KubePods:
 
     @staticmethod
     def _step(case: Case, name: str, ok: bool, detail: str) -> Step:
-        return Step(name, ok, detail, {"event": "kube_reclaim", "pod": dict(case.pod or {}),
+        return Step(name, ok, detail, {"event": Event.KUBE_RECLAIM, "pod": dict(case.pod or {}),
                                        "step": name})  # fmt: skip
 
     def verify(self, case: Case) -> dict[str, object]:
         assert case.pod is not None
-        record: dict[str, object] = {"event": "kube_verified", "pod": dict(case.pod)}
+        record: dict[str, object] = {"event": Event.KUBE_VERIFIED, "pod": dict(case.pod)}
         try:
             now = self.api.pod(case.pod["namespace"], case.pod["name"])
         except KubeError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from actuator.audit import Event
 from actuator.config import SlurmSettings
 from actuator.fleet.directory import NodeDirectory
 from actuator.models import Case, LiveState, Reason, State, Target
@@ -105,13 +106,13 @@ class SlurmJobs:
         if dry_run:
             return Step(name, True, f"would cancel Slurm job {case.slurm_job}"
                         + (" with SIGKILL" if kill else ""),
-                        {"event": "slurm_cancel", "job": case.slurm_job, "signal": sig,
+                        {"event": Event.SLURM_CANCEL, "job": case.slurm_job, "signal": sig,
                          "dry_run": True})  # fmt: skip
         try:
             ok, detail = self.cli.cancel(case.slurm_job, signal=sig)
         except SlurmError as exc:
             ok, detail = False, str(exc)
-        record: dict[str, object] = {"event": "slurm_cancel", "job": case.slurm_job,
+        record: dict[str, object] = {"event": Event.SLURM_CANCEL, "job": case.slurm_job,
                                      "signal": sig}  # fmt: skip
         return Step(name, ok, detail, record)
 
@@ -121,8 +122,8 @@ class SlurmJobs:
         try:
             job = self.cli.job(case.slurm_job, fresh=True)
             gpus = {n: self.cli.gpus_allocated(n) for n in (job.nodes if job else ())}
-            return {"event": "slurm_verified", "job": case.slurm_job,
+            return {"event": Event.SLURM_VERIFIED, "job": case.slurm_job,
                     "state": job.state if job else "unknown", "gpus_allocated": gpus}  # fmt: skip
         except SlurmError as exc:
-            return {"event": "slurm_verified", "job": case.slurm_job, "state": "unknown",
+            return {"event": Event.SLURM_VERIFIED, "job": case.slurm_job, "state": "unknown",
                     "error": str(exc)}  # fmt: skip
