@@ -168,3 +168,15 @@ def test_no_import_cycles() -> None:
         if reaches(b, a) and not (b.startswith(a + ".") or a.startswith(b + "."))
     )
     assert not cycles
+
+
+def test_test_modules_share_helpers_not_each_other() -> None:
+    """Shared fixtures and factories live in tests/helpers/ (or a conftest.py), never in
+    another test module."""
+    crossing = {
+        f"{path.relative_to(REPO)}: {name}"
+        for path in (REPO / "tests").rglob("test_*.py")
+        for name in _imports(path)
+        if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
+    }
+    assert not crossing

@@ -17,7 +17,7 @@ from actuator.decision_alerts import DecisionAlerts
 from actuator.demo.ruleset import render_deploy
 from actuator.models import State
 from actuator.notice import Notice, ProvenFacts
-from tests.actuator.test_decisions import make_case
+from tests.helpers.cases import make_case
 from tests.helpers.prom import Server, start_alertmanager
 from tests.support import REPO, wait_until
 

@@ -16,8 +16,8 @@ from actuator.models import State
 from actuator.notice import ProvenFacts
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
-from tests.actuator.test_decisions import make_case
-from tests.actuator.test_webhook import TOKEN, make_runtime
+from tests.helpers.api import TOKEN, make_runtime
+from tests.helpers.cases import make_case
 
 PUBLIC = "https://reclaimer.example.com"
 

@@ -28,7 +28,7 @@ def test_known_codes_and_reasons_start_at_zero(tmp_path: Path) -> None:
 def test_notices_and_time_to_reclaim_come_from_the_cases(tmp_path: Path) -> None:
     from actuator.models import State
     from actuator.store.cases import insert_case
-    from tests.actuator.test_decisions import make_case
+    from tests.helpers.cases import make_case
 
     store = Store(tmp_path / "db")
     store.init()

@@ -573,12 +573,3 @@ def test_untrusted_text_is_rendered_as_data_in_every_channel(
     feishu = FeishuChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
     (post,) = feishu["content"]["post"].values()
     assert {e["tag"] for line in post["content"] for e in line} <= {"at", "text"}
-
-
-def test_cleaning_removes_what_makes_a_reviewer_read_another_name() -> None:
-    assert untrusted.clean("train\u202egnp.exe") == "traingnp.exe"
-    assert untrusted.clean("a\r\nb\tc\x00d\x1b[1m") == "a  b cd[1m"
-    assert untrusted.clean("y" * 10, limit=5) == "yyyy…"
-    assert untrusted.markdown("李雷") == "李雷"  # plain words stay plain
-    assert untrusted.markdown("<@all>") == "`\u2039@all\u203a`"
-    assert untrusted.slack("<!channel> & co") == "`&lt;!channel&gt; &amp; co`"

@@ -21,8 +21,8 @@ from actuator.models import State
 from actuator.operators import OidcVerifier, Operators
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
-from tests.actuator.test_decisions import make_case
-from tests.actuator.test_webhook import TOKEN, make_runtime
+from tests.helpers.api import TOKEN, make_runtime
+from tests.helpers.cases import make_case
 
 ISSUER, AUDIENCE = "https://sso.example.com/realms/gpu", "gpu-reclaimer"
 

@@ -19,8 +19,8 @@ from actuator.notify import NoticeResult
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.store import open_store
-from tests.actuator.test_decisions import BOOT, TICKS
-from tests.actuator.test_webhook import AUTH, TOKEN, alert, body
+from tests.helpers.api import AUTH, TOKEN, alert, body
+from tests.helpers.cases import BOOT, TICKS
 from tests.support import wait_until
 
 NODE = "n1"

@@ -10,7 +10,7 @@ import pytest
 from actuator.models import AlertmanagerAlert, State
 from actuator.store import Store, open_store
 from actuator.store.cases import insert_case
-from tests.actuator.test_webhook import alert, body
+from tests.helpers.api import alert, body
 
 
 def payload(*alerts):
@@ -59,7 +59,7 @@ def test_lease_has_one_holder_until_it_expires(database):
 @pytest.mark.reliability(36)
 def test_a_write_fenced_by_a_lost_lease_changes_nothing(database):
     from actuator.store import Fence, LeaseLost
-    from tests.actuator.test_decisions import make_case
+    from tests.helpers.cases import make_case
 
     store = open_store(database)
     store.init()

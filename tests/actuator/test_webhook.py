@@ -5,26 +5,21 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actuator.app import create_app
-from actuator.audit import AuditLog
 from actuator.config import ActuatorConfig, ConfigError, load_config
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
-from actuator.store import Store
 from actuator.store.cases import insert_case
-from tests.actuator.test_decisions import make_case
-
-TOKEN = "s3cret-0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from tests.helpers.api import AUTH, alert, body, make_runtime
+from tests.helpers.cases import make_case
 
 
 class LoudNode:
@@ -56,23 +51,6 @@ class LoudNode:
         pass
 
 
-def make_runtime(tmp_path: Path, **config: Any) -> Runtime:
-    cfg = ActuatorConfig.model_validate(
-        {
-            "mode": "enforce",
-            "notice": {"required": False},
-            "storage": {
-                "database": str(tmp_path / "db.sqlite"),
-                "audit_log": str(tmp_path / "audit.jsonl"),
-            },
-            **config,
-        }
-    )
-    store = Store(cfg.storage.database)
-    store.init()
-    return Runtime(config=cfg, store=store, audit=AuditLog(cfg.storage.audit_log), token=TOKEN)
-
-
 @pytest.fixture
 def rt(tmp_path: Path) -> Runtime:
     return make_runtime(tmp_path, server={"max_body": "64KiB"})
@@ -81,28 +59,6 @@ def rt(tmp_path: Path) -> Runtime:
 @pytest.fixture
 def client(rt: Runtime):
     return create_app(rt).test_client()
-
-
-def alert(**over: Any) -> dict[str, Any]:
-    a = {
-        "status": "firing",
-        "labels": {"alertname": "GpuProcessIdle", "reclaim": "true", "node": "n1",
-                   "pid": "4242", "uuid": "GPU-0"},
-        "annotations": {"start_time": "1700000000.5"},
-        "startsAt": "2026-01-01T00:00:00Z",
-        "endsAt": "0001-01-01T00:00:00Z",
-        "fingerprint": "abc123",
-    }  # fmt: skip
-    a.update(over)
-    return a
-
-
-def body(*alerts: dict[str, Any], **over: Any) -> dict[str, Any]:
-    b = {"version": "4", "groupKey": "g", "truncatedAlerts": 0, "status": "firing",
-         "receiver": "reclaim", "groupLabels": {}, "commonLabels": {},
-         "commonAnnotations": {}, "externalURL": "http://am", "alerts": list(alerts)}  # fmt: skip
-    b.update(over)
-    return b
 
 
 def test_accepts_and_records(client, rt):

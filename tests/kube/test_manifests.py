@@ -20,6 +20,7 @@ from actuator.fleet.agent_config import AgentConfig
 from actuator.schedulers.kube_policies import GROUP, KIND, PLURAL, VERSION, PolicySpec
 from exporter.config import ExporterConfig
 from exporter.units import parse_duration
+from tests.helpers.crd import crd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -39,28 +40,6 @@ def _resources() -> list[dict[str, Any]]:
     return [doc for name in _kustomization()["resources"] for doc in _docs(KUBE / name)]
 
 
-def _crd_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
-    (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    return _openapi_to_jsonschema(entry["schema"]["openAPIV3Schema"])
-
-
-def _openapi_to_jsonschema(node: Any) -> Any:
-    """OpenAPI v3 structural schema -> JSON Schema: int-or-string, as the API server reads it."""
-    if isinstance(node, dict):
-        out = {k: _openapi_to_jsonschema(v) for k, v in node.items()
-               if not k.startswith("x-kubernetes-")}  # fmt: skip
-        if isinstance(out.get("pattern"), str) and "(?i)" in out["pattern"][1:]:
-            # Go's regexp takes `^(?i)...`; Python's wants global flags first.
-            out["pattern"] = "(?i)" + out["pattern"].replace("(?i)", "")
-        if node.get("x-kubernetes-int-or-string"):
-            out.pop("type", None)
-            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        return out
-    if isinstance(node, list):
-        return [_openapi_to_jsonschema(v) for v in node]
-    return node
-
-
 CUSTOM = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_servicemonitors.yaml",
@@ -73,7 +52,7 @@ def _validate_custom(doc: dict[str, Any]) -> None:
         (crd,) = _docs(KUBE / "crd-gpureclaimpolicy.yaml")
     else:
         (crd,) = _docs(SCHEMAS / CUSTOM[key])
-    jsonschema.validate(doc, _crd_schema(crd, doc["apiVersion"].split("/")[1]))
+    jsonschema.validate(doc, crd_schema(crd, doc["apiVersion"].split("/")[1]))
 
 
 def test_every_resource_validates_against_its_schema() -> None:
@@ -116,7 +95,7 @@ def test_the_example_policies_validate_and_the_actuator_reads_them() -> None:
 def test_the_crd_schema_says_what_the_actuator_reads() -> None:
     (crd,) = _docs(KUBE / "crd-gpureclaimpolicy.yaml")
     assert crd["spec"]["names"]["plural"] == PLURAL and crd["spec"]["group"] == GROUP
-    spec = _crd_schema(crd, VERSION)["properties"]["spec"]
+    spec = crd_schema(crd, VERSION)["properties"]["spec"]
     fields = {f.alias or name for name, f in PolicySpec.model_fields.items()}
     assert set(spec["properties"]) == fields
     assert spec["properties"]["action"]["enum"] == ["evict", "delete", "signal"]

@@ -107,7 +107,7 @@ def test_each_object_s_status_says_whether_it_is_in_force(api: ApiServer) -> Non
     import jsonschema
     import yaml
 
-    from tests.kube.test_manifests import KUBE, _crd_schema
+    from tests.helpers.crd import KUBE, crd_schema
 
     api.put_policy("lab", "a-main", {"mode": "enforce", "grace": "1h"})
     api.put_policy("lab", "b-extra", {"grace": "1m"})
@@ -136,7 +136,7 @@ def test_each_object_s_status_says_whether_it_is_in_force(api: ApiServer) -> Non
         assert (typo["status"], typo["reason"]) == ("False", "Invalid")
         assert "gracee" in typo["message"]
         (crd,) = yaml.safe_load_all((KUBE / "crd-gpureclaimpolicy.yaml").read_text())
-        schema = _crd_schema(crd, "v1alpha1")["properties"]["status"]
+        schema = crd_schema(crd, "v1alpha1")["properties"]["status"]
         for obj in api.policies.values():
             jsonschema.validate(obj["status"], schema)
             assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]

@@ -1,0 +1,103 @@
+"""Carrying out a committed decision (actuator/executor.py): one table from action to
+effect, and observe mode's rehearsal of the very step enforcement would take. Fakes stand
+behind the narrow Node and Scheduler interfaces and fail loudly on anything unexpected."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actuator.audit import AuditLog
+from actuator.decisions import Action, Decision
+from actuator.executor import Executor, Step
+from actuator.models import Case, Reason, SignalResult, State
+from actuator.notify import NullNotifier
+from actuator.policy import Mode, Notice
+from actuator.schedulers import Step as SchedulerStep
+from actuator.store import Fence, Store
+from tests.helpers.cases import T0, eff, make_case, make_live
+
+
+class Node:
+    name = "n"
+
+    def __init__(self) -> None:
+        self.signalled: list[tuple[str, bool]] = []
+
+    def signal_tree(self, target: Any, members: Any, sig: signal.Signals, *, dry_run: bool,
+                    key: str) -> list[SignalResult]:  # fmt: skip
+        self.signalled.append((sig.name, dry_run))
+        return [SignalResult(4242, sig.name, not dry_run, "ok")]
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected Node.{name}")
+
+
+class Pods:
+    """A scheduler that takes every case it is asked to claim (as pods do)."""
+
+    hold = Reason.POD_BLOCKED
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[bool, bool]] = []
+
+    def claim(self, case: Case, live: Any) -> None:
+        case.pod = {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}
+
+    def owns(self, case: Case) -> bool:
+        return case.pod is not None
+
+    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> SchedulerStep:
+        self.steps.append((kill, dry_run))
+        return SchedulerStep("EVICT", True, "would evict pod ml/yolo-0" if dry_run else "ok",
+                             {"event": "kube_reclaim"})  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected Scheduler.{name}")
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Executor:
+    store = Store(str(tmp_path / "db"))
+    store.init()
+    return Executor(store=store, audit=AuditLog(tmp_path / "audit.jsonl"),
+                    notifier=NullNotifier(), gate=Notice(), clock=lambda: T0,
+                    mono=lambda: T0, fence=lambda: Fence("h", T0, 5.0))  # fmt: skip
+
+
+def _step(decision: Decision, scheduler: Any = None, node: Node | None = None,
+          **case: Any) -> Step:  # fmt: skip
+    return Step(make_case(state=decision.state or State.PENDING, **case), decision,
+                make_live(), eff(), node or Node(), scheduler, T0)  # fmt: skip
+
+
+def test_sigterm_goes_to_the_process_tree_or_through_the_scheduler_that_took_it(
+    executor: Executor,
+) -> None:
+    node = Node()
+    executor.carry_out(_step(Decision(Action.TERM, State.TERMINATING), node=node))
+    assert node.signalled == [("SIGTERM", False)]
+
+    pods, node = Pods(), Node()
+    owned = {"pod": {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}}
+    executor.carry_out(_step(Decision(Action.KILL, State.KILLING), pods, node, **owned))
+    assert pods.steps == [(True, False)] and node.signalled == []  # never by PID
+
+
+@pytest.mark.parametrize("mode", [Mode.OBSERVE, Mode.NOTIFY])
+def test_observe_mode_rehearses_the_step_enforcement_would_take(
+    executor: Executor, mode: Mode
+) -> None:
+    observed = Decision(Action.MOVE, State.OBSERVED)
+    pods, node = Pods(), Node()
+    step = _step(observed, pods, node)
+    executor.carry_out(Step(step.case, observed, step.live, eff(mode), node, pods, T0))
+    assert pods.steps == [(False, True)] and node.signalled == []  # the pod's eviction
+    assert step.case.pod is None  # the claim was rehearsed on a copy
+
+    node = Node()
+    executor.carry_out(_step(observed, None, node))
+    assert node.signalled == [("SIGTERM", True)]  # a bare process: its signal, dry

@@ -1,0 +1,56 @@
+"""Factories for cases, live re-checks and policies: the values decision tests start from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actuator.decisions import FleetState
+from actuator.decisions import decide_live as _decide_live
+from actuator.decisions import decide_signalled as _decide_signalled
+from actuator.models import Case, LiveState, Member, State
+from actuator.policy import Facts, Idle, Limits, Mode, Policy, resolve
+
+T0 = 1_800_000_000.0
+TICKS = 123_456
+BOOT = "0b31359f-79be-4c80-b06e-652cb015d9d5"
+IDLE = Idle(cpu_window=1.0, log_quiet_for=300.0)
+LIMITS = Limits(terminations_per_node_per_hour=2, terminations_per_minute=1)
+
+
+def make_case(**kw: Any) -> Case:
+    base = dict(
+        id=1, state=State.PENDING, version=0, node="n", pid=4242, start_time=T0 - 3600,
+        uuid="GPU-0", start_ticks=TICKS, boot_id=BOOT, alertname="GpuProcessIdle",
+        fingerprint="f", starts_ts=T0 - 60,
+        labels={}, annotations={}, created=T0 - 1, updated=T0 - 1,
+    )  # fmt: skip
+    base.update(kw)
+    return Case(**base)
+
+
+def make_live(now: float = T0, **kw: Any) -> LiveState:
+    base = dict(
+        sampled_at=now, exists=True, start_ticks=TICKS, boot_id=BOOT, start_time=T0 - 3600,
+        uid=1001, user="alice", gpu_found=True, on_gpu=True, gpu_memory_bytes=4 << 30,
+        sm_util=0.0, cpu_seconds=10.0, members=(Member(4242, TICKS, 1001),),
+    )  # fmt: skip
+    base.update(kw)
+    return LiveState(**base)
+
+
+def eff(mode: Mode = Mode.ENFORCE, **over):
+    policy = Policy(mode=mode)
+    return resolve(policy, Facts(user="alice")).model_copy(update=over)
+
+
+GUARD = FleetState(unresolved=1)
+
+
+def decide_live(case, live, e, idle, limits, guard, now, *args, mono=None, **kw):
+    """Here the boot-time clock reads the same as the wall clock (tests step them apart)."""
+    return _decide_live(case, live, e, idle, limits, guard, now, *args,
+                        mono=now if mono is None else mono, **kw)  # fmt: skip
+
+
+def decide_signalled(case, alive, listed, e, now, mono=None):
+    return _decide_signalled(case, alive, listed, e, now, mono=now if mono is None else mono)
