@@ -3,11 +3,19 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_TOOLS := prometheus promtool prometheus-alertmanager amtool docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
+# What each purpose needs from Debian: the demo only Prometheus and Alertmanager; the tests
+# every real part they start on loopback.
+DEMO_TOOLS := prometheus promtool prometheus-alertmanager amtool
+DEMO_PACKAGES := prometheus prometheus-alertmanager
+TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
+TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver
 
-.PHONY: setup system-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
+.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
 
-setup: $(VENV)/.installed system-deps
+# Everything `make test` needs (the Python venv and every Debian package the tests start).
+setup: $(VENV)/.installed test-deps
+# What `make demo` needs: the Python venv, Prometheus and Alertmanager; nothing else.
+demo-setup: $(VENV)/.installed demo-deps
 
 # Re-install when the project's dependencies change.
 $(VENV)/.installed: pyproject.toml
@@ -16,17 +24,27 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $@
 
-# Prometheus, Alertmanager, OpenLDAP (slapd), PostgreSQL, Slurm (slurm-wlm, munge) and
-# Chromium with its driver come from Debian packages; tests start them on loopback
-# (PostgreSQL: initdb + pg_ctl; Slurm: slurmctld + slurmd with a count-only GPU GRES). docker-compose (Compose 1) validates
-# docker-compose.yml without a Docker engine.
-system-deps:
-	@missing=""; for t in $(SYSTEM_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+# Debian packages, installed only when one of their commands is missing. The demo's: Prometheus
+# and Alertmanager. The tests' add OpenLDAP (slapd), PostgreSQL, Slurm (slurm-wlm, munge),
+# Chromium with its driver and docker-compose (Compose 1 validates docker-compose.yml without
+# a Docker engine); the tests start each of them on loopback themselves (PostgreSQL: initdb +
+# pg_ctl; Slurm: slurmctld + slurmd with a count-only GPU GRES).
+define apt_install
+	@missing=""; for t in $(1); do PATH="$$PATH:/usr/sbin" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing prometheus, prometheus-alertmanager, docker-compose, slapd, openssl, postgresql, slurm-wlm, slurmrestd and chromium (missing:$$missing)"; \
+		echo "installing $(2) (missing:$$missing)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(2); \
 	fi
+endef
+
+demo-deps:
+	$(call apt_install,$(DEMO_TOOLS),$(DEMO_PACKAGES))
+
+test-deps:
+	$(call apt_install,$(TEST_TOOLS),$(TEST_PACKAGES))
+
+system-deps: test-deps  # the former name
 
 # The kubelet's pod-resources gRPC client (committed; regenerate after editing the .proto).
 protos: setup
@@ -58,10 +76,10 @@ unit: setup
 
 test: lint rules unit
 
-demo: setup
+demo: demo-setup
 	$(BIN)/gpu-reclaimer demo
 
-day: setup  # the measured simulated day: observe vs enforce, about 25 minutes
+day: demo-setup  # the measured simulated day: observe vs enforce, about 25 minutes
 	$(BIN)/gpu-reclaimer demo --day
 
 bench: setup

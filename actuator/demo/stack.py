@@ -45,7 +45,7 @@ from exporter.units import parse_size
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = (
     "install them with: sudo apt-get install prometheus prometheus-alertmanager "
-    "(or run `make setup`)"
+    "(or run `make demo-setup`)"
 )
 SERVICES = ("exporter", "actuator", "prometheus", "alertmanager")
 

@@ -34,7 +34,7 @@ def test_missing_prometheus_names_the_install_command(tmp_path: Path) -> None:
     assert result.returncode == 2, result
     assert "prometheus and prometheus-alertmanager not found" in result.stderr
     assert "sudo apt-get install prometheus prometheus-alertmanager" in result.stderr
-    assert "make setup" in result.stderr
+    assert "make demo-setup" in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing was started or created
 
 
