@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
@@ -30,6 +30,7 @@ from actuator.policy import Duration
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
 from exporter.procfs import PID_MAX_LIMIT
+from exporter.selfmetrics import TEXT_FORMAT, SelfCollector
 
 log = logging.getLogger(__name__)
 # An operation's refusal as an HTTP status (503: retry once the audit log is back).
@@ -106,6 +107,7 @@ def create_app(rt: Runtime) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ActuatorCollector(rt.store))
+    registry.register(SelfCollector("gpu_reclaimer"))  # build info; this worker's process_*
     expected = rt.token.encode()
 
     def count(code: int) -> None:
@@ -359,7 +361,7 @@ def create_app(rt: Runtime) -> Flask:
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(registry), headers={"Content-Type": TEXT_FORMAT})
 
     @app.get("/-/healthy")
     def healthy() -> tuple[Response, int]:

@@ -25,6 +25,7 @@ from exporter.identity import IdentityCache, ProcessIdentity
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
 from exporter.proctree import HostProcesses
+from exporter.selfmetrics import own_families
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class GpuCollector(Collector):
         up.add((), 1 if reading.up else 0)
         took = Family("gpu_exporter_scrape_duration_seconds", "gauge", "Time this scrape took.")
         took.add((), self.clock() - started)
-        return [*families, up, took]
+        return [*families, up, took, *own_families("gpu_exporter")]
 
     def collect(self) -> Iterator[Metric]:
         for family in self.families():

@@ -27,6 +27,7 @@ _LANDING = """<!doctype html>
 <p>Per-GPU and per-process GPU metrics from NVML and /proc (version {version}).</p>
 <ul>
 <li><a href="metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="-/healthy">/-/healthy</a>, <a href="-/ready">/-/ready</a>: for probes</li>
 </ul>
 <p>Node <code>{node}</code>, NVML source: <code>{source}</code>.</p>
 </body></html>
@@ -75,6 +76,11 @@ def build_app(
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             return metrics(environ, start_response)
+        if path in ("/-/healthy", "/-/ready"):
+            # Cheap on purpose: the process serves and its collector is built. Whether NVML
+            # answers is the scrape's own `gpu_exporter_nvml_up`, not a reason to restart.
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"ok\n" if path == "/-/healthy" else b"ready\n"]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [landing]

@@ -28,6 +28,7 @@ from actuator.fleet import wire
 from actuator.fleet.journal import SignalJournal
 from actuator.node import LocalNode
 from exporter import procfs
+from exporter.selfmetrics import TEXT_FORMAT, SelfCollector
 
 MAX_BODY = 2**20
 
@@ -75,6 +76,7 @@ class AgentApp:
         self.lock = threading.Lock()
         self.boot_id = procfs.boot_id()
         self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SelfCollector("gpu_reclaimer_agent"))
         info = Gauge("gpu_reclaimer_agent_info", "The node this agent serves.",
                      ["node", "boot_id"], registry=self.registry)  # fmt: skip
         info.labels(node.name, self.boot_id).set(1)
@@ -132,7 +134,7 @@ class AgentApp:
         return self.answer({"status": "ready", "monitored": count})
 
     def on_metrics(self, _request: Request) -> Response:
-        return Response(generate_latest(self.registry), mimetype="text/plain; version=0.0.4")
+        return Response(generate_latest(self.registry), headers={"Content-Type": TEXT_FORMAT})
 
     def on_about(self, _request: Request) -> Response:
         return self.answer({"protocol": wire.PROTOCOL, "boot_id": self.boot_id})

@@ -57,3 +57,29 @@ def test_notices_and_time_to_reclaim_come_from_the_cases(tmp_path: Path) -> None
     assert registry.get_sample_value(histogram + "_bucket", {"le": "600.0"}) == 1
     assert registry.get_sample_value(histogram + "_bucket", {"le": "900.0"}) == 2
     assert registry.get_sample_value(histogram + "_bucket", {"le": "+Inf"}) == 2
+
+
+def test_the_endpoint_says_its_format_once_and_passes_promtool(tmp_path: Path) -> None:
+    """One Content-Type (text format 0.0.4, one charset); the brief's four names as they are
+    and every other metric under gpu_reclaimer_ (or the standard process_*); build info."""
+    import re
+    import shutil
+    import subprocess
+
+    from actuator.app import create_app
+    from tests.helpers.api import make_runtime
+
+    answer = create_app(make_runtime(tmp_path)).test_client().get("/metrics")
+    assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    body = answer.get_data(as_text=True)
+    names = set(re.findall(r"^# TYPE (\S+) ", body, re.MULTILINE))
+    brief = {"gpu_idle_detected_total", "gpu_released_success_total",
+             "gpu_release_failed_total", "gpu_memory_freed_bytes_total"}  # fmt: skip
+    assert brief <= names
+    assert all(n.startswith(("gpu_reclaimer_", "process_")) for n in names - brief), names
+    assert 'gpu_reclaimer_build_info{python_version="' in body
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: `make setup` installs Debian's prometheus"
+    checked = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -171,3 +171,30 @@ def test_reference_config_loads() -> None:
 
     config = load_config(REPO / "deploy" / "exporter.yml")
     assert config.listen == ":9838" and config.nvml_timeout_seconds == 1.5
+
+
+def test_probes_and_self_metrics_as_prometheus_exporters_have_them(
+    sim_node: Path, exporter_url: str
+) -> None:
+    import shutil
+
+    # Probes answer without an NVML scrape: even with NVML gone they say the process serves.
+    subprocess.run(
+        [*gpu_reclaimer_command(), "sim", "fault", str(sim_node), "--nvml-missing", "on"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    for path, text in (("/-/healthy", "ok"), ("/-/ready", "ready")):
+        answer = requests.get(exporter_url + path, timeout=5)
+        assert answer.status_code == 200 and answer.text.strip() == text
+    body = requests.get(exporter_url + "/metrics", timeout=5).text
+    info = [line for line in body.splitlines() if line.startswith("gpu_exporter_build_info{")]
+    assert len(info) == 1 and 'version="' in info[0] and info[0].endswith(" 1.0")
+    for name in ("process_cpu_seconds_total", "process_open_fds", "process_start_time_seconds",
+                 "process_resident_memory_bytes"):  # fmt: skip
+        assert f"\n{name} " in body, name
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: `make setup` installs Debian's prometheus"
+    # The exposition passes Prometheus' own lint.
+    checked = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
