@@ -42,6 +42,7 @@ from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
 from actuator.store import Store, StoreUnavailable, open_store
 from exporter import ownprocs
+from exporter.logs import gunicorn_logconfig
 
 if TYPE_CHECKING:
     from actuator.ldap_owners import LdapOwners
@@ -261,6 +262,7 @@ class ActuatorApplication(BaseApplication):
             "accesslog": None,
             "errorlog": "-",
             "loglevel": logging.getLevelName(logging.getLogger().level).lower(),
+            "logconfig_dict": gunicorn_logconfig(),  # one format: gunicorn's lines too
             "post_worker_init": self._post_worker_init,
             "worker_exit": self._worker_exit,
         }

@@ -8,7 +8,6 @@ is loaded, so `gpu-reclaimer exporter` never imports the actuator or the demo.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -16,6 +15,13 @@ from importlib.metadata import EntryPoint, entry_points
 from exporter import __version__
 from exporter.argtypes import CommandError
 from exporter.extras import missing_extra
+from exporter.logs import (
+    FORMAT_ENV,
+    LEVEL_ENV,
+    LogOptionError,
+    setup_logging,
+    split_log_options,
+)
 
 COMMANDS_GROUP = "gpu_reclaimer.commands"
 
@@ -50,11 +56,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         epilog="Run 'gpu-reclaimer COMMAND --help' for the options of one command.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    # Read anywhere on the line by exporter/logs.py; listed here for --help.
     parser.add_argument(
         "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging verbosity (default: %(default)s)",
+        metavar="LEVEL",
+        help="debug, info, warning or error, in any case, before or after the command "
+        f"(default: ${LEVEL_ENV}, else info)",
+    )
+    parser.add_argument(
+        "--log-format",
+        metavar="FORMAT",
+        help=f"text or json (one JSON object per line), for every log line of the process, "
+        f"gunicorn's included (default: ${FORMAT_ENV}, else text)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = command_entry_points()
@@ -77,13 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    try:
+        rest, level, fmt = split_log_options(sys.argv[1:] if argv is None else argv)
+    except LogOptionError as error:
+        print(f"gpu-reclaimer: error: {error}", file=sys.stderr)
+        return 2
+    parser = build_parser(rest)
+    args = parser.parse_args(rest)
+    setup_logging(level, fmt)
     try:
         return int(args.func(args) or 0)
     except CommandError as error:

@@ -15,6 +15,7 @@ from actuator.fleet.agent_config import AgentConfig, AgentTls
 from actuator.fleet.journal import SignalJournal
 from actuator.node import local_node
 from exporter import ownprocs
+from exporter.logs import gunicorn_logconfig
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class AgentApplication(BaseApplication):
             "accesslog": None,
             "errorlog": "-",
             "loglevel": logging.getLevelName(logging.getLogger().level).lower(),
+            "logconfig_dict": gunicorn_logconfig(),  # one format: gunicorn's lines too
         }
         if "control_socket_disable" in self.cfg.settings:
             settings["control_socket_disable"] = True
