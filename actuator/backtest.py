@@ -26,9 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 from actuator.promql_duration import format_promql_duration, parse_promql_duration
+from exporter import config_errors
 
 GiB = 1024**3
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points
@@ -68,9 +67,9 @@ class RuleSet:
     @classmethod
     def load(cls, path: Path) -> RuleSet:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise BacktestError(f"cannot read rules file {path}: {exc}") from None
+            data = config_errors.read_yaml(path)
+        except config_errors.YamlFileError as exc:
+            raise BacktestError(f"rules file {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
             raise BacktestError(f"{path}: not a Prometheus rules file (no `groups:` list)")
         records: dict[str, str] = {}
@@ -82,7 +81,10 @@ class RuleSet:
                         raise BacktestError(f"{path}: {rule['record']} is recorded twice")
                     records[rule["record"]] = str(rule["expr"])
                 elif "alert" in rule:
-                    hold = parse_promql_duration(str(rule.get("for", "0s")))
+                    try:
+                        hold = parse_promql_duration(str(rule.get("for", "0s")))
+                    except ValueError as exc:
+                        raise BacktestError(f"{path}: alert {rule['alert']}: for: {exc}") from None
                     labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
                     alerts[rule["alert"]] = Alert(rule["alert"], str(rule["expr"]), hold, labels)
         if not alerts:

@@ -47,7 +47,7 @@ def add_commands(commands: Any) -> None:
         "(idle means util <= 10 %%); --for 15m (every alert); --for GpuProcessIdle=30m; "
         "--rules my-rules.yml. Times: a duration back from now (7d) or an ISO date/time.",
     )
-    parser.add_argument("--prometheus", required=True, metavar="URL",
+    parser.add_argument("--prometheus", required=True, metavar="URL", type=argtypes.url,
                         help="Prometheus base URL, e.g. http://prometheus:9090")  # fmt: skip
     parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
     parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
@@ -107,7 +107,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     except BacktestError as error:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
-        raise CommandError(f"cannot query Prometheus at {args.prometheus}: {error}") from None
+        raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
     header = (f"backtest {_iso(start)} .. {_iso(end)}, step {args.step:g}s: candidate "
               f"{_describe(args)} vs baseline {args.baseline.name}")  # fmt: skip
     sys.stdout.write(render(comparisons, args.format, header))

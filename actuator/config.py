@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from actuator.policy import Duration, Mode, Policy, Size, Strict
@@ -403,13 +402,9 @@ def load_model(path: str | os.PathLike[str], model: type[M]) -> M:
     """A YAML settings file validated as `model`; ConfigError naming the file and the rule."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = config_errors.read_yaml(path)
+    except config_errors.YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from exporter import config_errors
@@ -89,10 +88,9 @@ class OwnerDirectory(BaseModel):
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> OwnerDirectory:
         try:
-            with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise DirectoryError(f"cannot read owner directory {path}: {exc}") from None
+            data = config_errors.read_yaml(path) or {}
+        except config_errors.YamlFileError as exc:
+            raise DirectoryError(f"owner directory {exc}") from None
         try:
             return cls.model_validate(data)
         except ValidationError as error:

@@ -10,10 +10,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-from exporter import argtypes
+from exporter import argtypes, units
 from exporter.argtypes import CommandError
 
-_RELATIVE = re.compile(r"^\d+(?:\.\d+)?(?:ms|s|m|h|d|w)?$")
+_RELATIVE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w|y)?)+$")
 
 
 def add_commands(commands: Any) -> None:
@@ -27,7 +27,7 @@ def add_commands(commands: Any) -> None:
         epilog="Times: a duration back from now (7d, 12h) or an ISO date/time "
         "(2026-11-24, 2026-11-24T08:00+08:00).",
     )
-    parser.add_argument("--prometheus", required=True, metavar="URL",
+    parser.add_argument("--prometheus", required=True, metavar="URL", type=argtypes.url,
                         help="Prometheus base URL, e.g. http://prometheus:9090")  # fmt: skip
     parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
     parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
@@ -47,7 +47,10 @@ def add_commands(commands: Any) -> None:
 def parse_time(text: str, now: float) -> float:
     """A duration back from `now` (`7d`) or an ISO date/time."""
     if _RELATIVE.match(text):
-        return now - argtypes.duration(text)
+        try:
+            return now - units.parse_duration(text)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -99,7 +102,7 @@ def run_report(args: argparse.Namespace) -> int:
     except NoData as error:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
-        raise CommandError(f"cannot query Prometheus at {args.prometheus}: {error}") from None
+        raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
     price = Price(args.price_per_gpu_hour, args.currency)
     sys.stdout.write(render(figures, args.format, price, before))
     return 0

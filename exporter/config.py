@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from exporter import config_errors
@@ -43,9 +42,9 @@ class ConfigError(Exception):
 
 def load_config(path: Path) -> ExporterConfig:
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: cannot read config: {error}") from None
+        raw = config_errors.read_yaml(path) or {}
+    except config_errors.YamlFileError as error:
+        raise ConfigError(str(error)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     return validate(raw, str(path))

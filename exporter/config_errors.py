@@ -10,8 +10,10 @@ List items are numbered from 1, as a person counts rules, and named when they ha
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 
@@ -38,3 +40,22 @@ def describe(error: ValidationError, data: Any, source: str, what: str = "config
     for err in error.errors(include_url=False, include_input=False):
         lines.append(f"  {where(tuple(err['loc']), data)}: {err['msg']}")
     return "\n".join(lines)
+
+
+class YamlFileError(ValueError):
+    """A YAML file that cannot be read or parsed; the message is one line naming the file
+    and, for a syntax error, the line and column."""
+
+
+def read_yaml(path: str | os.PathLike[str]) -> Any:
+    """The one reader of the project's YAML files (configs, rules, directories, mappings)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except OSError as error:
+        raise YamlFileError(f"{os.fspath(path)}: cannot read: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise YamlFileError(f"{os.fspath(path)}: not valid YAML{where}: {problem}") from None

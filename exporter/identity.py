@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from exporter import config_errors
@@ -101,10 +100,9 @@ class ProjectMapping(BaseModel):
     def load(cls, path: str | os.PathLike[str]) -> ProjectMapping:
         """Read and validate a YAML file; errors name the file and the rule."""
         try:
-            with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as error:
-            raise ProjectMappingError(f"{os.fspath(path)}: {error}") from error
+            data = config_errors.read_yaml(path)
+        except config_errors.YamlFileError as error:
+            raise ProjectMappingError(str(error)) from None
         data = {} if data is None else data
         try:
             return cls.model_validate(data)

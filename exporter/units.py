@@ -21,8 +21,10 @@ _SIZE_UNITS = {
     "tib": 1024**4,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Prometheus' duration grammar (ms, s, m, h, d, w, y; 1h30m), and decimals (1.5s).
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0,
+                     "w": 7 * 86400.0, "y": 365 * 86400.0}  # fmt: skip
 
 
 def parse_size(text: str | int) -> int:
@@ -57,7 +59,7 @@ def parse_duration(text: str | float) -> float:
         return value
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m")
+        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m, 7d, 1w")
     return sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
 
 
