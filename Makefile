@@ -59,8 +59,8 @@ lint: setup
 	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py --check
 
 # The bearer token Alertmanager sends to the actuator (deploy/alertmanager.yml, compose).
-secrets: deploy/secrets/actuator-token
-deploy/secrets/actuator-token:
+secrets: deploy/secrets/actuator-token deploy/secrets/grafana-admin-password
+deploy/secrets/actuator-token deploy/secrets/grafana-admin-password:
 	mkdir -p deploy/secrets
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
 	@echo "wrote $@ (keep it secret; see docs/deployment.md)"

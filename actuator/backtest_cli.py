@@ -44,7 +44,7 @@ def add_commands(commands: Any) -> None:
         "recording rules they use are written out, so new thresholds apply all the way "
         "down); `for:` is held at the step.",
         epilog="Examples: --threshold gpu_process:sm_utilization_ratio:max_window=0.1 "
-        "(idle means util <= 10 %%); --for 15m (every alert); --for GpuProcessIdle=30m; "
+        "(idle means util <= 10 %); --for 15m (every alert); --for GpuProcessIdle=30m; "
         "--rules my-rules.yml. Times: a duration back from now (7d) or an ISO date/time.",
     )
     parser.add_argument("--prometheus", required=True, metavar="URL", type=argtypes.url,

@@ -43,7 +43,7 @@ HOST_PATHS = {
     "/etc/group",
 }
 # Repository paths the user creates (git-ignored); each must be explained in the doc.
-USER_CREATED = {"deploy/secrets/actuator-token"}
+USER_CREATED = {"deploy/secrets/actuator-token", "deploy/secrets/grafana-admin-password"}
 HEARTBEAT_DIR = "/run/gpu-reclaimer/heartbeats"
 
 
@@ -266,6 +266,18 @@ def _readme_ports() -> dict[str, int]:
     return {name: int(port) for name, port in rows}
 
 
+def test_ports_are_published_on_loopback_only_and_grafana_has_no_default_password(
+    compose: dict[str, Any],
+) -> None:
+    for name, svc in compose["services"].items():
+        for entry in svc.get("ports", []):
+            assert str(entry).startswith("127.0.0.1:"), (name, entry)
+    grafana = service(compose, "grafana")
+    env = grafana.get("environment", {})
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana-admin-password"
+
+
 def test_ports_agree_with_the_readme_and_the_docs(compose: dict[str, Any]) -> None:
     readme, doc = _readme_ports(), _doc_ports()
     assert readme, "README command table not found"
@@ -294,7 +306,7 @@ def test_dockerfile_builds_the_package_and_runs_gpu_reclaimer() -> None:
     assert yaml.safe_load(entrypoint) == ["gpu-reclaimer"]
     (cmd,) = re.findall(r"^CMD (.+)$", text, flags=re.MULTILINE)
     build_parser([]).parse_args(yaml.safe_load(cmd))  # a valid default command
-    assert re.search(r"pip install \.", text)
+    assert re.search(r"pip install ['\"]?\.", text)
     # Everything the build needs is copied, and not excluded by .dockerignore.
     copied = {
         src

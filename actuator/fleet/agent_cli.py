@@ -44,7 +44,9 @@ def add_commands(commands: Any) -> None:
     )
     sub = certs.add_subparsers(dest="what", required=True)
     init = sub.add_parser("init", help="the CA and the actuator's client certificate")
-    init.add_argument("--dir", required=True, type=Path)
+    init.add_argument("--dir", required=True, type=Path,
+                      help="where to write the CA and the actuator's client certificate "
+                      "(created; keep it private)")  # fmt: skip
     one = sub.add_parser("agent", help="a server certificate for one node's agent")
     one.add_argument("node", help="the node name (the exporter's `node` label)")
     one.add_argument("--dir", required=True, type=Path, help="where `certs init` wrote the CA")

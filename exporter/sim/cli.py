@@ -80,7 +80,7 @@ def add_commands(commands: Any) -> None:
         help="inject or clear NVML faults on a node",
         description="Change the faults of a simulated node; effective within a second.",
     )
-    fault.add_argument("dir", type=Path)
+    fault.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
     fault.add_argument("--clear", action="store_true", help="clear every fault first")
     fault.add_argument("--nvml-missing", choices=["on", "off"], help="NVML library/driver gone")
     fault.add_argument("--lose-gpu", type=int, action="append", default=[], metavar="I")
@@ -119,7 +119,7 @@ def add_commands(commands: Any) -> None:
     fault.set_defaults(func=_fault, command_prog=fault.prog)
 
     status = sub.add_parser("status", help="show a node's GPUs, processes and faults")
-    status.add_argument("dir", type=Path)
+    status.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
     status.set_defaults(func=_status, command_prog=status.prog)
 
 
