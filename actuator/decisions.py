@@ -12,6 +12,7 @@ from typing import Any
 from actuator.models import SIGNALLED_STATES, Case, CaseUpdate, LiveState, Member, Reason, State
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice
 from exporter.thresholds import SHIPPED, Thresholds
+from exporter.units import format_duration
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 DEFAULT_NOTICE = Notice()
@@ -46,6 +47,7 @@ class FleetState:
     breaker_open: bool = False
     terminations_node_hour: int = 0
     terminations_minute: int = 0
+    kept_until: float | None = None  # a keep its owner asked before the case opened (wall)
 
 
 def wait(**updates: Any) -> Decision:
@@ -299,6 +301,13 @@ def decide_live(
         return problem
     if eff.protected:
         return move(State.REFUSED, Reason.PROTECTED, f"protected by policy rule {eff.rule}")
+    if case.state == State.PENDING and guard.kept_until is not None and now < guard.kept_until:
+        left = guard.kept_until - now
+        return move(
+            State.SNOOZED, Reason.KEPT_AHEAD,
+            f"kept by its owner before the case opened, for {format_duration(left)} more",
+            snoozed_until=guard.kept_until, snoozed_until_mono=mono + left,
+        )  # fmt: skip
     problem = check_idle(case, live, idle, now, thresholds)
     if problem is not None:
         return problem

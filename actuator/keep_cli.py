@@ -11,6 +11,7 @@ from typing import Any
 
 from exporter import argtypes
 from exporter.argtypes import CommandError
+from exporter.units import format_duration
 
 DEFAULT_SOCKET = "/run/gpu-reclaimer/keep.sock"
 
@@ -19,13 +20,17 @@ def add_commands(commands: Any) -> None:
     parser = commands.add_parser(
         "keep",
         help="keep one of your GPU processes from being reclaimed (on the node)",
-        description="Ask the actuator on this node to keep process PID for a while (its case "
-        "is snoozed), or to release it now. You may act on your own processes; root and the "
-        "configured SRE groups on any. The actuator knows who you are from the socket "
-        "(SO_PEERCRED): there is nothing to log in to.",
-        epilog="Example: gpu-reclaimer keep 31337 --for 4h",
+        description="Ask the actuator on this node to keep process PID for a while, or to "
+        "release it now. A process with an open case has the case snoozed; one that has not "
+        "been flagged yet is kept in advance (a long evaluation with quiet phases): if a case "
+        "opens for that very process before the time is up, it is snoozed at once. You may "
+        "act on your own processes; root and the configured SRE groups on any. The actuator "
+        "knows who you are from the socket (SO_PEERCRED): there is nothing to log in to.",
+        epilog="Examples: gpu-reclaimer keep 31337 --for 4h; gpu-reclaimer keep --list; "
+        "gpu-reclaimer keep 31337 --revoke",
     )
-    parser.add_argument("pid", type=argtypes.positive_int, help="the process to keep")
+    parser.add_argument("pid", nargs="?", type=argtypes.positive_int,
+                        help="the process to keep (not with --list)")  # fmt: skip
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--for",
@@ -36,6 +41,10 @@ def add_commands(commands: Any) -> None:
     )
     what.add_argument("--release", action="store_true",
                       help="you are done: let the GPU be reclaimed now")  # fmt: skip
+    what.add_argument("--list", action="store_true",
+                      help="keeps asked in advance on this node (yours; root: all)")  # fmt: skip
+    what.add_argument("--revoke", action="store_true",
+                      help="withdraw a keep asked in advance for PID")  # fmt: skip
     parser.add_argument(
         "--socket",
         default=DEFAULT_SOCKET,
@@ -47,9 +56,12 @@ def add_commands(commands: Any) -> None:
 def run_keep(args: argparse.Namespace) -> int:
     from actuator.keep_socket import request_keep
 
-    action = "release" if args.release else "keep"
+    action = "list" if args.list else "revoke" if args.revoke else (
+        "release" if args.release else "keep")  # fmt: skip
+    if action != "list" and args.pid is None:
+        raise CommandError("which process? give its PID (or --list)")
     try:
-        answer = request_keep(args.socket, args.pid, action, args.seconds or 0.0)
+        answer = request_keep(args.socket, args.pid or 0, action, args.seconds or 0.0)
     except FileNotFoundError:
         raise CommandError(f"no keep socket at {args.socket}: is the actuator running on this "
                            "node with server.keep_socket set?") from None  # fmt: skip
@@ -57,10 +69,26 @@ def run_keep(args: argparse.Namespace) -> int:
         raise CommandError(f"cannot ask the actuator at {args.socket}: {exc}") from None
     if not answer.get("ok"):
         raise CommandError(str(answer.get("error", "refused")))
-    if answer.get("released"):
+    if action == "list":
+        keeps = answer.get("keeps", [])
+        for keep in keeps:
+            left = format_duration(max(0.0, keep["until"] - time.time()))
+            print(f"PID {keep['pid']} (uid {keep['uid']}) kept until {_local(keep['until'])} "
+                  f"({left} left)")  # fmt: skip
+        if not keeps:
+            print("no keeps asked in advance on this node")
+    elif action == "revoke":
+        print(f"process {args.pid}: keep withdrawn")
+    elif answer.get("released"):
         print(f"case {answer['case']}: release confirmed; the GPU will be reclaimed shortly")
+    elif answer.get("case") is None:
+        print(f"process {args.pid} kept until {_local(answer['until'])}, before any case: "
+              "if it is flagged meanwhile, it is kept")  # fmt: skip
     else:
-        until = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(answer["until"]))
-        print(f"case {answer['case']}: process {args.pid} kept until {until}")
+        print(f"case {answer['case']}: process {args.pid} kept until {_local(answer['until'])}")
     sys.stdout.flush()
     return 0
+
+
+def _local(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))

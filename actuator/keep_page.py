@@ -33,7 +33,15 @@ TEXT = {
         "memory": "占用显存", "owner": "所有者", "state": "状态", "why": "依据",
         "choose": "如任务仍在进行，请选择保留时长；如已不需要，可立即释放 GPU。",
         "keep_for": "保留 {} 小时", "release": "立即释放",
-        "deadline": "若无操作，将于 {} 发送 SIGTERM。",
+        "deadline": "若无操作，将于 {}（{}后）发送 SIGTERM。",
+        "minutes": "{} 分钟", "now": "即将",
+        "states": {"pending": "已标记，正在复核", "notified": "已通知，宽限期中",
+                   "snoozed": "已保留", "deferred": "暂缓处理",
+                   "terminating": "正在停止（已发送 SIGTERM）",
+                   "killing": "正在强制停止（已发送 SIGKILL）", "reclaimed": "已回收",
+                   "cancelled": "未处理（任务恢复活动或已退出）",
+                   "refused": "未处理（无法确认空闲）",
+                   "observed": "仅观察，未处理", "failed": "回收失败，运维已收到告警"},
         "kept": "已保留到 {}。感谢确认！", "released": "已确认释放，GPU 将很快回收。",
         "idle": "无 SM 计算、进程树 CPU 空闲、无日志或心跳写入",
         "stalled": "心跳和日志不再更新（GPU 利用率可能显示 100%）",
@@ -46,7 +54,17 @@ TEXT = {
         "choose": "If the job is still working, choose how long to keep it; if you are done, "
         "release the GPU now.",
         "keep_for": "Keep for {} h", "release": "Release now",
-        "deadline": "Unless you act: SIGTERM at {}.",
+        "deadline": "Unless you act: SIGTERM at {} (in {}).",
+        "minutes": "{} min", "now": "moments",
+        "states": {"pending": "flagged, being re-checked",
+                   "notified": "warned: in its grace period",
+                   "snoozed": "kept", "deferred": "held back for now",
+                   "terminating": "being stopped (SIGTERM sent)",
+                   "killing": "being stopped by force (SIGKILL sent)", "reclaimed": "reclaimed",
+                   "cancelled": "left alone (working again, or it exited)",
+                   "refused": "left alone (idleness could not be proven)",
+                   "observed": "observed only, nothing done",
+                   "failed": "the GPU could not be freed; the SREs were alerted"},
         "kept": "Kept until {}. Thank you!", "released": "Release confirmed: the GPU will be "
         "reclaimed shortly.",
         "idle": "no SM work, an idle process tree, no log or heartbeat writes",
@@ -90,7 +108,11 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             deadline = ""
             if case.state == State.NOTIFIED and case.term_at is None and case.notified_at:
                 grace = (case.effective or {}).get("grace", 0) + case.notice_extra_grace
-                deadline = t["deadline"].format(_local(case.notified_at + grace))
+                at = case.notified_at + grace
+                left = round(max(0.0, at - rt.clock()) / 60)
+                deadline = t["deadline"].format(
+                    _local(at), t["minutes"].format(left) if left else t["now"]
+                )
             facts = ProvenFacts.of_case(case)
             values |= {
                 # What the node proved (never the alert's claims); autoescaped HTML.
@@ -101,6 +123,7 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                                or case.gpu_memory_bytes or 0),
                 "why": t["stalled" if "Stalled" in case.alertname else "idle"],
                 "deadline": deadline, "csrf": links.csrf(token), "keep_hours": hours,
+                "state": t["states"].get(str(case.state), str(case.state)),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
             }  # fmt: skip

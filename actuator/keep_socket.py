@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from actuator import operations
-from actuator.audit import Event
+from actuator.audit import AuditError, Event
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
 from actuator.runtime import Runtime
 from exporter import procfs
+from exporter.units import format_duration
 
 log = logging.getLogger(__name__)
 MAX_REQUEST = 4096
+MAX_ANSWER = 2**20  # a list of keeps can be long
 RETRY_S = 5.0
 REQUEST_DEADLINE_S = 2.0  # the whole request line, however it trickles in
 PER_UID = 4  # connections served at once for one uid; more are refused at once
@@ -168,25 +170,35 @@ class KeepSocket:
         _, uid, gid = caller
         try:
             request = json.loads(raw)
-            pid, action = int(request["pid"]), str(request["action"])
+            action = str(request["action"])
+            pid = int(request.get("pid") or 0)
             seconds = float(request.get("seconds", 0))
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "error": 'send {"pid": N, "action": "keep", "seconds": S}'}
-        if action not in ("keep", "release"):
-            return {"ok": False, "error": "action is keep or release"}
+        if action not in ("keep", "release", "list", "revoke"):
+            return {"ok": False, "error": "action is keep, release, list or revoke"}
+        privileged = uid == 0 or in_groups(uid, gid, self.sre_groups)
+        if action == "list":
+            now = self.rt.clock()
+            keeps = self.rt.store.list_keeps(self.node, now, None if privileged else uid)
+            return {"ok": True, "keeps": [{"pid": k.pid, "uid": k.uid, "until": k.until,
+                                           "by": k.by} for k in keeps]}  # fmt: skip
         if action == "keep" and not 0 < seconds <= self.max_seconds:
-            return {"ok": False, "error": f"keep for at most {self.max_seconds:g}s"}
+            return {"ok": False, "error": f"keep for at most {format_duration(self.max_seconds)}"}
         owner = process_uid(pid)
         if owner is None:
             return {"ok": False, "error": f"no process {pid} on this node"}
-        allowed = uid == owner or uid == 0 or in_groups(uid, gid, self.sre_groups)
-        if not allowed:
+        if not (uid == owner or privileged):
             self._audit(uid, pid, action, None, "refused: not the owner")
             return {"ok": False, "error": f"process {pid} is not yours (uid {owner})"}
+        who = f"uid {uid} on the node (peer credentials)"
+        if action == "revoke":
+            return self._revoke(uid, pid)
         case = self._live_case(pid)
         if case is None:
-            return {"ok": False, "error": f"process {pid} has no open case: nothing to keep"}
-        who = f"uid {uid} on the node (peer credentials)"
+            if action == "keep":
+                return self._keep_ahead(uid, pid, owner, seconds, who)
+            return {"ok": False, "error": f"process {pid} has no open case: nothing to release"}
         self._audit(uid, pid, action, case.id, "accepted")
         if action == "keep":
             kept = operations.snooze(self.rt, case.id, seconds, who,
@@ -199,6 +211,38 @@ class KeepSocket:
         if isinstance(released, Refused):
             return {"ok": False, "error": released.detail, "why": str(released.why)}
         return {"ok": True, "case": released.id, "state": str(released.state), "released": True}
+
+    def _keep_ahead(self, uid: int, pid: int, owner: int, seconds: float,
+                    who: str) -> dict[str, Any]:  # fmt: skip
+        """No case yet: keep this very process (its start ticks and boot) for `seconds`;
+        honoured if a case opens for it meanwhile."""
+        stat = procfs.read_stat(pid)
+        if stat is None:
+            return {"ok": False, "error": f"no process {pid} on this node"}
+        now = self.rt.clock()
+        try:
+            self.rt.audit.write({"event": Event.KEEP_AHEAD, "uid": uid, "pid": pid,
+                                 "start_ticks": stat.start_ticks, "until": now + seconds,
+                                 "by": who})  # fmt: skip
+        except AuditError as exc:
+            return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
+        keep = self.rt.store.add_keep(self.node, pid, stat.start_ticks, procfs.boot_id(), owner,
+                                      now + seconds, now, who)  # fmt: skip
+        return {"ok": True, "case": None, "state": "kept ahead", "until": keep.until}
+
+    def _revoke(self, uid: int, pid: int) -> dict[str, Any]:
+        stat = procfs.read_stat(pid)
+        keep = stat and self.rt.store.active_keep(self.node, pid, stat.start_ticks,
+                                                  procfs.boot_id(), self.rt.clock())  # fmt: skip
+        if not keep:
+            return {"ok": False, "error": f"process {pid} has no keep to revoke"}
+        try:
+            self.rt.audit.write({"event": Event.KEEP_REVOKED, "uid": uid, "pid": pid,
+                                 "keep": keep.id})  # fmt: skip
+        except AuditError as exc:
+            return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
+        self.rt.store.revoke_keep(keep.id)
+        return {"ok": True, "revoked": True, "pid": pid}
 
     def _live_case(self, pid: int) -> Case | None:
         for case in self.rt.store.list_cases(pid=pid, limit=20):
@@ -238,5 +282,5 @@ def request_keep(path: str, pid: int, action: str, seconds: float = 0.0,
         sock.connect(path)
         sock.sendall(json.dumps({"pid": pid, "action": action, "seconds": seconds}).encode()
                      + b"\n")  # fmt: skip
-        answer: dict[str, Any] = json.loads(sock.makefile("rb").readline(MAX_REQUEST))
+        answer: dict[str, Any] = json.loads(sock.makefile("rb").readline(MAX_ANSWER))
         return answer

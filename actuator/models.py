@@ -170,6 +170,7 @@ class Reason(StrEnum):
     NOTIFY_MODE = "notify_mode"
     RESUMED = "resumed"
     SNOOZED = "snoozed"
+    KEPT_AHEAD = "kept_ahead"
     SNOOZE_EXPIRED = "snooze_expired"
     REARMED = "rearmed"
     TERM_TIMEOUT = "term_timeout"
@@ -508,6 +509,8 @@ class CaseUpdate:
     exited_mono: float | _Unset | None = UNSET
     freed_bytes: int | _Unset = UNSET
     unreachable_since_mono: float | _Unset | None = UNSET
+    snoozed_until: float | _Unset | None = UNSET
+    snoozed_until_mono: float | _Unset | None = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

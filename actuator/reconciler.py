@@ -509,7 +509,16 @@ class Reconciler:
                 mono - 3600, self.store.clock_id, case.node
             ),
             terminations_minute=self.store.terminations_since(mono - 60, self.store.clock_id),
+            kept_until=self._kept_until(case),
         )
+
+    def _kept_until(self, case: Case) -> float | None:
+        """A keep the owner asked before this case opened (for this very process)."""
+        if case.state != State.PENDING:
+            return None
+        kept = self.store.active_keep(case.node, case.pid, case.start_ticks, case.boot_id,
+                                      self.clock())  # fmt: skip
+        return kept.until if kept else None
 
     def apply(
         self,

@@ -114,6 +114,7 @@ def gunicorn_logconfig() -> dict[str, Any]:
         "root": {"level": level, "handlers": ["main"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": [], "propagate": True},
-            "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
+            # No access log (as before): only problems, through the same handler.
+            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": True},
         },
     }  # fmt: skip

@@ -63,6 +63,20 @@ def parse_duration(text: str | float) -> float:
     return sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
 
 
+def format_duration(seconds: float) -> str:
+    """Seconds for people, in the units durations are written in: 86400 -> '24h',
+    5400 -> '1h30m', 90 -> '1m30s', 0.25 -> '250ms' (hours at most: '48h', not '2d')."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    total = round(seconds)
+    out = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            out.append(f"{count}{unit}")
+    return "".join(out) or "0s"
+
+
 def format_size(value: float) -> str:
     """Bytes -> '3.5 GiB' for humans."""
     for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):

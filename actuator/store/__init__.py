@@ -16,11 +16,13 @@ from actuator.store.counters import CounterQueries
 from actuator.store.database import SCHEMA_VERSION, Database, StoreUnavailable
 from actuator.store.episodes import Episode, EpisodeQueries, Ingest
 from actuator.store.keep_links import KeepLinkQueries
+from actuator.store.keeps import AdvanceKeep, KeepQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
 from actuator.store.signals import SignalQueries
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AdvanceKeep",
     "Database",
     "Episode",
     "Fence",
@@ -35,7 +37,7 @@ __all__ = [
 
 class Store(
     EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries,
-    KeepLinkQueries,
+    KeepLinkQueries, KeepQueries,
 ):  # fmt: skip
     """The actuator's store on SQLite: every domain's queries over one Database."""
 

@@ -85,3 +85,17 @@ CREATE TABLE IF NOT EXISTS keep_links (
     used_at REAL NOT NULL,
     action  TEXT NOT NULL
 );
+-- Keeps asked before any case existed: honoured when a case opens for that very process.
+CREATE TABLE IF NOT EXISTS keeps (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    node        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    boot_id     TEXT NOT NULL,
+    uid         INTEGER NOT NULL,
+    until_ts    REAL NOT NULL,
+    created     REAL NOT NULL,
+    by_whom     TEXT NOT NULL,
+    revoked     INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS keeps_target ON keeps (node, pid, start_ticks);

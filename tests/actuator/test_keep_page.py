@@ -235,8 +235,8 @@ def test_keep_on_the_node_knows_the_caller_from_the_kernel(
     assert [(e["uid"], e["result"]) for e in events] == [(65534, "refused: not the owner"),
                                                          (0, "accepted")]  # fmt: skip
     no_case = subprocess.run(
-        [*gpu_reclaimer_command(), "keep", "1", "--for", "1h", "--socket", str(sock)],
+        [*gpu_reclaimer_command(), "keep", str(w.pid), "--release", "--socket", str(sock)],
         capture_output=True,
         text=True,
     )
-    assert no_case.returncode == 2 and "no open case" in no_case.stderr
+    assert no_case.returncode == 2 and "only a notified case" in no_case.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from actuator.keep_socket import PER_UID, REQUEST_DEADLINE_S, request_keep
 from tests.actuator.conftest import alert_for, payload
-from tests.support import wait_until
+from tests.support import gpu_reclaimer_command, wait_until
 
 # A local user's processes: one trickles a request a byte every half second; the other opens
 # many connections and sends nothing.
@@ -72,3 +72,57 @@ def test_a_slow_or_flooding_peer_never_delays_the_owners_keep(
     trickle = peers[0]
     out, _ = trickle.communicate(timeout=REQUEST_DEADLINE_S + 30)
     assert "cut off" in out or trickle.returncode != 0
+
+
+@pytest.mark.reliability(56)
+def test_a_keep_asked_before_any_case_is_honoured_when_a_case_opens(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """An owner starting a long evaluation keeps it in advance: bounded by keep_max, listed,
+    revocable, audited, honoured by the case that opens for that very process; another
+    uid cannot keep it."""
+    import json
+
+    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    sock = shared / "keep.sock"
+    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
+                                notifier={"keep_max": "4h"},
+                                server={"keep_socket": str(sock)})  # fmt: skip
+    wait_until(sock.exists, 20)
+    kept, revoked = workloads.spawn(), workloads.spawn(gpu=1)
+
+    def keep(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+
+    too_long = keep(str(kept.pid), "--for", "1d")
+    assert too_long.returncode == 2 and "at most 4h" in too_long.stderr, too_long.stderr
+    done = keep(str(kept.pid), "--for", "2h")
+    assert done.returncode == 0 and "before any case" in done.stdout, done.stderr
+    assert keep(str(revoked.pid), "--for", "2h").returncode == 0
+    listed = keep("--list")
+    assert f"PID {kept.pid} " in listed.stdout and f"PID {revoked.pid} " in listed.stdout
+    assert keep(str(revoked.pid), "--revoke").returncode == 0
+    assert f"PID {revoked.pid} " not in keep("--list").stdout
+    stranger = _as_nobody(
+        "import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+        "s.sendall(json.dumps({'pid': int(sys.argv[2]), 'action': 'revoke'}).encode() + "
+        "bytes([10])); print(s.makefile().readline())",
+        str(sock),
+        str(kept.pid),
+    )
+    out, _ = stranger.communicate(timeout=30)
+    assert "is not yours" in out
+
+    # The cases open: the kept process is snoozed at once, the revoked one is warned.
+    assert actuator.post(payload(alert_for(kept), alert_for(revoked))).status_code == 200
+    case = actuator.wait_state(kept, "snoozed", "notified", "refused", timeout=30)
+    assert (case["state"], case["reason_code"]) == ("snoozed", "kept_ahead"), case
+    other = actuator.wait_state(revoked, "notified", "snoozed", "refused", timeout=30)
+    assert other["state"] == "notified", other
+    assert kept.alive() and case["signals"] == []
+    events = [r["event"] for r in map(json.loads, (actuator.workdir / "audit.jsonl")
+              .read_text().splitlines())]  # fmt: skip
+    assert events.count("keep_ahead") == 2 and events.count("keep_revoked") == 1
