@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from actuator.decisions import Action, FleetState, breaker_should_open
-from actuator.models import Member, State
+from actuator.models import Member, Reason, State
 from actuator.policy import Breaker, Mode
 from tests.helpers.cases import (
     BOOT,
@@ -264,3 +264,14 @@ def test_breaker_threshold():
     assert breaker_should_open(5, 10, b) is None  # exactly half
     assert breaker_should_open(6, 10, b) is not None
     assert breaker_should_open(50, None, b) is None  # unknown fleet size never trips
+
+
+def test_a_keep_asked_before_the_case_snoozes_it_until_then_and_no_longer():
+    kept = replace(GUARD, kept_until=T0 + 3600)
+    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, kept, T0, mono=100.0)
+    assert (d.state, d.code) == (State.SNOOZED, Reason.KEPT_AHEAD)
+    assert d.updates.snoozed_until == T0 + 3600 and d.updates.snoozed_until_mono == 3700.0
+    assert "for 1h more" in d.reason
+    over = replace(GUARD, kept_until=T0 - 1)  # the keep ran out before the case opened
+    d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, over, T0)
+    assert d.state != State.SNOOZED
