@@ -17,6 +17,7 @@ import posixpath
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -439,6 +440,61 @@ def test_systemd_units_run_gpu_reclaimer_on_the_reference_ports_and_paths() -> N
         "token_file"
     ]
     assert actuator["LoadCredential"] == f"token:{token_file}"
+
+
+UNITS = ("gpu-reclaimer-exporter.service", "gpu-reclaimer-agent.service",
+         "gpu-reclaimer-actuator.service")  # fmt: skip
+
+
+def test_systemd_verifies_the_units(tmp_path: Path) -> None:
+    """`systemd-analyze verify` with the command pointed at this checkout's gpu-reclaimer
+    (it checks that the executable exists)."""
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze not found (Debian's systemd package)"
+    here = shutil.which("gpu-reclaimer", path=str(Path(sys.executable).parent))
+    assert here
+    for name in UNITS:
+        text = (REPO / "deploy" / "systemd" / name).read_text()
+        (tmp_path / name).write_text(text.replace("/opt/gpu-reclaimer/bin/gpu-reclaimer", here))
+    done = subprocess.run([analyze, "verify", "--man=no", *(str(tmp_path / n) for n in UNITS)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _writable(unit: configparser.SectionProxy) -> list[str]:
+    """Where a ProtectSystem=strict unit may write."""
+    out = unit.get("ReadWritePaths", "").split()
+    out += ["/var/lib/" + d for d in unit.get("StateDirectory", "").split()]
+    out += ["/var/log/" + d for d in unit.get("LogsDirectory", "").split()]
+    out += ["/run/" + d for d in unit.get("RuntimeDirectory", "").split()]
+    return out
+
+
+def test_every_path_a_unit_writes_is_writable_under_its_settings() -> None:
+    """Each part records itself in /run/gpu-reclaimer/self (root-owned: only root's records
+    are trusted), the actuator writes its database, audit log and keep socket, the agent its
+    journal: each under the unit's writable paths, as a user that may write there."""
+    tmpfiles = (REPO / "deploy" / "systemd" / "gpu-reclaimer-heartbeats.conf").read_text()
+    assert re.search(r"^d /run/gpu-reclaimer/self 0755 root root", tmpfiles, re.MULTILINE)
+    actuator_yml = yaml.safe_load((REPO / "deploy" / "actuator.yml").read_text())
+    agent_yml = yaml.safe_load((REPO / "deploy" / "agent.yml").read_text())
+    from actuator.keep_cli import DEFAULT_SOCKET
+    from exporter.ownprocs import DEFAULT_RUNTIME_DIR
+
+    writes = {
+        "gpu-reclaimer-exporter.service": [f"{DEFAULT_RUNTIME_DIR}/self/x"],
+        "gpu-reclaimer-agent.service": [f"{DEFAULT_RUNTIME_DIR}/self/x", agent_yml["journal"]],
+        "gpu-reclaimer-actuator.service": [
+            f"{DEFAULT_RUNTIME_DIR}/self/x", actuator_yml["storage"]["database"],
+            actuator_yml["storage"]["audit_log"], DEFAULT_SOCKET],
+    }  # fmt: skip
+    for name, paths in writes.items():
+        unit = _unit(name)["Service"]
+        assert unit.get("ProtectSystem") == "strict", name
+        assert unit.get("User", "root") == "root" and "DynamicUser" not in unit, name
+        allowed = _writable(unit)
+        for path in paths:
+            assert any(path.startswith(d.rstrip("/") + "/") for d in allowed), (name, path)
 
 
 def _compose_config(command: list[str]) -> subprocess.CompletedProcess[str]:
