@@ -27,7 +27,7 @@ STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
           Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
 
 KEEP_HOURS = (1, 4, 24)
-TEXT = {
+TEXT: dict[str, dict[str, Any]] = {
     "zh-CN": {
         "title": "保留 GPU 任务", "case": "工单号", "process": "进程", "where": "位置",
         "memory": "占用显存", "owner": "所有者", "state": "状态", "why": "依据",

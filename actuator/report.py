@@ -39,6 +39,8 @@ IDLE_BY_PROCESS = (
     " (last_over_time(gpu_process_info[{step}s]))"
 )
 AVG_UTILISATION = "avg(avg_over_time(gpu_utilization_ratio[{range}s]))"
+# The sample times of the GPU series, per step: where in the period data exists at all.
+COVERAGE = "min(timestamp(gpu_info))"
 GPU_SERIES = "count(count by (instance, gpu, uuid) (count_over_time(gpu_info[{range}s])))"
 RECLAIMS = "sum(increase(gpu_released_success_total[{range}s]))"
 FREED = "sum(increase(gpu_memory_freed_bytes_total[{range}s]))"
@@ -77,6 +79,7 @@ class Figures:
     by_node: dict[str, Usage] = field(default_factory=dict)
     reclaims: float = 0.0
     freed_gib: float = 0.0
+    asked: tuple[float, float] | None = None  # the period asked for, where data covers less
 
     @property
     def hours(self) -> float:
@@ -103,15 +106,23 @@ def build(
     if end <= start:
         raise ValueError("the period is empty: --until must be after --since")
     step = step_for(start, end)
-    span = int(end - start)
-    at = {"time": end}
-    progress("GPUs and utilisation")
-    gpus = _scalar(prom.custom_query(GPU_SERIES.format(range=span), params=at))
-    if not gpus:
+    progress("what the data covers")
+    covered = _covered(prom, start, end, step)
+    if covered is None:
         raise NoData(
             f"no GPU data between {_iso(start)} and {_iso(end)}: is the exporter scraped, "
             "and does Prometheus keep data that far back?"
         )
+    asked = None
+    if covered != (start, end):  # figures over the span the data covers, and said so
+        asked, (start, end) = (start, end), covered
+        step = step_for(start, end)
+    span = max(int(end - start), int(step))
+    at = {"time": end}
+    progress("GPUs and utilisation")
+    gpus = _scalar(prom.custom_query(GPU_SERIES.format(range=span), params=at))
+    if not gpus:
+        raise NoData(f"no GPU data between {_iso(start)} and {_iso(end)}")
     utilisation = _scalar(prom.custom_query(AVG_UTILISATION.format(range=span), params=at))
     progress(f"idle processes, {int(span // step)} steps of {step:g}s")
     # Evaluated at step ends: a step (t - step, t] counts when the process was idle in it.
@@ -121,13 +132,30 @@ def build(
         end_time=datetime.fromtimestamp(end),
         step=f"{int(step)}s",
     )
-    figures = Figures(start, end, step, int(gpus), utilisation, Usage())
+    figures = Figures(start, end, step, int(gpus), utilisation, Usage(), asked=asked)
     _add_idle(figures, series)
     progress("reclaims")
     figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
     freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
     figures.freed_gib = freed / GiB
     return figures
+
+
+def _covered(
+    prom: PrometheusQueries, start: float, end: float, step: float
+) -> tuple[float, float] | None:
+    """The part of [start, end] that GPU data covers (None: none). An edge within a step
+    (and a scrape's slack) of the asked one is the asked one."""
+    series = prom.custom_query_range(
+        COVERAGE, start_time=datetime.fromtimestamp(start),
+        end_time=datetime.fromtimestamp(end), step=f"{int(step)}s",
+    )  # fmt: skip
+    times = [float(v) for s in series for _, v in s.get("values", [])]
+    if not times:
+        return None
+    first, last = max(start, min(times)), min(end, max(times))
+    return (start if first - start <= step else first,
+            end if end - last <= step + 60 else last)  # fmt: skip
 
 
 def _add_idle(figures: Figures, series: list[dict[str, Any]]) -> None:
@@ -181,7 +209,15 @@ class Price:
 def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
     util = "n/a" if f.avg_utilisation is None else f"{100 * f.avg_utilisation:.1f} %"
     rows = [
-        ("period", f"{_iso(f.start)} .. {_iso(f.end)} ({f.hours:.1f} h)"),
+        (
+            "period",
+            f"{_iso(f.start)} .. {_iso(f.end)} ({f.hours:.1f} h)"
+            + (
+                f"; data covers only this of {_iso(f.asked[0])} .. {_iso(f.asked[1])}"
+                if f.asked
+                else ""
+            ),
+        ),
         ("GPUs", str(f.gpus)),
         ("GPU-hours in the period", f"{f.gpus * f.hours:.1f}"),
         ("average GPU utilisation", util),
@@ -244,6 +280,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
 def _as_json(f: Figures, price: Price) -> dict[str, Any]:
     return {
         "start": f.start, "end": f.end, "step_seconds": f.step, "gpus": f.gpus,
+        "asked": {"start": f.asked[0], "end": f.asked[1]} if f.asked else None,
         "gpu_hours": round(f.gpus * f.hours, 4),
         "avg_utilisation": f.avg_utilisation,
         **{k: round(v, 4) for k, v in asdict(f.total).items()},

@@ -98,7 +98,10 @@ def run_report(args: argparse.Namespace) -> int:
         figures = build(prom, start, end, progress)
         before = None
         if args.compare_to:
-            before = build(prom, start - args.compare_to, end - args.compare_to, progress)
+            try:
+                before = build(prom, start - args.compare_to, end - args.compare_to, progress)
+            except NoData as error:  # the current period stands on its own
+                print(f"no comparison: {error}", file=sys.stderr)
     except NoData as error:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:

@@ -152,7 +152,7 @@ def test_clear_errors(backfilled: tuple[Server, int]) -> None:
         [*gpu_reclaimer_command(), "report", "--prometheus", "http://127.0.0.1:9", "--since",
          "1h"], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert down.returncode == 2 and "cannot query Prometheus" in down.stderr
+    assert down.returncode == 2 and "cannot reach Prometheus" in down.stderr
     assert "Traceback" not in down.stderr + empty.stderr
     backwards = report(prom, "--since", _iso(start + 10), "--until", _iso(start))
     assert backwards.returncode == 2 and "--since must be before --until" in backwards.stderr
@@ -172,3 +172,20 @@ def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
     rows = report(prom, *period, "--format", "csv").stdout.splitlines()
     assert rows[0] == "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,cost"
     assert "user,alice,1.0,1.0,4.0," in rows
+
+
+def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(
+    backfilled: tuple[Server, int],
+) -> None:
+    """30 days asked, four hours held: the GPU-hours are the four hours', not 30 days'; a
+    comparison period with no data leaves the current period printed."""
+    prom, start = backfilled
+    done = report(prom, "--since", "30d", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["asked"] is not None and got["asked"]["end"] - got["asked"]["start"] >= 29 * 86400
+    assert got["gpu_hours"] == pytest.approx(8.0, abs=0.2)  # 2 GPUs x 4 h, not x 720 h
+    table = report(prom, "--since", "30d", "--compare-to", "60d")
+    assert table.returncode == 0, table.stderr
+    assert "data covers only this of" in table.stdout
+    assert "no comparison: no GPU data" in table.stderr
