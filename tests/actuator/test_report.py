@@ -179,7 +179,7 @@ def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(
 ) -> None:
     """30 days asked, four hours held: the GPU-hours are the four hours', not 30 days'; a
     comparison period with no data leaves the current period printed."""
-    prom, start = backfilled
+    prom, _ = backfilled
     done = report(prom, "--since", "30d", "--format", "json")
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
