@@ -94,6 +94,7 @@ def setup_logging(level: str, fmt: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warning is a log line too, in the same format
     global _format
     _format = fmt
 
