@@ -49,6 +49,7 @@ def chosen_command(argv: Sequence[str], names: set[str] | dict[str, EntryPoint])
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-reclaimer",
+        allow_abbrev=False,  # `--log` belongs to `sim run`, not a prefix of --log-level
         description=(
             "Find GPU processes that hold memory and do no work, and give the GPUs back "
             "without hurting jobs that are still working."

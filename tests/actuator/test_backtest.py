@@ -149,7 +149,7 @@ def test_clear_errors(backfilled: tuple[Server, int], tmp_path: Path) -> None:
         (("--threshold", "x"), "not SERIES=NUMBER"),
         (("--for", "NoSuchAlert=5m"), "no alert NoSuchAlert"),
         (("--alert", "NoSuchAlert"), "no alert NoSuchAlert"),
-        (("--rules", str(tmp_path / "missing.yml")), "cannot read rules file"),
+        (("--rules", str(tmp_path / "missing.yml")), "missing.yml: cannot read"),
     ]:
         done = backtest(prom, start, *args)
         assert done.returncode == 2, (args, done.stderr)
@@ -158,7 +158,7 @@ def test_clear_errors(backfilled: tuple[Server, int], tmp_path: Path) -> None:
         [*gpu_reclaimer_command(), "backtest", "--prometheus", "http://127.0.0.1:9",
          "--since", "1h", "--timeout", "2s"], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert unreachable.returncode == 2 and "cannot query Prometheus" in unreachable.stderr
+    assert unreachable.returncode == 2 and "cannot reach Prometheus" in unreachable.stderr
 
 
 def test_recording_rules_are_written_out_down_to_raw_series() -> None:
