@@ -7,8 +7,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # every real part they start on loopback.
 DEMO_TOOLS := prometheus promtool prometheus-alertmanager amtool
 DEMO_PACKAGES := prometheus prometheus-alertmanager
-TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged
-TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver
+TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze
+TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd
 
 .PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
 
