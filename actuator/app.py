@@ -24,7 +24,7 @@ from actuator.models import (
     reject_duplicate_keys,
     split_alerts,
 )
-from actuator.operations import MAX_SNOOZE, Refused, Why
+from actuator.operations import HTTP_STATUS, MAX_SNOOZE, Refused
 from actuator.operators import AuthError, Principal, Role
 from actuator.policy import Duration
 from actuator.runtime import Runtime
@@ -33,9 +33,6 @@ from exporter.procfs import PID_MAX_LIMIT
 from exporter.selfmetrics import TEXT_FORMAT, SelfCollector
 
 log = logging.getLogger(__name__)
-# An operation's refusal as an HTTP status (503: retry once the audit log is back).
-STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
-          Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
 CASES_ARGS = frozenset({"state", "node", "user", "pid", "limit"})
 AUDIT_ARGS = frozenset({"limit", "case", "before"})
 
@@ -317,7 +314,7 @@ def create_app(rt: Runtime) -> Flask:
         result = operations.snooze(rt, case_id, body.duration, actor(body.by), body.reason,
                                    body.model_dump())  # fmt: skip
         if isinstance(result, Refused):
-            return _error(STATUS[result.why], result.detail)
+            return _error(HTTP_STATUS[result.why], result.detail)
         return jsonify(result.to_json()), 200
 
     if rt.links is not None:
@@ -353,7 +350,7 @@ def create_app(rt: Runtime) -> Flask:
             return _error(422, "invalid reset request", details=_validation_details(exc))
         result = operations.reset_breaker(rt, actor(body.by), body.reason)
         if isinstance(result, Refused):
-            return _error(STATUS[result.why], result.detail)
+            return _error(HTTP_STATUS[result.why], result.detail)
         return jsonify({"open": False, "was_open": result.was_open,
                         "opened_at": result.since}), 200  # fmt: skip
 

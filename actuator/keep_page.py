@@ -18,13 +18,9 @@ from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
 from actuator.notice import ProvenFacts
-from actuator.operations import Refused, Why
+from actuator.operations import HTTP_STATUS, Refused
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
-
-# A refused keep as the page's status (503: the audit log is away, try again).
-STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
-          Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
 
 KEEP_HOURS = (1, 4, 24)
 TEXT: dict[str, dict[str, Any]] = {
@@ -195,7 +191,7 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         if action == "keep":
             kept = operations.snooze(rt, case.id, keep_hours * 3600.0, who, "kept by its owner")
             if isinstance(kept, Refused):
-                return render(STATUS[kept.why], lang, case, token, problem=kept.detail)
+                return render(HTTP_STATUS[kept.why], lang, case, token, problem=kept.detail)
             return render(200, lang, kept, token,
                           done=t["kept"].format(_local(kept.snoozed_until or 0)))  # fmt: skip
         released = operations.release(rt, case.id)

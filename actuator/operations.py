@@ -28,6 +28,12 @@ class Why(StrEnum):
     AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
+# A refusal as an HTTP status, for the API and the keep page (503: retry once the audit log
+# is back).
+HTTP_STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
+               Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Refused:
     why: Why

@@ -437,13 +437,14 @@ class Reconciler:
                 )
             else:
                 decision, live, eff = self._decide(case, seen, now, mono)
-                scheduler = self._scheduler_for(live) if live is not None else None
-                if scheduler is not None and live is not None:
-                    decision = gate(scheduler, case, live, decision)
-                if case.unreachable_since_mono is not None:
-                    decision = replace(decision, updates=CaseUpdate(
-                        unreachable_since_mono=None).then(decision.updates))  # fmt: skip
-            self.apply(case, decision, live, eff, node, now, mono)
+            # The scheduler, once per step: the live process's, or the one that took the case.
+            scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
+            if scheduler is not None and live is not None:
+                decision = gate(scheduler, case, live, decision)
+            if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
+                decision = replace(decision, updates=CaseUpdate(
+                    unreachable_since_mono=None).then(decision.updates))  # fmt: skip
+            self.apply(case, decision, live, eff, node, now, mono, scheduler)
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
@@ -529,6 +530,7 @@ class Reconciler:
         node: Node,
         now: float,
         mono: float,
+        scheduler: Scheduler | None = None,
     ) -> None:
         """Record the decision and commit its state, then have the executor carry it out."""
         d.updates.apply_to(case)
@@ -540,14 +542,16 @@ class Reconciler:
         if live is not None and live.user:
             case.user = live.user
         disagree: dict[str, dict[str, str]] = {}
-        if live is not None and live.exists and live.start_ticks == case.start_ticks:
+        if (
+            live is not None
+            and live.exists
+            and (live.start_ticks, live.boot_id) == (case.start_ticks, case.boot_id)
+        ):  # this very process: another one under the PID proves nothing about ours
             # What people will read is what the node proved now (never the alert's claims).
             facts = ProvenFacts.from_live(case, live)
             case.facts, case.project = facts.to_json(), facts.project or None
             disagree = disagreements(case.labels, facts)
         case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
-        # The scheduler, once per step: the live process's, or the one that took the case.
-        scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
         if d.action == Action.TERM:
             assert live is not None
             case.term_at, case.term_mono = now, mono

@@ -95,21 +95,19 @@ def setup_logging(level: str, fmt: str) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     logging.captureWarnings(True)  # a library's warning is a log line too, in the same format
-    global _format
-    _format = fmt
-
-
-_format = "text"
 
 
 def gunicorn_logconfig() -> dict[str, Any]:
     """gunicorn's `logconfig_dict`: its error and access loggers write through the root
     handler in this process's format (no second format in the same log)."""
-    level = logging.getLevelName(logging.getLogger().level)
+    root = logging.getLogger()
+    level = logging.getLevelName(root.level)
+    json_lines = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
+    fmt = "json" if json_lines else "text"
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"main": {"()": "exporter.logs.formatter", "fmt": _format}},
+        "formatters": {"main": {"()": "exporter.logs.formatter", "fmt": fmt}},
         "handlers": {"main": {"class": "logging.StreamHandler", "formatter": "main",
                               "stream": "ext://sys.stderr"}},
         "root": {"level": level, "handlers": ["main"]},

@@ -1,8 +1,10 @@
-"""The node's keep socket under hostile local peers: one trickling a byte at a time, and a
-flood of connections from another uid, while the owner keeps their process."""
+"""`gpu-reclaimer keep` through the node's keep socket: who is asking comes from the kernel
+(SO_PEERCRED); hostile local peers (one trickling a byte at a time, a flood of connections
+from another uid) never delay the owner; a keep asked before any case is honoured."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -33,6 +35,38 @@ FLOOD = (
 )
 
 
+def _keep_actuator(actuator_factory, workloads, request: pytest.FixtureRequest,  # type: ignore
+                   **policy: object):  # fmt: skip
+    """An actuator serving a keep socket where another uid can reach it (pytest's own
+    directories are private to root); (actuator, socket path) once the socket listens."""
+    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    sock = shared / "keep.sock"
+    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
+                                server={"keep_socket": str(sock)}, **policy)  # fmt: skip
+    wait_until(sock.exists, 20)
+    return actuator, sock
+
+
+def _notified(actuator, w) -> None:  # type: ignore[no-untyped-def]
+    assert actuator.post(payload(alert_for(w))).status_code == 200
+    wait_until(lambda: (actuator.case_for(w) or {}).get("state") == "notified", 20)
+
+
+def _keep(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+
+
+# The stranger's client: one line of JSON, with the standard library only.
+CLIENT = (
+    "import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    "s.sendall(json.dumps({'pid': int(sys.argv[2]), 'action': sys.argv[3], 'seconds': 3600})"
+    ".encode() + bytes([10])); print(s.makefile().readline())"
+)
+
+
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     return subprocess.Popen([python, "-c", code, *args], user=65534, group=65534,
@@ -44,16 +78,9 @@ def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
 def test_a_slow_or_flooding_peer_never_delays_the_owners_keep(
     workloads, actuator_factory, request: pytest.FixtureRequest
 ) -> None:
-    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))  # another uid must reach it
-    shared.chmod(0o755)
-    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
-    sock = shared / "keep.sock"
-    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
-                                server={"keep_socket": str(sock)})  # fmt: skip
+    actuator, sock = _keep_actuator(actuator_factory, workloads, request)
     w = workloads.spawn()
-    assert actuator.post(payload(alert_for(w))).status_code == 200
-    wait_until(lambda: (actuator.case_for(w) or {}).get("state") == "notified", 20)
-    wait_until(sock.exists, 10)
+    _notified(actuator, w)
 
     peers = [_as_nobody(TRICKLE, str(sock)), _as_nobody(FLOOD, str(sock), str(PER_UID * 10))]
     request.addfinalizer(lambda: [p.kill() for p in peers])
@@ -81,21 +108,12 @@ def test_a_keep_asked_before_any_case_is_honoured_when_a_case_opens(
     """An owner starting a long evaluation keeps it in advance: bounded by keep_max, listed,
     revocable, audited, honoured by the case that opens for that very process; another
     uid cannot keep it."""
-    import json
-
-    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
-    shared.chmod(0o755)
-    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
-    sock = shared / "keep.sock"
-    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
-                                notifier={"keep_max": "4h"},
-                                server={"keep_socket": str(sock)})  # fmt: skip
-    wait_until(sock.exists, 20)
+    actuator, sock = _keep_actuator(actuator_factory, workloads, request,
+                                    notifier={"keep_max": "4h"})  # fmt: skip
     kept, revoked = workloads.spawn(), workloads.spawn(gpu=1)
 
     def keep(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        return _keep(sock, *args)
 
     too_long = keep(str(kept.pid), "--for", "1d")
     assert too_long.returncode == 2 and "at most 4h" in too_long.stderr, too_long.stderr
@@ -126,3 +144,27 @@ def test_a_keep_asked_before_any_case_is_honoured_when_a_case_opens(
     events = [r["event"] for r in map(json.loads, (actuator.workdir / "audit.jsonl")
               .read_text().splitlines())]  # fmt: skip
     assert events.count("keep_ahead") == 2 and events.count("keep_revoked") == 1
+
+
+def test_keep_on_the_node_knows_the_caller_from_the_kernel(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    actuator, sock = _keep_actuator(actuator_factory, workloads, request)
+    w = workloads.spawn()
+    _notified(actuator, w)
+    # Another uid (nobody) may not keep root's process: the kernel says who is asking.
+    out, _ = _as_nobody(CLIENT, str(sock), str(w.pid), "keep").communicate(timeout=30)
+    refused = json.loads(out)
+    assert not refused["ok"] and "is not yours" in refused["error"]
+    assert actuator.case_for(w)["state"] == "notified"
+    # The owner (here root) keeps it with the command.
+    done = _keep(sock, str(w.pid), "--for", "2h")
+    assert done.returncode == 0, done.stderr
+    assert f"process {w.pid} kept until" in done.stdout
+    assert actuator.case_for(w)["state"] == "snoozed"
+    events = [r for r in (json.loads(line) for line in (actuator.workdir / "audit.jsonl")
+              .read_text().splitlines()) if r.get("event") == "keep_socket"]  # fmt: skip
+    assert [(e["uid"], e["result"]) for e in events] == [(65534, "refused: not the owner"),
+                                                         (0, "accepted")]  # fmt: skip
+    no_case = _keep(sock, str(w.pid), "--release")
+    assert no_case.returncode == 2 and "only a notified case" in no_case.stderr
