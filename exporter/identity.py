@@ -24,6 +24,7 @@ from exporter.cgroup import read_cgroup_identity
 from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.procfs import read_status
 from exporter.slurm import slurm_job_of
+from exporter.text import label
 
 PROC = Path("/proc")
 _log = logging.getLogger(__name__)
@@ -121,14 +122,15 @@ class ProjectMapping(BaseModel):
 
 def command_name(argv: Sequence[str]) -> str:
     """What runs: the module of ``python -m mod``, the script of ``python script.py``
-    (console scripts look like that too), else the program's basename."""
+    (console scripts look like that too), else the program's basename; in its label form
+    (exporter/text.py), because the rules' summaries carry it to chat unescaped."""
     if not argv:
         return ""
     program = os.path.basename(argv[0])
     name = program
     if _PYTHON.match(program):
         name = _python_target(argv[1:]) or program
-    return name[:MAX_COMMAND]
+    return label(name[:MAX_COMMAND])
 
 
 def _python_target(args: Sequence[str]) -> str:
@@ -230,7 +232,7 @@ class IdentityCache:
             uid = process.uids().real
             gid = process.gids().real
             argv = process.cmdline()
-            command = command_name(argv) if argv else process.name()[:MAX_COMMAND]
+            command = command_name(argv) if argv else label(process.name()[:MAX_COMMAND])
         user = user_name(uid)
         container = read_cgroup_identity(pid, self._proc_root)
         pod = self._pod_of(container.pod, uuid)

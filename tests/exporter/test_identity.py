@@ -287,3 +287,11 @@ def test_invalid_mapping_names_the_file(tmp_path: Path, text: str, message: str)
 def test_missing_mapping_file(tmp_path: Path) -> None:
     with pytest.raises(ProjectMappingError, match=r"nope\.yaml"):
         ProjectMapping.load(tmp_path / "nope.yaml")
+
+
+def test_a_hostile_program_name_is_a_label_chat_renders_as_text() -> None:
+    """The rules' summaries carry `command` to Alertmanager's chat templates unescaped: a
+    user-chosen name cannot mention everyone, link, or reverse itself with a bidi override."""
+    name = command_name(["python3", "/home/x/<!channel> [x](e) @all\u202egnp.py\n"])
+    assert name == "\u2039!channel\u203a \uff3bx\uff3d(e) \uff20allgnp.py"
+    assert len(command_name(["x" * 500])) == 64
