@@ -36,6 +36,8 @@ class Event(StrEnum):
     BREAKER_RESET = "breaker_reset"
     DECISION = "decision"
     DECISION_ABORTED = "decision_aborted"
+    DEMAND_SOURCE = "demand_source"  # a demand source went down or came back
+    HANDED_OFF = "handed_off"  # a GPU reclaimed for a waiting request was freed for it
     FOLLOWUP = "followup"
     KEEP_AHEAD = "keep_ahead"
     KEEP_LINK = "keep_link"

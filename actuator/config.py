@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, model_validator
 
-from actuator.policy import Duration, Mode, Policy, Size, Strict
+from actuator.policy import Duration, Mode, Policy, ReclaimWhen, Size, Strict
 from exporter import config_errors
 
 DEFAULT_PORT = 9836
@@ -298,6 +298,37 @@ class KubernetesSettings(Strict):
     )  # fmt: skip
 
 
+class PromqlPool(Strict):
+    """A queue a site already exports: `query`'s value is the number of GPUs waiting for
+    the pool's nodes (each a one-GPU request)."""
+
+    pool: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    nodes: tuple[str, ...] = Field(min_length=1, description="node name globs of the pool")
+    query: str = Field(min_length=1, description="PromQL: GPUs waiting (a scalar or a vector)")
+
+
+class DemandSettings(Strict):
+    """Where waiting requests are read, for rules with `reclaim_when: demand`
+    (docs/demand.md). Several sources at once; any that fails makes demand unknown."""
+
+    slurm: bool = Field(False, description="pending GPU jobs, through the `slurm` settings")
+    kubernetes: bool = Field(
+        False, description="unschedulable Pending pods that request nvidia.com/gpu"
+    )
+    prometheus: str | None = Field(None, description="Prometheus for `pools` (a base URL)")
+    pools: tuple[PromqlPool, ...] = ()
+    interval: Duration = Field(10.0, gt=0, le=300, description="how often sources are read")
+    heartbeat_recent: Duration = Field(
+        600.0, ge=0, description="a heartbeat this recent puts a process later in the choice"
+    )
+
+    @model_validator(mode="after")
+    def _pools_need_prometheus(self) -> DemandSettings:
+        if self.pools and not self.prometheus:
+            raise ValueError("pools need prometheus: the URL the queries are sent to")
+        return self
+
+
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
     parallel: int = Field(
@@ -320,6 +351,21 @@ class ActuatorConfig(Policy):
     agents: AgentsSettings | None = None
     slurm: SlurmSettings | None = None
     kubernetes: KubernetesSettings | None = None
+    demand: DemandSettings | None = None
+
+    @model_validator(mode="after")
+    def _demand_sources_exist(self) -> ActuatorConfig:
+        d = self.demand
+        if d is not None and d.slurm and self.slurm is None:
+            raise ValueError("demand.slurm reads pending jobs through the `slurm` settings: "
+                             "configure slurm")  # fmt: skip
+        if d is not None and d.slurm and self.slurm is not None and self.slurm.rest is not None:
+            raise ValueError("demand.slurm reads the queue with scontrol: slurm.rest is not "
+                             "a demand source yet")  # fmt: skip
+        if d is not None and d.kubernetes and self.kubernetes is None:
+            raise ValueError("demand.kubernetes reads pending pods through the `kubernetes` "
+                             "settings: configure kubernetes")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _notice_before_enforcement(self) -> ActuatorConfig:
@@ -369,6 +415,15 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
                        "time to exit cleanly before SIGKILL")  # fmt: skip
     if config.mode == Mode.ENFORCE or any(r.mode == Mode.ENFORCE for r in config.projects):
         out += never_acts(config)
+    on_demand = config.defaults.reclaim_when == ReclaimWhen.DEMAND or any(
+        r.reclaim_when == ReclaimWhen.DEMAND for r in config.projects
+    )
+    d = config.demand
+    if on_demand and (d is None or not (d.slurm or d.kubernetes or d.pools)):
+        out.append(
+            "reclaim_when: demand, but no demand source is configured (demand: slurm, "
+            "kubernetes or pools): demand stays unknown and nothing is reclaimed"
+        )
     return out
 
 

@@ -3,6 +3,7 @@ routed on decisions rather than on the raw rule alerts:
 
 - `GpuReclaimScheduled` (info): the owner was warned; the reclaim is due at `deadline`;
 - `GpuProcessReclaimed` (info): the process tree exited and its memory was freed;
+- `GpuHandedOff` (info): a GPU reclaimed for a waiting request is free; names who waits;
 - `GpuReclaimFailed` (warning): signalled, but the memory was not freed;
 - `GpuReclaimerCircuitBreakerOpen` (critical): enforcement paused; re-sent while open,
   resolved when it closes.
@@ -103,6 +104,21 @@ class DecisionAlerts:
             f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
             f"{case.freed_bytes / 2**30:.1f} GiB freed", self.clock() + HOLD_S,
         )])  # fmt: skip
+
+    def handed_off(self, case: Case) -> bool:
+        """The GPU reclaimed for a waiting request is free: chat says who it is for."""
+        return self.post(
+            [
+                self._case_alert(
+                    "GpuHandedOff",
+                    "info",
+                    case,
+                    f"GPU {case.uuid} on {case.node} was freed for {case.demand_who or '?'}",
+                    self.clock() + HOLD_S,
+                    waiting_for=case.demand_for or "",
+                )
+            ]
+        )
 
     def failed(self, case: Case) -> bool:
         return self.post([self._case_alert(

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from actuator.demand.fit import Choice, Verdict
 from actuator.models import SIGNALLED_STATES, Case, CaseUpdate, LiveState, Member, Reason, State
-from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice
+from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice, ReclaimWhen
 from exporter.thresholds import SHIPPED, Thresholds
 from exporter.units import format_duration
 
@@ -48,6 +49,8 @@ class FleetState:
     terminations_node_hour: int = 0
     terminations_minute: int = 0
     kept_until: float | None = None  # a keep its owner asked before the case opened (wall)
+    # reclaim_when: demand: whether someone waits for this case's GPU (None: not asked)
+    demand: Choice | None = None
 
 
 def wait(**updates: Any) -> Decision:
@@ -219,10 +222,54 @@ def decide_unreachable(
 
 
 def would_do(eff: Effective) -> str:
-    return (
-        f"would notify the owner, send SIGTERM after {eff.grace:g}s and SIGKILL "
-        f"{eff.term_timeout:g}s later"
+    when = (
+        f"{eff.grace:g}s after someone needs its GPU"
+        if eff.reclaim_when == ReclaimWhen.DEMAND
+        else f"after {eff.grace:g}s"
     )
+    return f"would notify the owner, send SIGTERM {when} and SIGKILL {eff.term_timeout:g}s later"
+
+
+def on_demand(
+    case: Case, eff: Effective, choice: Choice | None, now: float, mono: float
+) -> Decision | None:
+    """`reclaim_when: demand`, once the owner was told the process is idle: the grace runs
+    only while a waiting request this GPU serves exists (the second notice says so); demand
+    that goes away or becomes unknown stops the escalation. None: the grace is over (or
+    the owner released it), go on as for any case."""
+    if case.release_requested_mono is not None:  # the owner said: go ahead
+        return None
+    if choice is None or choice.verdict != Verdict.CHOSEN:
+        if case.demand_mono is None:
+            return wait()
+        unknown = choice is None or choice.verdict == Verdict.UNKNOWN
+        why = choice.reason if choice is not None else "demand not read"
+        return move(
+            State.NOTIFIED,
+            Reason.DEMAND_UNKNOWN if unknown else Reason.DEMAND_GONE,
+            f"escalation stopped: {why}; the process waits until someone needs its GPU",
+            demand_for=None,
+            demand_who=None,
+            demand_at=None,
+            demand_mono=None,
+        )
+    assert choice.request is not None
+    if case.demand_mono is None or case.demand_for != choice.request.ref:
+        return Decision(
+            Action.NOTIFY,
+            State.NOTIFIED,
+            Reason.DEMAND,
+            choice.reason,
+            CaseUpdate(
+                demand_for=choice.request.ref,
+                demand_who=choice.request.who,
+                demand_at=now,
+                demand_mono=mono,
+            ),
+        )
+    if mono < case.demand_mono + eff.grace + case.notice_extra_grace:
+        return wait()
+    return None
 
 
 def after_notice(
@@ -350,7 +397,11 @@ def decide_live(
             pending = _notice_pending(case, notice, now, mono)
             return replace(pending, updates=CaseUpdate(**samples).then(pending.updates))
         released = case.release_requested_mono is not None  # the owner said: go ahead
-        if not released and mono < case.notified_mono + eff.grace + case.notice_extra_grace:
+        if eff.reclaim_when == ReclaimWhen.DEMAND:
+            waiting = on_demand(case, eff, guard.demand, now, mono)
+            if waiting is not None:
+                return replace(waiting, updates=CaseUpdate(**samples).then(waiting.updates))
+        elif not released and mono < case.notified_mono + eff.grace + case.notice_extra_grace:
             return wait(**samples)
         if eff.mode != Mode.ENFORCE:
             return move(
@@ -361,13 +412,10 @@ def decide_live(
             )
         if held is not None:
             return defer(case, held, samples)
-        return Decision(
-            Action.TERM,
-            State.TERMINATING,
-            Reason.IDLE,
-            "still idle after the grace period",
-            CaseUpdate(**samples),
-        )
+        code, reason = Reason.IDLE, "still idle after the grace period"
+        if eff.reclaim_when == ReclaimWhen.DEMAND and case.demand_who:
+            code, reason = Reason.DEMAND, f"still idle after the grace; {case.demand_who} waits"
+        return Decision(Action.TERM, State.TERMINATING, code, reason, CaseUpdate(**samples))
     return wait(**samples)
 
 

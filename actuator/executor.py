@@ -22,11 +22,11 @@ from actuator.audit import AuditError, AuditLog, Event
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import Action, Decision, after_notice
 from actuator.keeplinks import KeepLinks
-from actuator.models import Case, LiveState, State
+from actuator.models import Case, LiveState, Reason, State
 from actuator.node import Node
-from actuator.notice import Notice, OwnerHint, ProvenFacts
+from actuator.notice import Kind, Notice, OwnerHint, ProvenFacts
 from actuator.notify import Notifier
-from actuator.policy import Effective
+from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
 from actuator.store import Fence, Store
@@ -75,6 +75,7 @@ class Executor:
                 self._verify(case, step.scheduler)
             if self.alerts is not None:
                 self.alerts.reclaimed(case)
+            self._counted(case)
         elif state == State.FAILED and self.alerts is not None:
             self.alerts.failed(case)
         elif state == State.OBSERVED and step.live is not None:
@@ -86,7 +87,10 @@ class Executor:
         case, live, scheduler = step.case, step.live, step.scheduler
         if live is not None and scheduler is not None:
             case.owner = scheduler.owner(case, live) or case.owner
-        self.notify(case, step.eff, step.now, dry_run=False)
+        if step.decision.code == Reason.DEMAND:
+            self._warn_of_demand(case, step.eff, step.now)
+        else:
+            self.notify(case, step.eff, step.now, dry_run=False)
 
     def _terminate(self, step: Step) -> None:
         self._stop(step, kill=False)
@@ -119,14 +123,17 @@ class Executor:
 
     # -- the one place each side effect happens ------------------------------------------
 
-    def notice(self, case: Case, eff: Effective, sigterm_at: float) -> Notice | None:
+    def notice(
+        self, case: Case, eff: Effective, sigterm_at: float, kind: Kind = "warning"
+    ) -> Notice | None:
         """What people are told, from the facts the node proved (None: it proved none)."""
         facts = ProvenFacts.of_case(case)
         if facts is None:
             return None
         owner = case.owner or {}
         return Notice(
-            kind="warning", case=case.id, facts=facts, alertname=case.alertname,
+            kind=kind, case=case.id, facts=facts, waiting=case.demand_who or "",
+            alertname=case.alertname,
             since=case.starts_ts, deadline=sigterm_at, term_timeout=eff.term_timeout,
             grace=eff.grace, freed_bytes=case.freed_bytes,
             keep_url=self.links.url(case.id) if self.links else "",
@@ -136,7 +143,11 @@ class Executor:
         )  # fmt: skip
 
     def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
-        notice = self.notice(case, eff, now + eff.grace + case.notice_extra_grace)
+        """The first notice: SIGTERM after the grace, or (reclaim_when: demand) kept until
+        someone needs the GPU. Only a delivered one opens the way to any signal."""
+        kept = eff.reclaim_when == ReclaimWhen.DEMAND
+        sigterm_at = 0.0 if kept else now + eff.grace + case.notice_extra_grace
+        notice = self.notice(case, eff, sigterm_at, "idle" if kept else "warning")
         if notice is None:  # never: a notice follows a live re-check, which records facts
             log.error("case %d: no proven facts to tell anyone; not notified", case.id)
             return
@@ -144,8 +155,8 @@ class Executor:
         if dry_run:
             return
         after_notice(case, result.delivered, self.gate, self.clock(), self.mono()).apply_to(case)
-        if self.alerts is not None and case.notified_mono is not None:  # the grace started
-            self.alerts.scheduled(notice, case)
+        if self.alerts is not None and case.notified_mono is not None and not kept:
+            self.alerts.scheduled(notice, case)  # the grace started
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {"event": Event.NOTICE, "case": case.id, "delivered": result.delivered,
@@ -153,6 +164,38 @@ class Executor:
                  "grace_started": case.notified_mono is not None}
             )  # fmt: skip
         self.store.save_samples(case, self.fence())
+
+    def _warn_of_demand(self, case: Case, eff: Effective, now: float) -> None:
+        """The second notice of `reclaim_when: demand`: someone waits, SIGTERM at the
+        deadline. Best effort: the first notice, delivered, already said this would come."""
+        notice = self.notice(case, eff, now + eff.grace + case.notice_extra_grace)
+        if notice is None:
+            log.error("case %d: no proven facts to tell anyone; not notified", case.id)
+            return
+        result = self.notifier.send(notice, dry_run=False)
+        if self.alerts is not None:
+            self.alerts.scheduled(notice, case)
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                {"event": Event.NOTICE, "case": case.id, "delivered": result.delivered,
+                 "detail": result.detail, "demand": case.demand_for,
+                 "sigterm_at": notice.deadline}
+            )  # fmt: skip
+
+    def _counted(self, case: Case) -> None:
+        """Reclaims by trigger, and (for demand) the time from the wait to a free GPU."""
+        self.store.count("reclaims", "demand" if case.demand_for else "idle")
+        if case.demand_for is None or case.demand_at is None:
+            return
+        waited = max(0.0, (case.exited_at or self.clock()) - case.demand_at)
+        self.store.observe_demand_to_free(waited)
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                {"event": Event.HANDED_OFF, "case": case.id, "request": case.demand_for,
+                 "who": case.demand_who, "seconds_from_demand": round(waited, 3)}
+            )  # fmt: skip
+        if self.alerts is not None:
+            self.alerts.handed_off(case)
 
     def _followup(self, case: Case, eff: Effective) -> None:
         """What was freed, to whoever got the warning; best effort, audited."""

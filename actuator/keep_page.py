@@ -30,6 +30,7 @@ TEXT: dict[str, dict[str, Any]] = {
         "choose": "如任务仍在进行，请选择保留时长；如已不需要，可立即释放 GPU。",
         "keep_for": "保留 {} 小时", "release": "立即释放",
         "deadline": "若无操作，将于 {}（{}后）发送 SIGTERM。",
+        "on_demand": "暂不处理：只有当有人需要这块 GPU 时才会回收，届时会再通知您。",
         "minutes": "{} 分钟", "now": "即将",
         "states": {"pending": "已标记，正在复核", "notified": "已通知，宽限期中",
                    "snoozed": "已保留", "deferred": "暂缓处理",
@@ -51,6 +52,8 @@ TEXT: dict[str, dict[str, Any]] = {
         "release the GPU now.",
         "keep_for": "Keep for {} h", "release": "Release now",
         "deadline": "Unless you act: SIGTERM at {} (in {}).",
+        "on_demand": "Nothing happens yet: it is reclaimed only when someone needs this GPU, "
+        "and you will be told then.",
         "minutes": "{} min", "now": "moments",
         "states": {"pending": "flagged, being re-checked",
                    "notified": "warned: in its grace period",
@@ -102,9 +105,13 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                                      "case": case}  # fmt: skip
         if case is not None:
             deadline = ""
-            if case.state == State.NOTIFIED and case.term_at is None and case.notified_at:
+            on_demand = (case.effective or {}).get("reclaim_when") == "demand"
+            start = case.demand_at if on_demand else case.notified_at
+            if case.state == State.NOTIFIED and on_demand and start is None:
+                deadline = t["on_demand"]
+            elif case.state == State.NOTIFIED and case.term_at is None and start:
                 grace = (case.effective or {}).get("grace", 0) + case.notice_extra_grace
-                at = case.notified_at + grace
+                at = start + grace
                 left = round(max(0.0, at - rt.clock()) / 60)
                 deadline = t["deadline"].format(
                     _local(at), t["minutes"].format(left) if left else t["now"]

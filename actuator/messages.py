@@ -6,7 +6,8 @@ escaped for each syntax after the template's own markup is turned into that synt
 process name, user name or display name becomes a link, an image, a mention or HTML.
 
 Templates are `<kind>.<language>.md.j2` (kinds: `warning` before the grace period ends,
-`reclaimed` after); a site directory given in the config is searched first, so a site
+`reclaimed` after, `idle` when `reclaim_when: demand` keeps the process until someone
+needs its GPU); a site directory given in the config is searched first, so a site
 overrides one template by writing a file of the same name. A template sets `subject` with
 `{% set subject %}...{% endset %}`.
 """
@@ -141,6 +142,8 @@ class Renderer:
             "idle_minutes": max(0, round((now - notice.since) / 60)),
             "deadline": local(notice.deadline), "timezone": Trusted(contact.timezone),
             "term_timeout": Trusted(duration(notice.term_timeout, language)),
+            "grace": Trusted(duration(notice.grace, language)),
+            "waiting": notice.waiting,
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits else "",

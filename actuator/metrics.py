@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from actuator.models import HOLDS, REFUSALS, Reason, State
 from actuator.store import Store, StoreUnavailable
+from actuator.store.counters import DEMAND_TO_FREE_BUCKETS
 
 # Exported at 0 from the start: increase() cannot see the first event of a series that
 # appears with it, so a new reason or status code would otherwise read one low.
@@ -110,8 +111,46 @@ class ActuatorCollector(Collector):
             buckets=[(repr(b), n) for b, n in reclaim["buckets"]] + [("+Inf", reclaim["count"])],
             sum_value=reclaim["sum"],
         )
+        yield from _demand_metrics(snap["named"])
         yield GaugeMetricFamily(
             "gpu_reclaimer_circuit_breaker_open",
             "1 while the circuit breaker stops enforcement",
             1 if snap["breaker_open"] else 0,
         )
+
+
+def _demand_metrics(named: dict[str, dict[str, int]]) -> Iterator[Metric]:
+    """Reclaims by trigger and, where demand is read, its sources and the wait it ends."""
+    reclaims = CounterMetricFamily(
+        "gpu_reclaimer_reclaims",
+        "Reclaimed cases by trigger: idle (the grace ran out) or demand (someone waited)",
+        labels=["trigger"],
+    )
+    for trigger in ("idle", "demand"):
+        reclaims.add_metric([trigger], named.get("reclaims", {}).get(trigger, 0))
+    yield reclaims
+    up = GaugeMetricFamily(
+        "gpu_reclaimer_demand_source_up",
+        "1 when the demand source answered at its last reading; 0: demand unknown, held",
+        labels=["source"],
+    )
+    waiting = GaugeMetricFamily(
+        "gpu_reclaimer_demand_waiting",
+        "Requests waiting for GPUs at the last reading, by source (pool for PromQL)",
+        labels=["source"],
+    )
+    for source, value in sorted(named.get("demand_up", {}).items()):
+        up.add_metric([source], value)
+    for source, value in sorted(named.get("demand_waiting", {}).items()):
+        waiting.add_metric([source], value)
+    yield up
+    yield waiting
+    buckets = named.get("demand_to_free_bucket", {})
+    count = named.get("demand_to_free_count", {}).get("", 0)
+    yield HistogramMetricFamily(
+        "gpu_reclaimer_demand_to_free_seconds",
+        "From a waiting request choosing a GPU to that GPU being free (reclaim_when: demand)",
+        buckets=[(repr(b), buckets.get(repr(b), 0)) for b in DEMAND_TO_FREE_BUCKETS]
+        + [("+Inf", count)],
+        sum_value=named.get("demand_to_free_ms", {}).get("", 0) / 1000,
+    )

@@ -171,6 +171,10 @@ class Reason(StrEnum):
     RESUMED = "resumed"
     SNOOZED = "snoozed"
     KEPT_AHEAD = "kept_ahead"
+    # reclaim_when: demand (actuator/demand/)
+    DEMAND = "demand"  # someone waits for this GPU: the grace starts
+    DEMAND_GONE = "demand_gone"  # the wait ended (or another GPU serves it): waits again
+    DEMAND_UNKNOWN = "demand_unknown"  # a source failed: held, nothing reclaimed on a guess
     SNOOZE_EXPIRED = "snooze_expired"
     REARMED = "rearmed"
     TERM_TIMEOUT = "term_timeout"
@@ -436,6 +440,12 @@ class Case:
     pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
     owner: dict[str, str] | None = None  # who the workload names (a pod's owner annotation)
     facts: dict[str, Any] | None = None  # what the node proved of the target (ProvenFacts)
+    # reclaim_when: demand: the request this case is reclaimed for, and since when (the
+    # grace runs from demand_mono); None while nobody waits for its GPU
+    demand_for: str | None = None  # Request.ref
+    demand_who: str | None = None  # Request.who, for people
+    demand_at: float | None = None
+    demand_mono: float | None = None
 
     @property
     def target(self) -> Target:
@@ -472,6 +482,9 @@ class Case:
             "kill_at": self.kill_at,
             "ended_at": self.ended_at,
             "snoozed_until": self.snoozed_until,
+            "demand": {"for": self.demand_for, "who": self.demand_who, "since": self.demand_at}
+            if self.demand_for
+            else None,
             "deferred_from": self.deferred_from,
             "notice_attempts": self.notice_attempts,
             "rearmed_from": self.rearmed_from,
@@ -511,6 +524,10 @@ class CaseUpdate:
     unreachable_since_mono: float | _Unset | None = UNSET
     snoozed_until: float | _Unset | None = UNSET
     snoozed_until_mono: float | _Unset | None = UNSET
+    demand_for: str | _Unset | None = UNSET
+    demand_who: str | _Unset | None = UNSET
+    demand_at: float | _Unset | None = UNSET
+    demand_mono: float | _Unset | None = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from actuator.models import Case, LiveState
 
-Kind = Literal["warning", "reclaimed"]
+# idle: `reclaim_when: demand`'s first notice (kept until someone needs the GPU);
+# warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up.
+Kind = Literal["idle", "warning", "reclaimed"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class ProvenFacts:
     namespace: str = ""
     pod: str = ""
     slurm_job: str = ""
+    last_activity: float | None = None  # its latest heartbeat or log write (unix seconds)
     checked_at: float = 0.0
 
     @classmethod
@@ -49,7 +52,7 @@ class ProvenFacts:
             project=live.project, program=live.program, cmdline=live.cmdline,
             memory_bytes=live.gpu_memory_bytes, sm_util=live.sm_util,
             namespace=live.namespace, pod=live.pod, slurm_job=live.slurm_job,
-            checked_at=live.sampled_at,
+            last_activity=live.last_activity, checked_at=live.sampled_at,
         )  # fmt: skip
 
     @classmethod
@@ -109,13 +112,14 @@ class Notice:
     facts: ProvenFacts
     alertname: str  # which idle definition flagged it (the rule, not a fact about people)
     since: float  # when the condition started (unix seconds)
-    deadline: float  # SIGTERM unless kept (warning) or when SIGTERM was sent (reclaimed)
+    deadline: float  # SIGTERM unless kept (warning), when it was sent (reclaimed); 0 (idle)
     term_timeout: float
     grace: float
     freed_bytes: int = 0
     keep_url: str = ""
     owner: OwnerHint = OwnerHint()
     thresholds: tuple[tuple[str, float], ...] = ()
+    waiting: str = ""  # who waits for this GPU (reclaim_when: demand); untrusted text
 
     @property
     def user(self) -> str:
@@ -132,13 +136,20 @@ class Notice:
             "project": f.project, "namespace": f.namespace, "pod": f.pod,
             "slurm_job": f.slurm_job, "alertname": self.alertname,
             "gpu_memory_bytes": f.memory_bytes, "since": self.since,
-            "sigterm_at": self.deadline, "term_timeout": self.term_timeout,
+            "sigterm_at": self.deadline or None, "term_timeout": self.term_timeout,
             "freed_bytes": self.freed_bytes, "keep_url": self.keep_url,
             "snooze": f"/api/v1/cases/{self.case}/snooze",
             "owner_email": self.owner.email, "owner_language": self.owner.language,
-            "thresholds": dict(self.thresholds),
-            "message": (
-                f"GPU process {f.pid} of {self.user or '?'} on {f.node} holds GPU memory and "
-                f"is idle; it will be sent SIGTERM in {self.grace:g}s unless snoozed."
-            ),
+            "thresholds": dict(self.thresholds), "waiting": self.waiting,
+            "message": self.message(),
         }  # fmt: skip
+
+    def message(self) -> str:
+        f = self.facts
+        head = f"GPU process {f.pid} of {self.user or '?'} on {f.node} holds GPU memory and is idle"
+        if self.kind == "idle":
+            return f"{head}; it is kept, and reclaimed only when someone needs this GPU."
+        if self.kind == "reclaimed":
+            return f"{head}; it was reclaimed."
+        waits = f" {self.waiting} is waiting for this GPU;" if self.waiting else ""
+        return f"{head};{waits} it will be sent SIGTERM in {self.grace:g}s unless snoozed."

@@ -37,6 +37,14 @@ class Mode(StrEnum):
     ENFORCE = "enforce"
 
 
+class ReclaimWhen(StrEnum):
+    """When an idle process is reclaimed: once idle past its grace, or only when someone
+    waits for the GPU it holds (docs/demand.md)."""
+
+    IDLE = "idle"
+    DEMAND = "demand"
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,6 +64,10 @@ class Defaults(Strict):
     term_timeout: Duration = Field(10.0, description="time between SIGTERM and SIGKILL")
     kill_timeout: Duration = Field(10.0, description="time after SIGKILL before 'unkillable'")
     release_timeout: Duration = Field(5.0, description="time for NVML to show memory freed")
+    reclaim_when: ReclaimWhen = Field(
+        ReclaimWhen.IDLE, description="idle: after the grace; demand: only when a waiting "
+        "request this GPU can serve appears (the grace starts then)",
+    )  # fmt: skip
 
 
 class Idle(Strict):
@@ -164,6 +176,7 @@ class ProjectRule(Timing):
     match: Match
     mode: Mode | None = None
     protected: bool = False
+    reclaim_when: ReclaimWhen | None = None
 
     @field_validator("match")
     @classmethod
@@ -240,6 +253,7 @@ class Effective(Strict):
     term_timeout: float
     kill_timeout: float
     release_timeout: float
+    reclaim_when: ReclaimWhen = ReclaimWhen.IDLE
 
 
 @dataclass(frozen=True)
@@ -283,6 +297,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             term_timeout=d.term_timeout,
             kill_timeout=d.kill_timeout,
             release_timeout=d.release_timeout,
+            reclaim_when=d.reclaim_when,
         )
     rule = policy.projects[index]
     return Effective(
@@ -294,6 +309,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         term_timeout=d.term_timeout if rule.term_timeout is None else rule.term_timeout,
         kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
         release_timeout=d.release_timeout,
+        reclaim_when=rule.reclaim_when or d.reclaim_when,
     )
 
 
@@ -308,6 +324,10 @@ def safer(base: Effective, other: Effective) -> Effective:
             "grace": max(base.grace, other.grace),
             "term_timeout": max(base.term_timeout, other.term_timeout),
             "kill_timeout": max(base.kill_timeout, other.kill_timeout),
+            # demand reclaims a subset of what idle reclaims: the safer of the two
+            "reclaim_when": ReclaimWhen.DEMAND
+            if ReclaimWhen.DEMAND in (base.reclaim_when, other.reclaim_when)
+            else ReclaimWhen.IDLE,
         }
     )
     if merged == base:

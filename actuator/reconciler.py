@@ -38,6 +38,10 @@ from actuator.decisions import (
     decide_signalled,
     decide_unreachable,
 )
+from actuator.demand import Demand
+from actuator.demand.candidates import candidates, on_demand, pids_on
+from actuator.demand.fit import Choice, plan
+from actuator.demand.reader import DemandReader
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.keeplinks import KeepLinks
@@ -83,6 +87,7 @@ _RESET_ON_REARM = (
     "ended_at", "snoozed_until", "cpu_seconds", "cpu_at", "cpu_rate", "gpu_memory_bytes",
     "notified_mono", "term_mono", "kill_mono", "exited_mono", "snoozed_until_mono",
     "ended_mono", "deferred_from", "next_notice_mono", "followup", "unreachable_since_mono",
+    "demand_for", "demand_who", "demand_at", "demand_mono",
 )  # fmt: skip
 
 
@@ -101,8 +106,12 @@ class Reconciler:
         links: KeepLinks | None = None,
         alerts: DecisionAlerts | None = None,
         schedulers: Schedulers | None = None,
+        demand: DemandReader | None = None,
     ) -> None:
         self.config = config
+        self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
+        self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
+        self._demand_seen: Demand | None = None
         self.links = links
         self.alerts = alerts
         self.store = store
@@ -170,7 +179,9 @@ class Reconciler:
         try:
             self.ingest()
             self.rearm()
-            self._advance_all(self.store.live_cases())
+            cases = self.store.live_cases()
+            self._plan_demand(cases)
+            self._advance_all(cases)
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
@@ -180,6 +191,59 @@ class Reconciler:
         self._prune()
         self.store.mark_progress(self.holder, self.mono())
         return True
+
+    # -- demand (reclaim_when: demand) ---------------------------------------------------
+
+    def _plan_demand(self, cases: list[Case]) -> None:
+        """Read who waits (sources are read at most every demand.interval) and choose, for
+        this pass, which warned idle cases serve a waiting request (actuator/demand/fit.py)."""
+        self._choices = {}
+        demand = self.demand.read() if self.demand is not None else None
+        if demand is not None and demand is not self._demand_seen:
+            self._record_demand(demand)
+        waiting = [c for c in cases if on_demand(c)]
+        if not waiting:
+            return
+        if demand is None:
+            demand = Demand(down={"demand": "no demand source is configured"})
+        now = self.clock()
+        recent = self.config.demand.heartbeat_recent if self.config.demand else 0.0
+        found = candidates(waiting, now, recent)
+        exclusive: dict[tuple[str, str], bool | None] = {}
+        if demand.known and any(r.gpus for r in demand.requests):
+            for key in {(c.node, c.gpu) for c in found}:
+                exclusive[key] = self._holds_only(waiting, *key)
+        self._choices = plan(demand, found, exclusive, now)
+
+    def _holds_only(self, cases: list[Case], node_name: str, gpu: str) -> bool | None:
+        """Whether the GPU holds nothing but these cases' processes (None: unknown)."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return None
+        try:
+            listed = node.gpu_processes(gpu)
+        except NodeUnreachable:
+            return None
+        if listed is None:
+            return None
+        return set(listed) <= pids_on(cases, node_name, gpu)
+
+    def _record_demand(self, demand: Demand) -> None:
+        """Gauges for /metrics, and an audit record when a source goes down or comes back."""
+        before = self._demand_seen.down if self._demand_seen is not None else {}
+        self._demand_seen = demand
+        names = self.demand.names if self.demand is not None else ()
+        for name in names:
+            if (name in demand.down) != (name in before):
+                with contextlib.suppress(AuditError):
+                    self.audit.write(
+                        {"event": Event.DEMAND_SOURCE, "source": name,
+                         "up": name not in demand.down, "error": demand.down.get(name)}
+                    )  # fmt: skip
+        waiting = {name: 0 for name in names}
+        for request in demand.requests:
+            waiting[request.source] = waiting.get(request.source, 0) + 1
+        self.store.set_demand({name: name not in demand.down for name in names}, waiting)
 
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to
@@ -511,6 +575,7 @@ class Reconciler:
             ),
             terminations_minute=self.store.terminations_since(mono - 60, self.store.clock_id),
             kept_until=self._kept_until(case),
+            demand=self._choices.get(case.id),
         )
 
     def _kept_until(self, case: Case) -> float | None:

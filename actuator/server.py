@@ -28,6 +28,10 @@ from actuator.config import (
     NotifierSettings,
 )
 from actuator.decision_alerts import DecisionAlerts
+from actuator.demand import DemandSource
+from actuator.demand.promql_queue import PromqlQueue
+from actuator.demand.reader import DemandReader
+from actuator.demand.slurm_queue import SlurmQueue
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
@@ -178,6 +182,29 @@ def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store)
     return Schedulers(tuple(found), namespaces, kube)
 
 
+def build_demand(config: ActuatorConfig, schedulers: Schedulers) -> DemandReader | None:
+    """The demand sources the config names, on the schedulers' own clients."""
+    d = config.demand
+    if d is None:
+        return None
+    sources: list[DemandSource] = []
+    if d.slurm:
+        slurm = next((s.cli for s in schedulers.schedulers if isinstance(s, SlurmJobs)), None)
+        if isinstance(slurm, SlurmCli):  # the config refuses slurm.rest with demand.slurm
+            sources.append(SlurmQueue(slurm))
+    if d.kubernetes and schedulers.kube is not None:
+        from actuator.demand.kube_pending import PendingPods
+
+        sources.append(PendingPods(schedulers.kube))
+    if d.pools:
+        from prometheus_api_client import PrometheusConnect
+
+        assert d.prometheus is not None
+        prom = PrometheusConnect(d.prometheus, disable_ssl=False)
+        sources += [PromqlQueue(prom, p.pool, p.query, p.nodes) for p in d.pools]
+    return DemandReader(sources, interval=d.interval, clock=time.monotonic)
+
+
 def build_nodes(config: ActuatorConfig) -> NodeDirectory:
     """This node (unless agents do all the work) and the fleet's agents."""
     local = None
@@ -206,10 +233,11 @@ class _Worker:
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         nodes = build_nodes(config)
+        schedulers = build_schedulers(config, nodes, store)
         self.reconciler = Reconciler(
             config, store, audit, nodes, build_notifier(config), links=links,
-            alerts=build_decision_alerts(config), mono=store.mono,
-            schedulers=build_schedulers(config, nodes, store),
+            alerts=build_decision_alerts(config), mono=store.mono, schedulers=schedulers,
+            demand=build_demand(config, schedulers),
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.own: Path | None = None

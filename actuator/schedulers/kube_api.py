@@ -114,6 +114,14 @@ class KubeApi:
             labels=dict(meta.get("labels") or {}),
         )
 
+    def pending_pods(self) -> bytes:
+        """Every Pending pod in the cluster, as the API server's JSON (demand)."""
+        raw = self._call(
+            self._core.list_pod_for_all_namespaces, field_selector="status.phase=Pending",
+            _preload_content=False,
+        )  # fmt: skip
+        return bytes(raw.data)
+
     def evict(self, pod: Pod, *, dry_run: bool = False) -> None:
         """POST .../pods/NAME/eviction with a UID precondition; EvictionBlocked on 429."""
         c = self._client

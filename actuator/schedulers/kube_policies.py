@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actuator.policy import Duration, Match, Mode, Policy, ProjectRule, gentler
+from actuator.policy import Duration, Match, Mode, Policy, ProjectRule, ReclaimWhen, gentler
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class PolicySpec(BaseModel):
     term_timeout: Duration | None = Field(None, alias="termTimeout")
     kill_timeout: Duration | None = Field(None, alias="killTimeout")
     protected: bool = False
+    reclaim_when: ReclaimWhen | None = Field(None, alias="reclaimWhen")
     action: Literal["evict", "delete", "signal"] | None = None
     notice: NoticeSpec = NoticeSpec()
 
@@ -64,6 +65,7 @@ def to_rule(namespace: str, name: str, spec: PolicySpec, cluster_mode: Mode) -> 
         grace=spec.grace,
         term_timeout=spec.term_timeout,
         kill_timeout=spec.kill_timeout,
+        reclaim_when=spec.reclaim_when,
     )
 
 

@@ -47,6 +47,33 @@ class SlurmJob:
     nodes: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class PendingJob:
+    """A job waiting in the queue, as the scheduler has it (`scontrol -o show job`)."""
+
+    id: str
+    user: str
+    reason: str  # Resources, Priority, ...
+    partition: str
+    gpus_per_node: int  # 0: the job asks for no GPU
+    node_count: int
+    nodes: tuple[str, ...]  # where it may run: its required nodes, else its partition's
+    submitted: str  # SubmitTime as Slurm prints it (local time, ISO 8601 without a zone)
+
+
+def gpus_per_node(fields: dict[str, str]) -> int:
+    """GPUs a job needs on each node: TresPerNode (gres:gpu:2, gres/gpu:h100:2), else
+    TresPerJob spread over a one-node job; 0 when it asks for none."""
+    for key in ("TresPerNode", "TresPerJob"):
+        value = fields.get(key, "").replace("gres/", "").replace("gres:", "")
+        found = _GPUS_USED.findall(value)
+        if found:
+            if key == "TresPerJob" and fields.get("NumNodes", "1").split("-")[0] != "1":
+                return 0  # several nodes at once: not a request one node can serve
+            return sum(int(n) for n in found)
+    return 0
+
+
 class JobCache:
     """Jobs as last read, for `ttl` seconds (a job's partition, account and nodes do not
     move; its state is read `fresh` where it matters). A cancel forgets its job."""
@@ -151,6 +178,48 @@ class SlurmCli:
         if done.returncode == 0:
             return True, "scancel accepted"
         return False, f"scancel: {done.stderr.strip()[:200]}"
+
+    def pending_jobs(self) -> list[PendingJob]:
+        """Every pending job, with the nodes it may run on (SlurmError: unknown)."""
+        done = self._run([self.scontrol, "-o", "show", "job"])
+        if done.returncode != 0:
+            if "No jobs in the system" in done.stdout + done.stderr:
+                return []
+            raise SlurmError(f"scontrol show job: {done.stderr.strip()[:200]}")
+        partitions: dict[str, tuple[str, ...]] = {}
+        jobs = []
+        for line in done.stdout.splitlines():
+            fields = parse_fields(line)
+            if fields.get("JobState") != "PENDING":
+                continue
+            if not JOB_ID.fullmatch(fields.get("JobId", "")):
+                raise SlurmError(f"scontrol show job: unexpected line {line[:80]!r}")
+            partition = fields.get("Partition", "")
+            required = fields.get("ReqNodeList", "")
+            if required and required != "(null)":
+                nodes = self.hostnames(required)
+            else:
+                if partition not in partitions:
+                    partitions[partition] = self._partition_nodes(partition)
+                nodes = partitions[partition]
+            job = PendingJob(
+                id=fields["JobId"],
+                user=fields.get("UserId", "").split("(")[0],
+                reason=fields.get("Reason", ""),
+                partition=partition,
+                gpus_per_node=gpus_per_node(fields),
+                node_count=int(fields.get("NumNodes", "1").split("-")[0] or 1),
+                nodes=nodes,
+                submitted=fields.get("SubmitTime", ""),
+            )
+            jobs.append(job)
+        return jobs
+
+    def _partition_nodes(self, partition: str) -> tuple[str, ...]:
+        done = self._run([self.scontrol, "-o", "show", "partition", partition])
+        if done.returncode != 0:
+            raise SlurmError(f"scontrol show partition {partition}: {done.stderr.strip()[:200]}")
+        return self.hostnames(parse_fields(done.stdout).get("Nodes", ""))
 
     def gpus_allocated(self, node: str) -> int | None:
         """GPUs the scheduler counts as in use on the node (`GresUsed`, by type)."""

@@ -24,6 +24,27 @@ class CounterQueries(Database):
         with self._tx() as conn:
             bump(conn, "webhook_requests", str(code))
 
+    def observe_demand_to_free(self, seconds: float) -> None:
+        """One wait, from demand to a free GPU, into its histogram (cumulative buckets,
+        the sum in milliseconds: counters are integers)."""
+        with self._tx() as conn:
+            for bucket in DEMAND_TO_FREE_BUCKETS:
+                if seconds <= bucket:
+                    bump(conn, "demand_to_free_bucket", repr(bucket))
+            bump(conn, "demand_to_free_count", "")
+            bump(conn, "demand_to_free_ms", "", round(seconds * 1000))
+
+    def set_demand(self, up: dict[str, bool], waiting: dict[str, int]) -> None:
+        """The demand sources as last read (gauges: replaced, not added)."""
+        with self._tx() as conn:
+            conn.execute("DELETE FROM counters WHERE name IN ('demand_up', 'demand_waiting')")
+            for name, value in (("demand_up", up), ("demand_waiting", waiting)):
+                for label, n in value.items():
+                    conn.execute(
+                        "INSERT INTO counters (name, label, value) VALUES (?, ?, ?)",
+                        (name, label, int(n)),
+                    )
+
     def metric_snapshot(self) -> dict[str, Any]:
         """Everything /metrics needs, in one read transaction."""
         with self._snapshot() as conn:
@@ -63,7 +84,15 @@ class CounterQueries(Database):
                 "SELECT COUNT(DISTINCT case_id) AS n FROM timeline WHERE state = 'notified'"
             ).fetchone()
             to_reclaim = _time_to_reclaim(conn)
+            named: dict[str, dict[str, int]] = {}
+            for r in conn.execute(
+                "SELECT name, label, value FROM counters WHERE name IN ('reclaims', "
+                "'demand_up', 'demand_waiting', 'demand_to_free_bucket', "
+                "'demand_to_free_count', 'demand_to_free_ms')"
+            ):
+                named.setdefault(r["name"], {})[r["label"]] = int(r["value"])
         return {
+            "named": named,
             "states": states,
             "freed_bytes": int(freed["b"]),
             "refusals": refusals,
@@ -81,6 +110,10 @@ class CounterQueries(Database):
 # about 11 minutes; the demo's in seconds).
 TIME_TO_RECLAIM_BUCKETS = (5.0, 15.0, 30.0, 60.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0,
                            7200.0, 21600.0, 86400.0)  # fmt: skip
+
+
+# Seconds from demand appearing to its GPU being free (the grace, then SIGTERM's exit).
+DEMAND_TO_FREE_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0)
 
 
 def _time_to_reclaim(conn: Conn) -> dict[str, Any]:
