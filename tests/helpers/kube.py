@@ -179,6 +179,7 @@ class ApiServer:
         self.requests: list[tuple[str, str]] = []
         self.positions: dict[int, int] = {}  # open watch stream -> resourceVersion it is at
         self.status_patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.pending: list[dict[str, Any]] = []  # Pending pods, as the API serves them
         self._stream_ids = itertools.count()
         self.revision = 1
         self.compacted = 0
@@ -307,6 +308,20 @@ class ApiServer:
             if request.headers.get("Authorization") != f"Bearer {TOKEN}":
                 return _status(401, "Unauthorized", "Unauthorized")
             return None
+
+        @app.get("/api/v1/pods")
+        def list_pods() -> Response:
+            """Pods of all namespaces; only the selector demand uses is understood."""
+            selector = request.args.get("fieldSelector", "")
+            if selector != "status.phase=Pending":
+                return _status(400, "BadRequest", f"unsupported fieldSelector {selector!r}")
+            body = {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.revision)},
+                "items": self.pending,
+            }
+            return Response(json.dumps(body), mimetype="application/json")
 
         @app.get("/api/v1/namespaces/<ns>/pods/<name>")
         def read_pod(ns: str, name: str) -> Response:

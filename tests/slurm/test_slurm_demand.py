@@ -1,0 +1,135 @@
+"""reclaim_when: demand on a real single-node Slurm (slurmctld, slurmd, munge): an idle job
+is warned and kept while nobody waits; a pending job that needs two GPUs, while the node's
+other GPU is busy, reclaims nothing (no fit); a pending job that needs one GPU has the idle
+job cancelled through Slurm after the grace, and Slurm starts it on the freed GPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from actuator.live import target_of
+from actuator.node import READING_TTL
+from exporter.sim.state import init_node, load_node, read_procs
+from exporter.slurm import slurm_job_of
+from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
+from tests.helpers.slurm import JobProcess, Slurm, slurm_cluster
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@dataclass
+class Site:
+    slurm: Slurm
+    sim: Path
+    actuator: Actuator
+    idle_job: str = ""
+    idle: Workload | None = None
+
+    def audit(self) -> list[dict]:
+        return [json.loads(line) for line in (self.actuator.workdir / "audit.jsonl").open()]
+
+    def squeue(self, job: str, field: str) -> str:
+        return self.slurm.run("squeue", "-h", "-j", job, "-o", field).strip()
+
+
+def _workload(site: Site, gpu: int, phases: str) -> str:
+    return (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
+            f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1")  # fmt: skip
+
+
+def _rank(site: Site, job: str) -> Workload:
+    def found() -> int | None:
+        pids = [p.pid for p in read_procs(site.sim) if slurm_job_of(p.pid) == job]
+        return pids[0] if pids else None
+
+    pid = wait_until(found, 30)
+    time.sleep(READING_TTL)  # the actuator's shared NVML reading must have seen it
+    gpu = next(p.gpu for p in read_procs(site.sim) if p.pid == pid)
+    t = target_of(NODE, pid, load_node(site.sim).gpus[gpu].uuid)
+    return Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """Both GPUs allocated: an idle job on GPU 0 (alerted, warned), a busy one on GPU 1."""
+    base = tmp_path_factory.mktemp("slurm-demand")
+    sim = base / "node"
+    init_node(sim, gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    with slurm_cluster(base / "cluster", gpus=2, node=NODE) as slurm:
+        policy = {
+            "slurm": {"conf": str(slurm.conf)},
+            "defaults": {"reclaim_when": "demand", "grace": "1s"},
+            "demand": {"slurm": True, "interval": "0.3s"},
+        }
+        actuator = Actuator(base / "actuator", sim, policy).start()
+        try:
+            s = Site(slurm, sim, actuator)
+            s.idle_job = slurm.sbatch(_workload(s, 0, "idle"), "--gres=gpu:1")
+            busy_job = slurm.sbatch(_workload(s, 1, "busy"), "--gres=gpu:1")
+            s.idle = _rank(s, s.idle_job)
+            _rank(s, busy_job)
+            assert actuator.post(payload(alert_for(s.idle))).status_code == 200
+            yield s
+        finally:
+            actuator.stop()
+
+
+def _read_with(site: Site, waiting: int) -> None:
+    """Until the actuator has read the queue with `waiting` requests, and acted on it for
+    a few passes more (reconciler every 0.1 s, the queue every 0.3 s)."""
+    wait_until(lambda: site.actuator.metric("gpu_reclaimer_demand_waiting", source="slurm")
+               == waiting, 30, 0.2)  # fmt: skip
+    time.sleep(1.5)
+
+
+def test_an_idle_job_is_warned_and_kept_while_nobody_waits(site: Site) -> None:
+    assert site.idle is not None
+    case = site.actuator.wait_state(site.idle, "notified", "reclaimed", "refused", timeout=60)
+    _read_with(site, 0)
+    case = site.actuator.case_for(site.idle)
+    assert case is not None and case["state"] == "notified" and case["signals"] == []
+    assert case["demand"] is None
+    assert site.actuator.metric("gpu_reclaimer_demand_source_up", source="slurm") == 1
+    assert site.slurm.job_state(site.idle_job) == "RUNNING"
+
+
+def test_a_two_gpu_job_that_no_idle_gpu_can_serve_reclaims_nothing(site: Site) -> None:
+    assert site.idle is not None
+    big = site.slurm.sbatch("sleep 300", "--gres=gpu:2")
+    try:
+        wait_until(lambda: site.squeue(big, "%r") in ("Resources", "Priority"), 30, 0.3)
+        _read_with(site, 1)
+        case = site.actuator.case_for(site.idle)
+        assert case is not None and case["state"] == "notified" and case["demand"] is None
+        assert site.slurm.job_state(site.idle_job) == "RUNNING"
+        assert not [a for a in site.audit() if a.get("code") == "demand"]
+    finally:
+        site.slurm.run("scancel", big)
+    _read_with(site, 0)
+
+
+def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
+    assert site.idle is not None
+    waiting = site.slurm.sbatch("sleep 300", "--gres=gpu:1")
+    wait_until(lambda: site.squeue(waiting, "%r") in ("Resources", "Priority"), 30, 0.3)
+    case = site.actuator.wait_state(site.idle, "reclaimed", "failed", "cancelled", timeout=60)
+    assert case["state"] == "reclaimed", case
+    assert [s["signal"] for s in case["signals"]] == ["SCANCEL"]
+    assert case["demand"]["for"] == f"slurm:{waiting}"
+    wait_until(lambda: site.slurm.job_state(waiting) == "RUNNING", 30, 0.3)
+    audit = site.audit()
+    (chosen,) = [a for a in audit if a.get("code") == "demand" and a["action"] == "notify"]
+    assert chosen["reason"].startswith(f"chosen for Slurm job {waiting} of root waiting ")
+    (handed,) = [a for a in audit if a["event"] == "handed_off"]
+    assert handed["request"] == f"slurm:{waiting}" and handed["case"] == case["id"]
+    assert site.actuator.metric("gpu_reclaimer_reclaims_total", trigger="demand") == 1
+    assert site.actuator.metric("gpu_reclaimer_demand_to_free_seconds_count") == 1
+    site.slurm.run("scancel", waiting)
