@@ -51,6 +51,8 @@ class Event(StrEnum):
     SLURM_VERIFIED = "slurm_verified"
     SNOOZE = "snooze"
     STEP_ERROR = "step_error"
+    WAIT = "wait"  # a caller joined the node's wait list
+    WAIT_SERVED = "wait_served"  # a waiter was given GPUs
 
 
 class AuditError(Exception):

@@ -317,6 +317,9 @@ class DemandSettings(Strict):
     )
     prometheus: str | None = Field(None, description="Prometheus for `pools` (a base URL)")
     pools: tuple[PromqlPool, ...] = ()
+    wait_list: bool = Field(
+        False, description="callers of `gpu-reclaimer wait` on this node (server.keep_socket)"
+    )
     interval: Duration = Field(10.0, gt=0, le=300, description="how often sources are read")
     heartbeat_recent: Duration = Field(
         600.0, ge=0, description="a heartbeat this recent puts a process later in the choice"
@@ -362,6 +365,9 @@ class ActuatorConfig(Policy):
         if d is not None and d.slurm and self.slurm is not None and self.slurm.rest is not None:
             raise ValueError("demand.slurm reads the queue with scontrol: slurm.rest is not "
                              "a demand source yet")  # fmt: skip
+        if d is not None and d.wait_list and not self.server.keep_socket:
+            raise ValueError("demand.wait_list: callers wait through the node's socket: set "
+                             "server.keep_socket")  # fmt: skip
         if d is not None and d.kubernetes and self.kubernetes is None:
             raise ValueError("demand.kubernetes reads pending pods through the `kubernetes` "
                              "settings: configure kubernetes")  # fmt: skip
@@ -419,10 +425,10 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
         r.reclaim_when == ReclaimWhen.DEMAND for r in config.projects
     )
     d = config.demand
-    if on_demand and (d is None or not (d.slurm or d.kubernetes or d.pools)):
+    if on_demand and (d is None or not (d.slurm or d.kubernetes or d.pools or d.wait_list)):
         out.append(
             "reclaim_when: demand, but no demand source is configured (demand: slurm, "
-            "kubernetes or pools): demand stays unknown and nothing is reclaimed"
+            "kubernetes, pools or wait_list): demand stays unknown and nothing is reclaimed"
         )
     return out
 

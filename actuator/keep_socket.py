@@ -34,6 +34,8 @@ from actuator.audit import AuditError, Event
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
 from actuator.runtime import Runtime
+from actuator.wait_socket import queue, serve_wait
+from actuator.waitlist import WaitList
 from exporter import procfs
 from exporter.units import format_duration
 
@@ -78,9 +80,9 @@ def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
 class KeepSocket:
     def __init__(
         self, rt: Runtime, path: str, *, sre_groups: tuple[str, ...] = (),
-        max_seconds: float = 86400.0, node: str = "",
+        max_seconds: float = 86400.0, node: str = "", waitlist: WaitList | None = None,
     ) -> None:  # fmt: skip
-        self.rt, self.path = rt, Path(path)
+        self.rt, self.path, self.waitlist = rt, Path(path), waitlist
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
         self._active: dict[int, int] = {}  # uid -> connections being served
@@ -157,12 +159,26 @@ class KeepSocket:
     def _handle(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
         try:
             raw = read_line(conn, time.monotonic() + REQUEST_DEADLINE_S)
+            waiting = self._wait_request(raw)
+            if waiting is not None and self.waitlist is not None:
+                with contextlib.suppress(OSError):  # the caller hung up: nothing to tell
+                    serve_wait(conn, self.waitlist, self.rt.audit, caller, waiting)
+                return
             answer = self.answer(caller, raw)
         except (OSError, ValueError) as exc:
             answer = {"ok": False, "error": f"bad request: {exc}"}
         with contextlib.suppress(OSError):
             conn.settimeout(REQUEST_DEADLINE_S)
             conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    @staticmethod
+    def _wait_request(raw: bytes) -> dict[str, Any] | None:
+        """The request, when it is `gpu-reclaimer wait` (served by actuator/wait_socket.py)."""
+        with contextlib.suppress(ValueError):
+            request = json.loads(raw)
+            if isinstance(request, dict) and request.get("action") == "wait":
+                return request
+        return None
 
     # -- deciding ---------------------------------------------------------------------------
 
@@ -175,6 +191,14 @@ class KeepSocket:
             seconds = float(request.get("seconds", 0))
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "error": 'send {"pid": N, "action": "keep", "seconds": S}'}
+        if action in ("waiters", "wait"):
+            if self.waitlist is None:
+                return {
+                    "ok": False,
+                    "error": "no wait list on this node: the actuator here "
+                    "acts through agents, or runs elsewhere",
+                }
+            return queue(self.waitlist)
         if action not in ("keep", "release", "list", "revoke"):
             return {"ok": False, "error": "action is keep, release, list or revoke"}
         privileged = uid == 0 or in_groups(uid, gid, self.sre_groups)

@@ -137,6 +137,10 @@ class LocalNode:
             return None
         return {p.pid: p.memory_used or 0 for p in gpu.processes}
 
+    def reading(self) -> NvmlReading | None:
+        """The node's GPUs now (shared for READING_TTL): the wait list's free GPUs."""
+        return self._reading()
+
     def monitored_count(self) -> int | None:
         reading = self._reading()
         if reading is None or not reading.up or reading.failed_gpus:

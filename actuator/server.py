@@ -36,7 +36,7 @@ from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.messages import Renderer
-from actuator.node import local_node
+from actuator.node import LocalNode, local_node
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
 from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
@@ -45,6 +45,7 @@ from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
 from actuator.store import Store, StoreUnavailable, open_store
+from actuator.waitlist import WaitList, WaitListDemand
 from exporter import ownprocs
 from exporter.logs import gunicorn_logconfig
 
@@ -182,12 +183,24 @@ def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store)
     return Schedulers(tuple(found), namespaces, kube)
 
 
-def build_demand(config: ActuatorConfig, schedulers: Schedulers) -> DemandReader | None:
+def build_waitlist(config: ActuatorConfig, nodes: NodeDirectory, store: Store) -> WaitList | None:
+    """The node's wait list, where this actuator runs on the node and has its keep socket."""
+    local = nodes.get(config.node.name)
+    if not config.server.keep_socket or not isinstance(local, LocalNode):
+        return None
+    return WaitList(store, config.node.name, local.reading, time.time)
+
+
+def build_demand(
+    config: ActuatorConfig, schedulers: Schedulers, waitlist: WaitList | None
+) -> DemandReader | None:
     """The demand sources the config names, on the schedulers' own clients."""
     d = config.demand
     if d is None:
         return None
     sources: list[DemandSource] = []
+    if d.wait_list and waitlist is not None:
+        sources.append(WaitListDemand(waitlist))
     if d.slurm:
         slurm = next((s.cli for s in schedulers.schedulers if isinstance(s, SlurmJobs)), None)
         if isinstance(slurm, SlurmCli):  # the config refuses slurm.rest with demand.slurm
@@ -234,10 +247,11 @@ class _Worker:
         self.stop = threading.Event()
         nodes = build_nodes(config)
         schedulers = build_schedulers(config, nodes, store)
+        self.waitlist = build_waitlist(config, nodes, store)
         self.reconciler = Reconciler(
             config, store, audit, nodes, build_notifier(config), links=links,
             alerts=build_decision_alerts(config), mono=store.mono, schedulers=schedulers,
-            demand=build_demand(config, schedulers),
+            demand=build_demand(config, schedulers, self.waitlist),
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
@@ -253,6 +267,7 @@ class _Worker:
             keep = KeepSocket(
                 self.runtime, server.keep_socket, sre_groups=server.keep_socket_groups,
                 max_seconds=self.config.notifier.keep_max, node=self.config.node.name,
+                waitlist=self.waitlist,
             )  # fmt: skip
             threading.Thread(target=keep.run, args=(self.stop,), name="keep-socket",
                              daemon=True).start()  # fmt: skip

@@ -47,6 +47,7 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", missing], "cannot read"),
         (["certs", "agent", "n1", "--dir", missing], "no CA here"),
         (["keep", "1", "--for", "1h", "--socket", missing], "no keep socket"),
+        (["wait", "--gpus", "1", "--socket", missing], "no socket at"),
         # URLs without a scheme
         (["report", "--prometheus", "127.0.0.1:9090", "--since", "1h"], "not an http(s) URL"),
         (["backtest", "--prometheus", "prometheus", "--since", "1h"], "not an http(s) URL"),
@@ -63,6 +64,9 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["exporter", "--config", str(exporter_wrong)], "gzip_level"),
         (["sim", "init", str(tmp / "node"), "--gpus", "two"], "two"),
         (["keep", "abc", "--for", "1h"], "not a whole number"),
+        (["wait", "--gpus", "two"], "not a whole number"),
+        (["wait", "--memory", "lots"], "--memory"),
+        (["wait", "--gpus", "1", "--for", "a while"], "invalid duration"),
         (["--log-level", "chatty", "exporter"], "--log-level"),
         # unreachable services
         (["report", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),

@@ -19,6 +19,7 @@ from actuator.store.keep_links import KeepLinkQueries
 from actuator.store.keeps import AdvanceKeep, KeepQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
 from actuator.store.signals import SignalQueries
+from actuator.store.waiters import Waiter, WaiterQueries
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -30,6 +31,7 @@ __all__ = [
     "LeaseLost",
     "Store",
     "StoreUnavailable",
+    "Waiter",
     "is_postgres",
     "open_store",
 ]
@@ -37,7 +39,7 @@ __all__ = [
 
 class Store(
     EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries,
-    KeepLinkQueries, KeepQueries,
+    KeepLinkQueries, KeepQueries, WaiterQueries,
 ):  # fmt: skip
     """The actuator's store on SQLite: every domain's queries over one Database."""
 

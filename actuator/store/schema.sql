@@ -99,3 +99,19 @@ CREATE TABLE IF NOT EXISTS keeps (
     revoked     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS keeps_target ON keeps (node, pid, start_ticks);
+-- The node's wait list (`gpu-reclaimer wait`): callers waiting for GPUs, in order.
+CREATE TABLE IF NOT EXISTS waiters (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    node         TEXT NOT NULL,
+    uid          INTEGER NOT NULL,
+    pid          INTEGER NOT NULL,
+    start_ticks  INTEGER NOT NULL,
+    gpus         INTEGER NOT NULL,
+    memory_bytes INTEGER NOT NULL,
+    created      REAL NOT NULL,
+    expires      REAL NOT NULL,
+    state        TEXT NOT NULL,
+    ended        REAL,
+    given        TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS waiters_node ON waiters (node, state);

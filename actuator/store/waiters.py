@@ -1,0 +1,80 @@
+"""The node's wait list (`gpu-reclaimer wait`): who waits for GPUs, in the order they came,
+until they are given GPUs, give up, or their time is up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actuator.store.database import Database
+
+WAITING, SERVED, EXPIRED, LEFT = "waiting", "served", "expired", "left"
+
+
+@dataclass(frozen=True)
+class Waiter:
+    id: int
+    node: str
+    uid: int
+    pid: int  # the caller (`gpu-reclaimer wait`), proven by the socket's peer credentials
+    start_ticks: int
+    gpus: int  # whole GPUs, or 0 with memory_bytes on one GPU
+    memory_bytes: int
+    created: float
+    expires: float
+    state: str
+    ended: float | None
+    given: tuple[str, ...]  # UUIDs of the GPUs it was told are free
+
+
+def _waiter(r: object) -> Waiter:
+    row = r  # sqlite3.Row or psycopg's dict_row: both by column name
+    values = {k: row[k] for k in Waiter.__dataclass_fields__ if k != "given"}  # type: ignore[index]
+    given = tuple(g for g in str(row["given"]).split(",") if g)  # type: ignore[index]
+    return Waiter(**values, given=given)
+
+
+class WaiterQueries(Database):
+    def add_waiter(
+        self,
+        node: str,
+        uid: int,
+        pid: int,
+        start_ticks: int,
+        gpus: int,
+        memory_bytes: int,
+        now: float,
+        expires: float,
+    ) -> int:
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO waiters (node, uid, pid, start_ticks, gpus, memory_bytes, created, "
+                "expires, state) VALUES (?,?,?,?,?,?,?,?,?) RETURNING id",
+                (node, uid, pid, start_ticks, gpus, memory_bytes, now, expires, WAITING),
+            )
+            return int(cur.fetchone()["id"])
+
+    def waiters(self, node: str, now: float) -> list[Waiter]:
+        """Those still waiting on `node`, first come first."""
+        rows = self._read(
+            "SELECT * FROM waiters WHERE node = ? AND state = ? AND expires > ? ORDER BY id",
+            (node, WAITING, now),
+        )
+        return [_waiter(r) for r in rows]
+
+    def recently_served(self, node: str, since: float) -> list[Waiter]:
+        rows = self._read(
+            "SELECT * FROM waiters WHERE node = ? AND state = ? AND ended >= ? ORDER BY id",
+            (node, SERVED, since),
+        )
+        return [_waiter(r) for r in rows]
+
+    def end_waiter(
+        self, waiter_id: int, state: str, now: float, given: tuple[str, ...] = ()
+    ) -> bool:
+        """Served (with the GPUs it was given), expired or left; only a waiting one ends."""
+        with self._tx() as conn:
+            done = conn.execute(
+                "UPDATE waiters SET state = ?, ended = ?, given = ? WHERE id = ? AND state = ?",
+                (state, now, ",".join(given), waiter_id, WAITING),
+            )
+            return bool(done.rowcount)

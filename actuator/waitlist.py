@@ -1,0 +1,132 @@
+"""The node's wait list: `gpu-reclaimer wait --gpus N` for hosts with no scheduler.
+
+Callers wait in the order they came; each is offered what it needs of the GPUs free now
+(whole GPUs with no process, or one GPU with enough free memory), first come first. A GPU
+given to a waiter is not offered to another for RESERVE_S, the time its job takes to start.
+What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
+an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
+"""
+
+from __future__ import annotations
+
+import pwd
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from actuator.demand.model import DemandError, Request
+from actuator.store import Store, Waiter
+from exporter import procfs
+from exporter.nvml_reader import NvmlReading
+
+RESERVE_S = 60.0
+
+
+@dataclass(frozen=True)
+class FreeGpu:
+    index: int
+    uuid: str
+    memory_free: int | None  # bytes; None: unknown
+    empty: bool  # no process holds memory on it
+
+    def to_json(self) -> dict[str, object]:
+        return {"index": self.index, "uuid": self.uuid, "memory_free": self.memory_free}
+
+
+def free_gpus(reading: NvmlReading | None, reserved: set[str]) -> list[FreeGpu] | None:
+    """The node's GPUs as a waiter may be offered them (None: NVML cannot say)."""
+    if reading is None or not reading.up or reading.failed_gpus:
+        return None
+    out = []
+    for g in reading.gpus:
+        if g.uuid in reserved:
+            continue
+        known = g.memory_total is not None and g.memory_used is not None
+        free = g.memory_total - g.memory_used if known else None  # type: ignore[operator]
+        out.append(FreeGpu(g.index, g.uuid, free, empty=not g.processes))
+    return out
+
+
+def assign(waiters: Sequence[Waiter], gpus: Sequence[FreeGpu]) -> dict[int, tuple[FreeGpu, ...]]:
+    """First come first: each waiter in turn takes what it needs of what is left; one that
+    cannot be served yet lets a later, smaller one go ahead (pure)."""
+    left = list(gpus)
+    out: dict[int, tuple[FreeGpu, ...]] = {}
+    for w in waiters:
+        if w.gpus:
+            empty = [g for g in left if g.empty][: w.gpus]
+            taken = tuple(empty) if len(empty) == w.gpus else ()
+        else:
+            fit = next((g for g in left if (g.memory_free or 0) >= w.memory_bytes), None)
+            taken = (fit,) if fit is not None else ()
+        if taken:
+            out[w.id] = taken
+            left = [g for g in left if g not in taken]
+    return out
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+class WaitList:
+    """The queue on this node, read from the store (every worker sees the same)."""
+
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        reading: Callable[[], NvmlReading | None],
+        clock: Callable[[], float],
+        proc_root: Path = procfs.PROC,
+    ) -> None:
+        self.store, self.node, self.reading = store, node, reading
+        self.clock, self.proc_root = clock, proc_root
+
+    def _alive(self, w: Waiter) -> bool:
+        """The caller still waits: that very process (its start ticks) is alive."""
+        return procfs.start_ticks(w.pid, self.proc_root) == w.start_ticks
+
+    def pending(self) -> list[Waiter]:
+        return [w for w in self.store.waiters(self.node, self.clock()) if self._alive(w)]
+
+    def free(self) -> list[FreeGpu] | None:
+        since = self.clock() - RESERVE_S
+        reserved = {u for w in self.store.recently_served(self.node, since) for u in w.given}
+        return free_gpus(self.reading(), reserved)
+
+    def offers(self) -> dict[int, tuple[FreeGpu, ...]]:
+        return assign(self.pending(), self.free() or [])
+
+
+class WaitListDemand:
+    """Demand: the waiters the free GPUs cannot serve now."""
+
+    name = "wait"
+
+    def __init__(self, waitlist: WaitList) -> None:
+        self.waitlist = waitlist
+
+    def read(self) -> tuple[Request, ...]:
+        waiting = self.waitlist.pending()
+        if not waiting:
+            return ()
+        free = self.waitlist.free()
+        if free is None:
+            raise DemandError("the node's GPUs cannot be read: what is free is unknown")
+        served = assign(waiting, free)
+        return tuple(self._request(w) for w in waiting if w.id not in served)
+
+    def _request(self, w: Waiter) -> Request:
+        return Request(
+            source=self.name,
+            key=str(w.id),
+            who=f"{user_name(w.uid)}'s `gpu-reclaimer wait`",
+            gpus=w.gpus,
+            memory_bytes=w.memory_bytes or None,
+            nodes=(self.waitlist.node,),
+            since=w.created,
+        )

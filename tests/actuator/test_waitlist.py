@@ -1,0 +1,125 @@
+"""The node's wait list (`gpu-reclaimer wait`): real processes wait on a real actuator's
+socket, first come first. A GPU already free is given at once (nothing is reclaimed for it);
+the next waiter is demand, so an idle process under `reclaim_when: demand` is warned again,
+reclaimed after the grace, and its GPU handed to that waiter; a third waiter, whom nothing
+can serve, keeps waiting and leaves the queue when it hangs up."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from actuator.store.waiters import Waiter
+from actuator.wait_socket import parse_wait
+from actuator.waitlist import FreeGpu, assign, free_gpus
+from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
+from exporter.sim.state import init_node
+from tests.actuator.conftest import Workloads, alert_for, payload
+from tests.support import gpu_reclaimer_command, wait_until
+
+GIB = 1 << 30
+
+
+def _waiter(wid: int, gpus: int = 1, memory: int = 0) -> Waiter:
+    return Waiter(wid, "n", 1000, 100 + wid, 1, gpus, memory, 0.0, 1e12, "waiting", None, ())
+
+
+def _gpu(index: int, used: int, *pids: int) -> GpuReading:
+    procs = tuple(GpuProcessReading(p, GIB, 0.0) for p in pids)
+    return GpuReading(index, f"GPU-{index}", "H100", 80 * GIB, used, 0.0, True, procs)
+
+
+def test_free_gpus_are_offered_first_come_first():
+    reading = NvmlReading(True, gpus=(_gpu(0, 0), _gpu(1, 70 * GIB, 7), _gpu(2, 0)))
+    gpus = free_gpus(reading, reserved={"GPU-2"})
+    assert gpus is not None and [g.uuid for g in gpus] == ["GPU-0", "GPU-1"]
+    assert free_gpus(NvmlReading(False), set()) is None  # unknown, never "all free"
+    two, one, memory = _waiter(1, gpus=2), _waiter(2), _waiter(3, gpus=0, memory=8 * GIB)
+    offers = assign([two, one, memory], gpus)
+    # Two whole GPUs are not free: the one-GPU waiter goes ahead; memory fits beside job 7.
+    assert {w: [g.uuid for g in given] for w, given in offers.items()} == {
+        2: ["GPU-0"], 3: ["GPU-1"]}  # fmt: skip
+    assert assign([memory], [FreeGpu(0, "GPU-0", 4 * GIB, False)]) == {}
+
+
+@pytest.mark.parametrize("request_", [{"gpus": 0}, {"gpus": 1, "memory": 5}, {"gpus": 99},
+                                      {"gpus": "x"}, {"gpus": 1, "seconds": 1e9},
+                                      {"memory": -1}])  # fmt: skip
+def test_a_wait_request_that_makes_no_sense_is_refused(request_):
+    assert isinstance(parse_wait(request_), str)
+
+
+def _wait(sock: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*gpu_reclaimer_command(), "wait", *args, "--socket", str(sock)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+# A stranger's `wait`: the standard library only, as uid 65534.
+STRANGER = (
+    "import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    "s.sendall(json.dumps({'action': 'wait', 'gpus': 1, 'seconds': 600}).encode() + bytes([10]));"
+    " f = s.makefile(); print(f.readline(), flush=True); print(f.readline(), flush=True)"
+)
+
+
+def _listed(sock: Path) -> str:
+    done = subprocess.run([*gpu_reclaimer_command(), "wait", "--list", "--socket", str(sock)],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory, request):
+    node = tmp_path / "node3"
+    init_node(node, gpus=3, memory_total=80 * GIB, name="NVIDIA H100 80GB HBM3")
+    workloads = Workloads(node)
+    request.addfinalizer(workloads.cleanup)
+    idle = workloads.spawn(gpu=0, phases="idle")
+    busy = workloads.spawn(gpu=1, phases="busy")
+    shared = Path(tempfile.mkdtemp(prefix="wait-socket-"))  # reachable by another uid
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    sock = shared / "keep.sock"
+    actuator = actuator_factory(node, server={"keep_socket": str(sock)},
+                                defaults={"reclaim_when": "demand", "grace": "1s"},
+                                demand={"wait_list": True, "interval": "0.2s"})  # fmt: skip
+    wait_until(sock.exists, 20)
+    assert actuator.post(payload(alert_for(idle))).status_code == 200
+    wait_until(lambda: (actuator.case_for(idle) or {}).get("state") == "notified", 20)
+
+    first = _wait(sock, "--gpus", "1", "--for", "2m")  # GPU 2 is free: given at once
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 0, err
+    assert out.strip().splitlines()[-1] == "CUDA_VISIBLE_DEVICES=2" and "GPU 2" in err
+    assert actuator.case_for(idle)["demand"] is None and idle.proc.poll() is None
+
+    second = _wait(sock, "--gpus", "1", "--for", "2m")  # GPU 2 is promised: demand
+    case = actuator.wait_state(idle, "reclaimed", "cancelled", "refused", "failed", timeout=60)
+    assert case["state"] == "reclaimed" and case["demand"]["for"].startswith("wait:"), case
+    out, err = second.communicate(timeout=30)
+    assert second.returncode == 0, err
+    assert out.strip().splitlines()[-1] == "CUDA_VISIBLE_DEVICES=0"
+    assert busy.proc.poll() is None  # never a candidate
+
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    stranger = subprocess.Popen([python, "-c", STRANGER, str(sock)], user=65534, group=65534,
+                                extra_groups=[], stdout=subprocess.PIPE, text=True,
+                                cwd="/")  # fmt: skip
+    assert stranger.stdout is not None
+    queued = json.loads(stranger.stdout.readline())
+    assert queued["ok"] and queued["position"] == 1
+    listed = _listed(sock)
+    assert "(uid 65534) wants 1 GPU(s)" in listed and listed.startswith("  1.")
+    stranger.kill()
+    stranger.wait(10)
+    wait_until(lambda: "nobody is waiting" in _listed(sock), 15, 0.3)
+    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").open()]
+    assert [a["uid"] for a in audit if a["event"] == "wait"] == [0, 0, 65534]
+    assert len([a for a in audit if a["event"] == "wait_served"]) == 2
+    assert [a["request"] for a in audit if a["event"] == "handed_off"] == [case["demand"]["for"]]
