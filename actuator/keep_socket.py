@@ -45,6 +45,7 @@ MAX_ANSWER = 2**20  # a list of keeps can be long
 RETRY_S = 5.0
 REQUEST_DEADLINE_S = 2.0  # the whole request line, however it trickles in
 PER_UID = 4  # connections served at once for one uid; more are refused at once
+WAITS_PER_UID = 64  # `gpu-reclaimer wait` connections stay open: counted apart
 MAX_CONNECTIONS = 64  # for all uids together
 
 
@@ -86,6 +87,7 @@ class KeepSocket:
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
         self._active: dict[int, int] = {}  # uid -> connections being served
+        self._waits: dict[int, int] = {}  # uid -> `wait` connections held open
         self._active_lock = threading.Lock()
 
     # -- serving ----------------------------------------------------------------------------
@@ -161,8 +163,7 @@ class KeepSocket:
             raw = read_line(conn, time.monotonic() + REQUEST_DEADLINE_S)
             waiting = self._wait_request(raw)
             if waiting is not None and self.waitlist is not None:
-                with contextlib.suppress(OSError):  # the caller hung up: nothing to tell
-                    serve_wait(conn, self.waitlist, self.rt.audit, caller, waiting)
+                self._held_wait(conn, caller, waiting)
                 return
             answer = self.answer(caller, raw)
         except (OSError, ValueError) as exc:
@@ -170,6 +171,32 @@ class KeepSocket:
         with contextlib.suppress(OSError):
             conn.settimeout(REQUEST_DEADLINE_S)
             conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _held_wait(
+        self, conn: socket.socket, caller: tuple[int, int, int], request: dict[str, Any]
+    ) -> None:
+        """A wait holds its connection for as long as it waits: it leaves the uid's share of
+        quick requests and counts against WAITS_PER_UID instead."""
+        uid = caller[1]
+        with self._active_lock:
+            full = self._waits.get(uid, 0) >= WAITS_PER_UID
+            if not full:
+                self._waits[uid] = self._waits.get(uid, 0) + 1
+                self._active[uid] -= 1
+        if full:
+            with contextlib.suppress(OSError):
+                conn.sendall(b'{"ok": false, "error": "too many waits for this uid"}\n')
+            return
+        try:
+            assert self.waitlist is not None
+            with contextlib.suppress(OSError):  # the caller hung up: nothing to tell
+                serve_wait(conn, self.waitlist, self.rt.audit, caller, request)
+        finally:
+            with self._active_lock:
+                self._waits[uid] -= 1
+                if not self._waits[uid]:
+                    del self._waits[uid]
+                self._active[uid] = self._active.get(uid, 0) + 1
 
     @staticmethod
     def _wait_request(raw: bytes) -> dict[str, Any] | None:

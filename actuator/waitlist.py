@@ -2,7 +2,8 @@
 
 Callers wait in the order they came; each is offered what it needs of the GPUs free now
 (whole GPUs with no process, or one GPU with enough free memory), first come first. A GPU
-given to a waiter is not offered to another for RESERVE_S, the time its job takes to start.
+given to a waiter is not offered to another until a process appears on it (at most
+RESERVE_S: the time its job may take to start).
 What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
 """
@@ -10,6 +11,8 @@ an idle process may be reclaimed for it, and the waiter is told the moment its G
 from __future__ import annotations
 
 import pwd
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,8 @@ from actuator.store import Store, Waiter
 from exporter import procfs
 from exporter.nvml_reader import NvmlReading
 
-RESERVE_S = 60.0
+RESERVE_S = 60.0  # at most: the promise ends as soon as a process appears on the GPU
+OFFERS_TTL_S = 0.2  # waiters polling together share one computation
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class WaitList:
     ) -> None:
         self.store, self.node, self.reading = store, node, reading
         self.clock, self.proc_root = clock, proc_root
+        self._lock = threading.Lock()
+        self._offers: tuple[float, dict[int, tuple[FreeGpu, ...]]] = (float("-inf"), {})
 
     def _alive(self, w: Waiter) -> bool:
         """The caller still waits: that very process (its start ticks) is alive."""
@@ -94,12 +100,27 @@ class WaitList:
         return [w for w in self.store.waiters(self.node, self.clock()) if self._alive(w)]
 
     def free(self) -> list[FreeGpu] | None:
-        since = self.clock() - RESERVE_S
-        reserved = {u for w in self.store.recently_served(self.node, since) for u in w.given}
-        return free_gpus(self.reading(), reserved)
+        reading = self.reading()
+        if reading is None:
+            return None
+        occupied = {g.uuid for g in reading.gpus if g.processes}
+        reserved: set[str] = set()
+        for w in self.store.promised(self.node, self.clock() - RESERVE_S):
+            if occupied & set(w.given):
+                self.store.mark_taken(w.id)  # its job started: the promise is kept
+            else:
+                reserved |= set(w.given)
+        return free_gpus(reading, reserved)
 
     def offers(self) -> dict[int, tuple[FreeGpu, ...]]:
-        return assign(self.pending(), self.free() or [])
+        """What each waiter may be given now (one computation shared for OFFERS_TTL_S)."""
+        with self._lock:
+            at, offers = self._offers
+            if time.monotonic() - at < OFFERS_TTL_S:
+                return offers
+            offers = assign(self.pending(), self.free() or [])
+            self._offers = (time.monotonic(), offers)
+            return offers
 
 
 class WaitListDemand:

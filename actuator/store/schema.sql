@@ -112,6 +112,7 @@ CREATE TABLE IF NOT EXISTS waiters (
     expires      REAL NOT NULL,
     state        TEXT NOT NULL,
     ended        REAL,
-    given        TEXT NOT NULL DEFAULT ''
+    given        TEXT NOT NULL DEFAULT '',
+    taken        INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS waiters_node ON waiters (node, state);

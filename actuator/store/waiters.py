@@ -24,13 +24,15 @@ class Waiter:
     state: str
     ended: float | None
     given: tuple[str, ...]  # UUIDs of the GPUs it was told are free
+    taken: bool = False  # a process has appeared on them since: the promise is kept
 
 
 def _waiter(r: object) -> Waiter:
     row = r  # sqlite3.Row or psycopg's dict_row: both by column name
-    values = {k: row[k] for k in Waiter.__dataclass_fields__ if k != "given"}  # type: ignore[index]
+    fields = [k for k in Waiter.__dataclass_fields__ if k not in ("given", "taken")]
+    values = {k: row[k] for k in fields}  # type: ignore[index]
     given = tuple(g for g in str(row["given"]).split(",") if g)  # type: ignore[index]
-    return Waiter(**values, given=given)
+    return Waiter(**values, given=given, taken=bool(row["taken"]))  # type: ignore[index]
 
 
 class WaiterQueries(Database):
@@ -61,12 +63,18 @@ class WaiterQueries(Database):
         )
         return [_waiter(r) for r in rows]
 
-    def recently_served(self, node: str, since: float) -> list[Waiter]:
+    def promised(self, node: str, since: float) -> list[Waiter]:
+        """Served since `since` and not yet taken: their GPUs are promised to them."""
         rows = self._read(
-            "SELECT * FROM waiters WHERE node = ? AND state = ? AND ended >= ? ORDER BY id",
+            "SELECT * FROM waiters WHERE node = ? AND state = ? AND ended >= ? AND taken = 0 "
+            "ORDER BY id",
             (node, SERVED, since),
         )
         return [_waiter(r) for r in rows]
+
+    def mark_taken(self, waiter_id: int) -> None:
+        with self._tx() as conn:
+            conn.execute("UPDATE waiters SET taken = 1 WHERE id = ?", (waiter_id,))
 
     def end_waiter(
         self, waiter_id: int, state: str, now: float, given: tuple[str, ...] = ()
