@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from actuator.policy import Duration, Mode, Policy, ReclaimWhen, Size, Strict
 from exporter import config_errors
 
 DEFAULT_PORT = 9836
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes, with its terminating NUL
 M = TypeVar("M", bound=Strict)
 
 
@@ -46,6 +47,14 @@ class Server(Strict):
     keep_socket_groups: tuple[str, ...] = Field(
         (), description="unix groups whose members may keep anyone's process"
     )
+
+    @field_validator("keep_socket")
+    @classmethod
+    def _short_enough(cls, value: str | None) -> str | None:
+        if value is not None and len(os.fsencode(value)) > MAX_SOCKET_PATH:
+            raise ValueError(f"a unix socket's path is at most {MAX_SOCKET_PATH} bytes; "
+                             f"this one has {len(os.fsencode(value))}")  # fmt: skip
+        return value
 
 
 class Storage(Strict):

@@ -73,20 +73,37 @@ def add_demo_command(commands: Any) -> None:
     day = parser.add_argument_group(
         "a measured simulated day",
         "--day: a seeded day of jobs (trainings, debug runs, abandoned notebooks, crashed jobs "
-        "with live workers, a hung 2-GPU run) queued for the node's GPUs, run once with the "
-        "actuator in observe mode and once in enforce mode, then the before/after table "
-        "(utilisation, jobs per GPU, queue wait). 24 h at 1/120 take about 25 minutes.",
+        "with live workers, a hung 2-GPU run) queued on the node's wait list, run once per "
+        "mode (observe; enforce with reclaim_when: idle; enforce with reclaim_when: demand), "
+        "then one table (utilisation, jobs per GPU, queue wait, reclaims, needless reclaims). "
+        "24 h at 1/120 take about 40 minutes for the three.",
     )
     day.add_argument("--day", action="store_true", help="run the simulated day")
     day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
     day.add_argument("--seed", type=int, default=1, help="the job mix's seed (default 1)")
     day.add_argument("--gpus", type=argtypes.positive_int, default=4,
                      help="GPUs on the simulated node (default 4)")  # fmt: skip
+    day.add_argument(
+        "--modes",
+        type=_modes,
+        metavar="LIST",
+        help="which runs, comma-separated (default observe,enforce,demand)",
+    )
     for service in ("exporter", "actuator", "prometheus", "alertmanager"):
         parser.add_argument(
             f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
         )
     parser.set_defaults(func=run_demo)
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    from actuator.demo.day import MODES
+
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise argparse.ArgumentTypeError(f"modes are {', '.join(MODES)}; not {text!r}")
+    return modes
 
 
 class _Stop(Exception):
@@ -153,7 +170,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _day(args: argparse.Namespace) -> int:
-    from actuator.demo.day import run_both
+    from actuator.demo.day import MODES, run_modes
     from actuator.demo.stack import StackError, StackOptions
 
     if args.hours <= 0:
@@ -168,7 +185,8 @@ def _day(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
     try:
-        run_both(options, args.seed, args.hours, sys.stdout, progress)
+        modes = args.modes or MODES
+        run_modes(options, args.seed, args.hours, sys.stdout, progress, modes)
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
         return 2

@@ -13,16 +13,19 @@ with one job per GPU, the way a batch scheduler hands out whole GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from actuator.promql_duration import format_promql_duration
+from exporter.sim.state import load_node
 
 if TYPE_CHECKING:
     from actuator.demo.stack import Stack, StackOptions, Workload
@@ -39,6 +42,11 @@ KINDS: dict[str, float] = {  # share of the day's jobs
 }
 # Hours of the day jobs arrive in, weighted: most arrive in working hours.
 ARRIVAL_WEIGHTS = [1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 3, 2, 2, 2, 1, 1, 1]
+# A reclaimed GPU that no job takes within this long was reclaimed for nothing.
+NEEDLESS_WINDOW_H = 1.0
+MODES = ("observe", "enforce", "demand")
+MODE_NAMES = {"observe": "observe (nothing reclaimed)", "enforce": "enforce, reclaim_when: idle",
+              "demand": "enforce, reclaim_when: demand"}  # fmt: skip
 CAVEAT = (
     "Measured on a simulation: a seeded job mix on a simulated node, time compressed; the "
     "shape of the difference is what it shows, not a promise for a real fleet."
@@ -100,19 +108,39 @@ class Run:
     workloads: list[Workload] = field(default_factory=list)
     started_h: float | None = None
     ended_h: float | None = None
+    waiter: subprocess.Popen[str] | None = None  # its `gpu-reclaimer wait`, while queued
+
+
+def given_gpus(output: str) -> tuple[int, ...]:
+    """The GPUs `gpu-reclaimer wait` printed (its last line: CUDA_VISIBLE_DEVICES=0,2)."""
+    lines = output.strip().splitlines()
+    if not lines or not lines[-1].startswith("CUDA_VISIBLE_DEVICES="):
+        return ()
+    return tuple(int(g) for g in lines[-1].split("=", 1)[1].split(",") if g.isdigit())
 
 
 class Scheduler:
-    """FIFO, one job per GPU; a job holds its GPUs until every process of it has exited."""
+    """The node's wait list as the queue, the way users of a host without a batch scheduler
+    queue: each job that arrives runs `gpu-reclaimer wait --gpus N` and starts on the GPUs it
+    is given (first come first; a job the free GPUs cannot serve yet lets a smaller one go
+    ahead). A job holds its GPUs until every process of it has exited. The actuator sees
+    the same queue: under `reclaim_when: demand` it is the demand."""
 
     def __init__(self, stack: Stack, jobs: Sequence[Job], gpus: int, scale: float) -> None:
         self.stack, self.gpus, self.scale = stack, gpus, scale
         self.runs = [Run(job) for job in jobs]
-        self.queue: list[Run] = []
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()
 
     def now_h(self) -> float:
         return (time.monotonic() - self.t0) / self.scale / 3600
+
+    def hour_of(self, wall: float) -> float:
+        return (wall - self.t0_wall) / self.scale / 3600
+
+    @property
+    def queue(self) -> list[Run]:
+        return [r for r in self.runs if r.waiter is not None]
 
     def busy_gpus(self) -> set[int]:
         return {g for r in self.runs if r.started_h is not None and r.ended_h is None
@@ -124,16 +152,33 @@ class Scheduler:
             running = run.started_h is not None and run.ended_h is None
             if running and not any(w.alive() for w in run.workloads):
                 run.ended_h = now
-        arrived = {id(r) for r in self.queue}
-        self.queue += [r for r in self.runs if r.started_h is None and id(r) not in arrived
-                       and r.job.arrival_h <= now]  # fmt: skip
-        while self.queue:
-            free = [g for g in range(self.gpus) if g not in self.busy_gpus()]
-            head = self.queue[0]
-            if len(free) < head.job.gpus:
-                break  # strict FIFO: the head waits, so does everyone behind it
-            self.queue.pop(0)
-            self.start(head, tuple(free[: head.job.gpus]), now)
+        for run in self.runs:
+            if run.started_h is not None or run.job.arrival_h > now:
+                continue
+            if run.waiter is None:
+                run.waiter = self._wait(run.job.gpus)
+            elif run.waiter.poll() is not None:
+                output = run.waiter.stdout.read() if run.waiter.stdout else ""
+                gpus, run.waiter = given_gpus(output), None
+                if len(gpus) == run.job.gpus:
+                    self.start(run, gpus, now)
+                # else the wait failed (its error is in the actuator's log): it waits again
+
+    def _wait(self, gpus: int) -> subprocess.Popen[str]:
+        """Join the wait list; returns once the actuator has queued the job (so the queue
+        keeps the order jobs arrived in)."""
+        from actuator.demo.stack import StackError
+
+        waiter = subprocess.Popen(
+            self.stack.wait_command("--gpus", str(gpus), "--for", "7d"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert waiter.stderr is not None
+        said = waiter.stderr.readline()  # "waiting on NODE (position N ...)"
+        if not said.startswith("waiting on"):
+            waiter.wait(10)
+            raise StackError(f"the wait list refused a job: {said.strip()}")
+        return waiter
 
     def start(self, run: Run, gpus: tuple[int, ...], now: float) -> None:
         job = run.job
@@ -148,13 +193,19 @@ class Scheduler:
 
     def run_until(self, hours: float, progress: Callable[[float], None]) -> None:
         last = -1
-        while (now := self.now_h()) < hours:
+        try:
+            while (now := self.now_h()) < hours:
+                self.tick()
+                if int(now) != last:
+                    last = int(now)
+                    progress(now)
+                time.sleep(0.1)
             self.tick()
-            if int(now) != last:
-                last = int(now)
-                progress(now)
-            time.sleep(0.1)
-        self.tick()
+        finally:
+            for run in self.runs:
+                if run.waiter is not None and run.waiter.poll() is None:
+                    run.waiter.kill()
+                    run.waiter.wait(10)
 
 
 @dataclass(frozen=True)
@@ -171,6 +222,8 @@ class DayFigures:
     idle_gpu_hours: float | None
     reclaimed: int
     harmed: int  # finishing jobs the actuator signalled: must be 0
+    needless: int = 0  # reclaimed GPUs no job took within NEEDLESS_WINDOW_H
+    demand_to_free_h: float | None = None  # median, demand mode: from the wait to the GPU
 
     @property
     def jobs_per_gpu_day(self) -> float:
@@ -179,6 +232,37 @@ class DayFigures:
     @property
     def gpu_hours_per_job(self) -> float | None:
         return self.gpus * self.hours / self.completed if self.completed else None
+
+
+def needless_reclaims(
+    scheduler: Scheduler, cases: Sequence[dict[str, Any]], uuids: Sequence[str], hours: float
+) -> int:
+    """Reclaimed GPUs that no job started on within NEEDLESS_WINDOW_H (ground truth: the
+    scheduler's record); one reclaimed too near the day's end to be judged is not counted."""
+    count = 0
+    for c in cases:
+        if c["state"] != "reclaimed" or c.get("ended_at") is None:
+            continue
+        freed_h = scheduler.hour_of(c["ended_at"])
+        if freed_h + NEEDLESS_WINDOW_H > hours or c["target"]["uuid"] not in uuids:
+            continue
+        gpu = uuids.index(c["target"]["uuid"])
+        taken = any(gpu in r.gpus and r.started_h is not None
+                    and freed_h <= r.started_h < freed_h + NEEDLESS_WINDOW_H
+                    for r in scheduler.runs)  # fmt: skip
+        count += not taken
+    return count
+
+
+def demand_to_free(stack: Stack, scheduler: Scheduler) -> float | None:
+    """Median simulated hours from a wait choosing a GPU to that GPU being free (audit)."""
+    waits = []
+    with contextlib.suppress(OSError):
+        for line in stack.audit_log.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event") == "handed_off":
+                waits.append(record["seconds_from_demand"] / scheduler.scale / 3600)
+    return statistics.median(waits) if waits else None
 
 
 def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayFigures:
@@ -198,6 +282,7 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     harmed = sum(1 for c in cases
                  if c["target"]["pid"] in finishing_pids and c["state"] in signalled)  # fmt: skip
     reclaimed = sum(1 for c in cases if c["state"] == "reclaimed")
+    uuids = [g.uuid for g in load_node(stack.node_dir).gpus]
     waits = [r.started_h - r.job.arrival_h for r in runs if r.started_h is not None]
     all_waits = waits + [hours - r.job.arrival_h for r in runs
                          if r.started_h is None and r.job.arrival_h < hours]  # fmt: skip
@@ -210,6 +295,8 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         mean_wait_h=statistics.fmean(waits) if waits else None,
         mean_wait_all_h=statistics.fmean(all_waits) if all_waits else None,
         idle_gpu_hours=idle_hours, reclaimed=reclaimed, harmed=harmed,
+        needless=needless_reclaims(scheduler, cases, uuids, hours),
+        demand_to_free_h=demand_to_free(stack, scheduler),
     )  # fmt: skip
 
 
@@ -217,12 +304,17 @@ def run_day(
     options: StackOptions, jobs: Sequence[Job], hours: float, mode: str,
     progress: Callable[[str], None] = lambda _: None,
 ) -> DayFigures:  # fmt: skip
-    """One compressed day with the actuator in `mode` (observe or enforce)."""
+    """One compressed day with the actuator in `mode`: observe, enforce (reclaim when idle)
+    or demand (enforce, reclaim only for a waiting job: the wait list is the demand)."""
     from dataclasses import replace
 
     from actuator.demo.stack import Stack
 
-    policy = {**options.policy, "mode": mode}
+    policy: dict[str, Any] = {**options.policy, "mode": "observe" if mode == "observe" else
+                              "enforce"}  # fmt: skip
+    if mode == "demand":
+        policy["defaults"] = {**policy.get("defaults", {}), "reclaim_when": "demand"}
+        policy["demand"] = {"wait_list": True, "interval": f"{max(0.2, 60 * options.scale):g}s"}
     options = replace(options, policy=policy, label=f"day-{mode}")
     with Stack(options) as stack:
         stack.wait_scraped()
@@ -250,58 +342,75 @@ def _num(x: float | None, unit: str = "", digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}{unit}"
 
 
-def table(before: DayFigures, after: DayFigures, seed: int, scale: float) -> str:
-    """The brief's before/after table, as Markdown."""
+def table(runs: Sequence[DayFigures], seed: int, scale: float) -> str:
+    """The day's table, one column per mode, as Markdown; and how demand compares."""
+    first = runs[0]
 
-    def change(a: float | None, b: float | None, *, points: bool = False) -> str:
-        if a is None or b is None:
-            return "-"
-        if points:
-            return f"{100 * (b - a):+.0f} pts"
-        return f"x{b / a:.2f}" if a else "-"
+    def row(name: str, value: Callable[[DayFigures], str]) -> str:
+        return f"| {name} | " + " | ".join(value(f) for f in runs) + " |"
 
-    rows: list[tuple[str, str, str, str]] = [
-        ("average GPU utilisation", _pct(before.utilisation), _pct(after.utilisation),
-         change(before.utilisation, after.utilisation, points=True)),
-        ("jobs completed per GPU per day", _num(before.jobs_per_gpu_day),
-         _num(after.jobs_per_gpu_day), change(before.jobs_per_gpu_day, after.jobs_per_gpu_day)),
-        ("GPU-hours per completed job (cost)", _num(before.gpu_hours_per_job, " h"),
-         _num(after.gpu_hours_per_job, " h"),
-         change(before.gpu_hours_per_job, after.gpu_hours_per_job)),
-        ("mean queue wait (a job still waiting: until the end)",
-         _num(before.mean_wait_all_h, " h"), _num(after.mean_wait_all_h, " h"),
-         change(before.mean_wait_all_h, after.mean_wait_all_h)),
-        ("mean queue wait of the jobs that started", _num(before.mean_wait_h, " h"),
-         _num(after.mean_wait_h, " h"), change(before.mean_wait_h, after.mean_wait_h)),
-        ("jobs still waiting at the end", str(before.waiting_at_end), str(after.waiting_at_end),
-         "-"),
-        ("GPU-hours held by idle or stalled processes", _num(before.idle_gpu_hours, " h"),
-         _num(after.idle_gpu_hours, " h"), change(before.idle_gpu_hours, after.idle_gpu_hours)),
-        ("processes reclaimed", str(before.reclaimed), str(after.reclaimed), "-"),
-        ("working jobs signalled (must be 0)", str(before.harmed), str(after.harmed), "-"),
+    rows = [
+        row("average GPU utilisation", lambda f: _pct(f.utilisation)),
+        row("jobs completed per GPU per day", lambda f: _num(f.jobs_per_gpu_day)),
+        row("GPU-hours per completed job (cost)", lambda f: _num(f.gpu_hours_per_job, " h")),
+        row("mean queue wait (a job still waiting: until the end)",
+            lambda f: _num(f.mean_wait_all_h, " h")),
+        row("mean queue wait of the jobs that started", lambda f: _num(f.mean_wait_h, " h")),
+        row("jobs still waiting at the end", lambda f: str(f.waiting_at_end)),
+        row("GPU-hours held by idle or stalled processes", lambda f: _num(f.idle_gpu_hours, " h")),
+        row("processes reclaimed", lambda f: str(f.reclaimed)),
+        row(f"needless reclaims (no job took the GPU within {NEEDLESS_WINDOW_H:g} h)",
+            lambda f: str(f.needless) if f.reclaimed else "-"),
+        row("time from demand to a free GPU (median)",
+            lambda f: _num(f.demand_to_free_h * 60 if f.demand_to_free_h is not None else None,
+                           " min", 0)),
+        row("working jobs signalled (must be 0)", lambda f: str(f.harmed)),
     ]  # fmt: skip
     lines = [
-        f"Simulated day: {before.hours:g} h on {before.gpus} GPUs, seed {seed}, time x{scale:g} "
+        f"Simulated day: {first.hours:g} h on {first.gpus} GPUs, seed {seed}, time x{scale:g} "
         f"(1 h = {3600 * scale:g} s)",
         "",
-        "| | observe (nothing reclaimed) | enforce | change |",
-        "|---|---|---|---|",
-        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        "| | " + " | ".join(MODE_NAMES.get(f.mode, f.mode) for f in runs) + " |",
+        "|---" * (len(runs) + 1) + "|",
+        *rows,
         "",
-        CAVEAT,
     ]
+    by_mode = {f.mode: f for f in runs}
+    verdict = demand_verdict(by_mode)
+    if verdict:
+        lines += [verdict, ""]
+    lines.append(CAVEAT)
     return "\n".join(lines) + "\n"
 
 
-def run_both(options: StackOptions, seed: int, hours: float, out: TextIO,
-             progress: Callable[[str], None]) -> tuple[DayFigures, DayFigures]:  # fmt: skip
+def demand_verdict(by_mode: dict[str, DayFigures]) -> str:
+    """How much of idle's reduction in queue wait demand keeps, for how many reclaims."""
+    base, idle, demand = (by_mode.get(m) for m in MODES)
+    if base is None or idle is None or demand is None:
+        return ""
+    waits = (base.mean_wait_all_h, idle.mean_wait_all_h, demand.mean_wait_all_h)
+    if None in waits or waits[0] == waits[1]:
+        return ""
+    b, i, d = (w or 0.0 for w in waits)
+    kept = (b - d) / (b - i)
+    share = demand.reclaimed / idle.reclaimed if idle.reclaimed else 0.0
+    return (
+        f"reclaim_when: demand kept {kept:.0%} of idle's reduction in mean queue wait (target "
+        f">= 90 %) with {demand.reclaimed} of its {idle.reclaimed} reclaims ({share:.0%}; "
+        f"target <= 33 %) and {demand.needless} needless reclaim(s) (target 0)."
+    )
+
+
+def run_modes(
+    options: StackOptions, seed: int, hours: float, out: TextIO,
+    progress: Callable[[str], None], modes: Sequence[str] = MODES,
+) -> list[DayFigures]:  # fmt: skip
     jobs = plan_day(seed, hours=hours, gpus=options.gpus)
     kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
     progress(f"{len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
-    before = run_day(options, jobs, hours, "observe", progress)
-    after = run_day(options, jobs, hours, "enforce", progress)
-    out.write(table(before, after, seed, options.scale))
-    return before, after
+    runs = [run_day(options, jobs, hours, mode, progress) for mode in modes]
+    out.write(table(runs, seed, options.scale))
+    return runs
 
 
 def as_dict(figures: DayFigures) -> dict[str, Any]:

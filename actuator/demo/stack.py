@@ -162,6 +162,7 @@ class Stack:
         self.options = options or StackOptions()
         self.interval = REFERENCE_EVAL_INTERVAL_S * self.options.scale
         self.run_dir = Path()
+        self.socket_dir = Path()
         self.ports: dict[str, int] = {}
         self.services: dict[str, Managed] = {}
         self.workloads: list[Workload] = []
@@ -201,6 +202,14 @@ class Stack:
     def actuator_config(self) -> Path:
         return self.run_dir / "actuator" / "actuator.yml"
 
+    @property
+    def keep_socket(self) -> Path:
+        return self.socket_dir / "keep.sock"
+
+    def wait_command(self, *args: str) -> list[str]:
+        """`gpu-reclaimer wait ARGS` on this stack's node."""
+        return _gpu_reclaimer("wait", *args, "--socket", str(self.keep_socket))
+
     def url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
 
@@ -234,6 +243,8 @@ class Stack:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"gpu-reclaimer-{options.label}-{stamp}-",
                                              dir=parent))  # fmt: skip
+        # A unix socket's path is short (108 bytes): the keep socket lives in /tmp.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-"))
         self._started = True
         try:
             self._start(binaries)
@@ -348,6 +359,7 @@ class Stack:
                 managed.stop()
         self.sink.stop()
         self.session.close()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
         self._started = False
 
     # -- the actuator's policy for this run -------------------------------------------------
@@ -395,6 +407,8 @@ class Stack:
                 "listen": f"127.0.0.1:{self.ports['actuator']}",
                 "workers": options.workers,
                 "token_file": str(self.token_file),
+                # `gpu-reclaimer keep` and `gpu-reclaimer wait` on the demo's node
+                "keep_socket": str(self.keep_socket),
             },
             "storage": {
                 "database": str(self.run_dir / "actuator" / "actuator.db"),

@@ -1,6 +1,8 @@
 """The simulated day on the real stack: a crafted short day where an abandoned notebook holds
-one of two GPUs and a job waits for it. Observing, the job never starts; enforcing, the
-notebook is reclaimed, the job runs and completes, and the working training is untouched."""
+one of two GPUs and a job waits for it on the node's wait list. Observing, the job never
+starts; enforcing with `reclaim_when: demand`, the waiting job is the demand: the notebook is
+reclaimed for it, the job is given its GPU, runs and completes, and the working training is
+untouched. (Enforcing with `reclaim_when: idle` runs in `make day`.)"""
 
 from __future__ import annotations
 
@@ -37,13 +39,14 @@ def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
     options = StackOptions(workdir=tmp_path, scale=SCALE, gpus=2, grace=600 * SCALE,
                            term_timeout=1.0, label="day")  # fmt: skip
     observe = run_day(options, JOBS, HOURS, "observe")
-    enforce = run_day(options, JOBS, HOURS, "enforce")
-    report = table(observe, enforce, seed=0, scale=SCALE)
+    demand = run_day(options, JOBS, HOURS, "demand")
+    report = table([observe, demand], seed=0, scale=SCALE)
     assert (observe.completed, observe.started, observe.waiting_at_end) == (0, 2, 1), report
     assert observe.reclaimed == 0 and observe.harmed == 0, report
-    assert (enforce.completed, enforce.started, enforce.waiting_at_end) == (1, 3, 0), report
-    assert enforce.reclaimed == 1 and enforce.harmed == 0, report
-    assert enforce.mean_wait_h is not None and observe.mean_wait_h is not None
-    assert enforce.idle_gpu_hours is not None and observe.idle_gpu_hours is not None
-    assert enforce.idle_gpu_hours < observe.idle_gpu_hours, report
+    assert (demand.completed, demand.started, demand.waiting_at_end) == (1, 3, 0), report
+    assert demand.reclaimed == 1 and demand.harmed == 0 and demand.needless == 0, report
+    assert demand.demand_to_free_h is not None and observe.demand_to_free_h is None, report
+    assert demand.mean_wait_h is not None and observe.mean_wait_h is not None
+    assert demand.idle_gpu_hours is not None and observe.idle_gpu_hours is not None
+    assert demand.idle_gpu_hours < observe.idle_gpu_hours, report
     assert "| jobs completed per GPU per day | 0.0 | 6.0 |" in report, report
