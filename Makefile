@@ -79,7 +79,7 @@ test: lint rules unit
 demo: demo-setup
 	$(BIN)/gpu-reclaimer demo
 
-day: demo-setup  # the measured simulated day: observe vs enforce, about 25 minutes
+day: demo-setup  # the measured simulated day: observe, enforce (idle), enforce (demand); ~40 min
 	$(BIN)/gpu-reclaimer demo --day
 
 bench: setup

@@ -79,6 +79,7 @@ def test_amtool_check_config() -> None:
          "gpu-reclaimer-actuator"),
         (["alertname=GpuReclaimScheduled", "severity=info", "case=7"], "chat"),
         (["alertname=GpuProcessReclaimed", "severity=info", "case=7"], "chat"),
+        (["alertname=GpuHandedOff", "severity=info", "case=7"], "chat"),
         (["alertname=GpuReclaimFailed", "severity=warning", "case=7"], "chat"),
         (["alertname=GpuReclaimerCircuitBreakerOpen", "severity=critical"], "chat"),
         (["alertname=GpuExporterDown", "severity=critical", "class=health"], "chat"),
