@@ -38,6 +38,8 @@ class Event(StrEnum):
     DECISION_ABORTED = "decision_aborted"
     DEMAND_SOURCE = "demand_source"  # a demand source went down or came back
     HANDED_OFF = "handed_off"  # a GPU reclaimed for a waiting request was freed for it
+    GPU_TAKEN = "gpu_taken"  # a reclaimed GPU's next holder appeared on it
+    NEEDLESS_RECLAIM = "needless_reclaim"  # nobody took a reclaimed GPU within the window
     FOLLOWUP = "followup"
     KEEP_AHEAD = "keep_ahead"
     KEEP_LINK = "keep_link"

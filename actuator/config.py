@@ -14,6 +14,7 @@ from actuator.policy import Duration, Mode, Policy, ReclaimWhen, Size, Strict
 from exporter import config_errors
 
 DEFAULT_PORT = 9836
+NEEDLESS_AFTER_S = 3600.0  # a reclaimed GPU nobody took within this long: needless
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes, with its terminating NUL
 M = TypeVar("M", bound=Strict)
 
@@ -333,6 +334,10 @@ class DemandSettings(Strict):
     heartbeat_recent: Duration = Field(
         600.0, ge=0, description="a heartbeat this recent puts a process later in the choice"
     )
+    needless_after: Duration = Field(
+        NEEDLESS_AFTER_S, gt=0,
+        description="a reclaimed GPU nobody takes within this long was reclaimed needlessly",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _pools_need_prometheus(self) -> DemandSettings:

@@ -126,9 +126,16 @@ def _demand_metrics(named: dict[str, dict[str, int]]) -> Iterator[Metric]:
         "Reclaimed cases by trigger: idle (the grace ran out) or demand (someone waited)",
         labels=["trigger"],
     )
+    needless = CounterMetricFamily(
+        "gpu_reclaimer_needless_reclaims",
+        "Reclaimed GPUs nobody took within demand.needless_after, by trigger",
+        labels=["trigger"],
+    )
     for trigger in ("idle", "demand"):
         reclaims.add_metric([trigger], named.get("reclaims", {}).get(trigger, 0))
+        needless.add_metric([trigger], named.get("needless_reclaims", {}).get(trigger, 0))
     yield reclaims
+    yield needless
     up = GaugeMetricFamily(
         "gpu_reclaimer_demand_source_up",
         "1 when the demand source answered at its last reading; 0: demand unknown, held",

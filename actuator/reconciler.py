@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from actuator.audit import AuditError, AuditLog, Event
 from actuator.clock import boottime
-from actuator.config import ActuatorConfig
+from actuator.config import NEEDLESS_AFTER_S, ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
     Action,
@@ -41,6 +41,7 @@ from actuator.decisions import (
 from actuator.demand import Demand
 from actuator.demand.candidates import candidates, on_demand, pids_on
 from actuator.demand.fit import Choice, plan
+from actuator.demand.handoff import HandOffWatch, Watched, judge
 from actuator.demand.reader import DemandReader
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
@@ -112,6 +113,10 @@ class Reconciler:
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._demand_seen: Demand | None = None
+        d = config.demand
+        self.handoffs = HandOffWatch(
+            window=d.needless_after if d else NEEDLESS_AFTER_S, every=d.interval if d else 10.0
+        )
         self.links = links
         self.alerts = alerts
         self.store = store
@@ -182,6 +187,7 @@ class Reconciler:
             cases = self.store.live_cases()
             self._plan_demand(cases)
             self._advance_all(cases)
+            self._watch_handoffs()
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
@@ -227,6 +233,31 @@ class Reconciler:
         if listed is None:
             return None
         return set(listed) <= pids_on(cases, node_name, gpu)
+
+    def _watch_handoffs(self) -> None:
+        """Reclaimed GPUs: their next holder (audited), or a needless reclaim (counted)."""
+        mono = self.mono()
+        for w in self.handoffs.due(mono):
+            node = self.nodes.get(w.node)
+            try:
+                listed = node.gpu_processes(w.gpu) if node is not None else None
+            except NodeUnreachable:
+                listed = None
+            outcome = judge(w, listed, mono, self.handoffs.window)
+            if outcome is None:
+                continue
+            self.handoffs.done(w.case)
+            if outcome.kind == "unknown":
+                continue
+            if outcome.kind == "needless":
+                self.store.count("needless_reclaims", w.trigger)
+            with contextlib.suppress(AuditError):
+                self.audit.write(
+                    {"event": Event.GPU_TAKEN if outcome.kind == "taken" else
+                     Event.NEEDLESS_RECLAIM, "case": w.case, "node": w.node, "uuid": w.gpu,
+                     "trigger": w.trigger, "request": w.request, "holders": list(outcome.holders),
+                     "seconds": round(outcome.seconds, 3)}
+                )  # fmt: skip
 
     def _record_demand(self, demand: Demand) -> None:
         """Gauges for /metrics, and an audit record when a source goes down or comes back."""
@@ -657,6 +688,11 @@ class Reconciler:
             return
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
         self.executor.carry_out(Step(case, d, live, eff, node, scheduler, now))
+        if d.state == State.RECLAIMED:
+            freed = frozenset({case.pid, *(m.pid for m in case.members)})
+            trigger: Literal["idle", "demand"] = "demand" if case.demand_for else "idle"
+            self.handoffs.add(Watched(case.id, case.node, case.uuid, trigger, case.demand_for,
+                                      mono, freed))  # fmt: skip
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""

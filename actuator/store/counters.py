@@ -87,6 +87,7 @@ class CounterQueries(Database):
             named: dict[str, dict[str, int]] = {}
             for r in conn.execute(
                 "SELECT name, label, value FROM counters WHERE name IN ('reclaims', "
+                "'needless_reclaims', "
                 "'demand_up', 'demand_waiting', 'demand_to_free_bucket', "
                 "'demand_to_free_count', 'demand_to_free_ms')"
             ):

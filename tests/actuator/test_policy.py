@@ -209,3 +209,41 @@ def test_a_rule_matches_a_slurm_jobs_partition_or_account_as_the_scheduler_says(
     assert resolve(policy, Facts()).rule == "defaults"
     with pytest.raises(ValueError, match="partition, account or label"):
         Policy.model_validate({"projects": [{"name": "x", "match": {}}]})
+
+
+def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path):
+    config = load_config(write(tmp_path, (
+        "defaults: {reclaim_when: demand}\n"
+        "projects:\n"
+        "  - {name: teaching, match: {groups: [students]}, reclaim_when: idle}\n"
+        "  - {name: claimed, match: {labels: [research]}, reclaim_when: demand}\n"
+    )))  # fmt: skip
+    assert resolve(config, Facts(user="bob")).reclaim_when == "demand"
+    teaching = resolve(config, Facts(user="ann", groups=("students",)))
+    assert teaching.reclaim_when == "idle"
+    # A label that matches a demand rule makes the students' case safer: demand.
+    claimed = resolve(config, Facts(user="ann", groups=("students",)), Claims(project="research"))
+    assert claimed.reclaim_when == "demand"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("demand: {slurm: true}\n", "configure slurm"),
+    ("demand: {kubernetes: true}\n", "configure kubernetes"),
+    ("demand: {pools: [{pool: a, nodes: [n], query: up}]}\n", "pools need prometheus"),
+    ("demand: {wait_list: true}\n", "server.keep_socket"),
+    ("slurm: {rest: {url: http://s, user: u, token_file: t}}\ndemand: {slurm: true}\n",
+     "slurm.rest is not"),
+    ("demand: {pools: [{pool: 'a b', nodes: [n], query: up}]}\nprometheus: x\n", "pool"),
+    ("server: {keep_socket: /" + "x" * 120 + "}\n", "at most 107 bytes"),
+    ("defaults: {reclaim_when: sometimes}\n", "reclaim_when"),
+])  # fmt: skip
+def test_demand_settings_that_cannot_work_are_refused(tmp_path: Path, text: str, expected: str):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(write(tmp_path, text))
+
+
+def test_demand_mode_without_a_source_is_warned(tmp_path: Path):
+    from actuator.config import config_warnings
+
+    config = load_config(write(tmp_path, "defaults: {reclaim_when: demand}\n"))
+    assert any("no demand source is configured" in w for w in config_warnings(config))

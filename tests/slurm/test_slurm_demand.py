@@ -1,7 +1,8 @@
 """reclaim_when: demand on a real single-node Slurm (slurmctld, slurmd, munge): an idle job
 is warned and kept while nobody waits; a pending job that needs two GPUs, while the node's
 other GPU is busy, reclaims nothing (no fit); a pending job that needs one GPU has the idle
-job cancelled through Slurm after the grace, and Slurm starts it on the freed GPU."""
+job cancelled through Slurm after the grace, and Slurm starts it on the freed GPU, where the
+actuator sees it as the GPU's next holder."""
 
 from __future__ import annotations
 
@@ -118,7 +119,8 @@ def test_a_two_gpu_job_that_no_idle_gpu_can_serve_reclaims_nothing(site: Site) -
 
 def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     assert site.idle is not None
-    waiting = site.slurm.sbatch("sleep 300", "--gres=gpu:1")
+    # It runs on the GPU the idle job frees (the simulated node's GPU 0).
+    waiting = site.slurm.sbatch(_workload(site, 0, "busy"), "--gres=gpu:1")
     wait_until(lambda: site.squeue(waiting, "%r") in ("Resources", "Priority"), 30, 0.3)
     case = site.actuator.wait_state(site.idle, "reclaimed", "failed", "cancelled", timeout=60)
     assert case["state"] == "reclaimed", case
@@ -130,6 +132,11 @@ def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     assert chosen["reason"].startswith(f"chosen for Slurm job {waiting} of root waiting ")
     (handed,) = [a for a in audit if a["event"] == "handed_off"]
     assert handed["request"] == f"slurm:{waiting}" and handed["case"] == case["id"]
+    # The actuator saw the hand-off itself: the waiting job's process is the GPU's next holder.
+    wait_until(lambda: [a for a in site.audit() if a["event"] == "gpu_taken"], 30, 0.3)
+    (taken,) = [a for a in site.audit() if a["event"] == "gpu_taken"]
+    assert taken["request"] == f"slurm:{waiting}" and taken["holders"]
+    assert slurm_job_of(taken["holders"][0]) == waiting
     assert site.actuator.metric("gpu_reclaimer_reclaims_total", trigger="demand") == 1
     assert site.actuator.metric("gpu_reclaimer_demand_to_free_seconds_count") == 1
     site.slurm.run("scancel", waiting)
