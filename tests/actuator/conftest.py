@@ -90,7 +90,11 @@ class Workloads:
         if cgroup is not None:
             join = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
             command = ["sh", "-c", join, "sh", *command]
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
+        # Neither stream is a file another process writes: pytest's captured stderr is a
+        # regular file the test process logs to, and its writes would read as this
+        # workload's log activity.
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)  # fmt: skip
         w = Workload(proc, 0.0, self.uuid(gpu))
         threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()
         self.started.append(w)

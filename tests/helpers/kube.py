@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import signal
 import threading
@@ -189,6 +190,7 @@ class ApiServer:
         self._server = make_server(
             "127.0.0.1", 0, self._app(), threaded=True, ssl_context=(str(cert), str(key))
         )
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # `requests` keeps them all
         self.url = f"https://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

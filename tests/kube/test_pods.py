@@ -80,6 +80,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                                    "sender": "gpu-reclaimer@example.com"}},
             "node": {"pod_resources_socket": str(kubelet.socket_path)},
             "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s"},
+            # Pending pods are demand, for namespaces whose policy says reclaimWhen: demand.
+            "demand": {"kubernetes": True, "interval": "0.3s"},
             "projects": [{"name": "inference", "match": {"namespaces": ["serving"]},
                           "protected": True}],
         }  # fmt: skip
@@ -231,3 +233,38 @@ def test_observe_mode_rehearses_a_pods_eviction_not_a_pid_signal(site: Site) -> 
     assert f"DRY-RUN: would send SIGTERM to pid {w.pid}" not in log
     assert pod.evictions == [] and pod.deletions == [] and w.alive()
     assert case["signals"] == []
+
+
+def _pending_pod(name: str, gpus: int) -> dict[str, Any]:
+    """A pod the scheduler could not place, as the API server lists it."""
+    return {
+        "metadata": {"namespace": "training", "name": name},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
+                 "containers": [{"name": "main", "resources": {
+                     "limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "lastTransitionTime": "2026-12-02T06:00:00Z"}]},
+    }  # fmt: skip
+
+
+def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod(
+    site: Site,
+) -> None:
+    site.policy("waiting-room", "on-demand", {"reclaimWhen": "demand"})
+    # GPU 7's pod was reclaimed above: the kubelet lists it no more.
+    w, pod = site.pod(7, "waiting-room", "notebook-0")
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w, "notified", "reclaimed", "refused", "cancelled")
+    assert case["state"] == "notified" and "GpuReclaimPolicy waiting-room" in case["rule"], case
+    time.sleep(2)  # many reads of the (empty) pending list, and many graces: still kept
+    assert site.actuator.case_for(w)["state"] == "notified" and pod.evictions == []
+    site.api.pending = [_pending_pod("resnet-0", 1)]
+    try:
+        case = _final(site, w)
+    finally:
+        site.api.pending = []
+    assert case["state"] == "reclaimed" and case["demand"]["for"] == "kubernetes:training/resnet-0"
+    assert [s["signal"] for s in case["signals"]] == ["EVICT"] and not w.alive()
+    (handed,) = [a for a in site.audit("handed_off") if a["case"] == case["id"]]
+    assert handed["who"] == "pod training/resnet-0"
