@@ -10,7 +10,7 @@ DEMO_PACKAGES := prometheus prometheus-alertmanager
 TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze
 TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd
 
-.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
+.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak clean protos check-ultralytics check-bare
 
 # Everything `make test` needs (the Python venv and every Debian package the tests start).
 setup: $(VENV)/.installed test-deps
@@ -70,6 +70,13 @@ rules: setup
 	cd alert-rules && promtool test rules tests/*.test.yml
 	promtool check config deploy/prometheus.yml
 	amtool check-config deploy/alertmanager.yml
+
+# Point every alert's runbook_url at your wiki (or where you publish docs/runbook.md):
+# make runbook-links RUNBOOK_BASE=https://wiki.example.com/gpu-reclaimer/runbook
+runbook-links: setup
+	@test -n "$(RUNBOOK_BASE)" || { echo "usage: make runbook-links RUNBOOK_BASE=https://..."; exit 2; }
+	$(BIN)/python -m actuator.runbook --base "$(RUNBOOK_BASE)"
+	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py
 
 unit: setup
 	$(BIN)/pytest -q

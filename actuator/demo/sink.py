@@ -2,6 +2,7 @@
 
 Alertmanager's chat route and the actuator's owner notices need somewhere to go on a machine
 with no chat: this records what was POSTed, so the demo can show it and tests can assert it.
+It also serves the demo's pages (the runbook its alerts link to).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Sink:
 
     port: int = 0
     received: list[Received] = field(default_factory=list)
+    pages: dict[str, str] = field(default_factory=dict)  # GET path -> HTML (the runbook)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -40,6 +42,15 @@ class Sink:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                page = sink.pages.get(self.path.split("?", 1)[0])
+                body = (page or "not found").encode()
+                self.send_response(200 if page is not None else 404)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(min(length, 4 * 2**20))

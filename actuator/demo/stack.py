@@ -37,6 +37,7 @@ from actuator.config import merge_config
 from actuator.demo.procs import Managed
 from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_duration, render_deploy
 from actuator.demo.sink import Sink
+from actuator.runbook import runbook_html
 from exporter.ownprocs import RUNTIME_DIR_ENV
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.units import parse_size
@@ -203,6 +204,11 @@ class Stack:
         return self.run_dir / "actuator" / "actuator.yml"
 
     @property
+    def runbook_url(self) -> str:
+        """Where the demo serves docs/runbook.md (its alerts link there)."""
+        return f"{self.sink.url}/runbook"
+
+    @property
     def keep_socket(self) -> Path:
         return self.socket_dir / "keep.sock"
 
@@ -262,6 +268,7 @@ class Stack:
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(self.token + "\n")
+        self.sink.pages["/runbook"] = runbook_html(options.repo_root / "docs" / "runbook.md")
         self.sink.start()
         self.owner_directory.parent.mkdir(parents=True, exist_ok=True)
         self.owner_directory.write_text(
@@ -296,6 +303,7 @@ class Stack:
             alertmanagers=[f"127.0.0.1:{self.ports['alertmanager']}"],
             chat_url=f"{self.sink.url}/chat",
             token_file=self.token_file,
+            runbook_base=self.runbook_url,
             extra_scrape_configs=[{
                 "job_name": "prometheus",
                 "static_configs": [{"targets": [f"127.0.0.1:{self.ports['prometheus']}"]}],
@@ -419,7 +427,7 @@ class Stack:
             "alertmanager": {
                 "urls": [self.url("alertmanager")],
                 "external_url": self.url("actuator"),
-                "runbook_url": (self.options.repo_root / "docs" / "runbook.md").as_uri(),
+                "runbook_url": self.runbook_url,
             },
         }
         return merge_config(base, options.policy)

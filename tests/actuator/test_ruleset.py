@@ -159,3 +159,30 @@ def test_render_deploy_substitutes_only_targets_intervals_and_urls(tmp_path: Pat
     assert "http://127.0.0.1:19836/api/v1/alerts" in am
     assert f"credentials_file: {token}" in am
     assert "actuator:9836" not in am
+
+
+def test_the_demo_serves_its_runbook_and_its_rules_link_there(tmp_path: Path) -> None:
+    """Every rule's runbook_url, rendered for a run, opens the section of the page the demo
+    serves (docs/runbook.md as HTML, each section's id its alert's anchor)."""
+    import re
+
+    import requests
+
+    from actuator.demo.sink import Sink
+    from actuator.runbook import runbook_html
+
+    sink = Sink(pages={"/runbook": runbook_html(REPO / "docs" / "runbook.md")}).start()
+    try:
+        base = f"{sink.url}/runbook"
+        written = render_rules(REPO / "alert-rules", tmp_path, 1 / 15, runbook_base=base)
+        page = requests.get(base, timeout=5)
+        assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+        assert requests.get(f"{sink.url}/elsewhere", timeout=5).status_code == 404
+    finally:
+        sink.stop()
+    ids = set(re.findall(r'id="([^"]+)"', page.text))
+    links = [rule["annotations"]["runbook_url"] for path in written
+             for group in yaml.safe_load(path.read_text())["groups"]
+             for rule in group["rules"] if "alert" in rule]  # fmt: skip
+    assert links and all(link.startswith(base + "#") for link in links)
+    assert {link.partition("#")[2] for link in links} <= ids

@@ -8,6 +8,7 @@ on, and proves that rules rendered by actuator/demo/ruleset.py still pass the sa
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from actuator.demo.ruleset import format_promql_duration, parse_promql_duration, render_rules
+from actuator.runbook import DEFAULT_BASE
 from tests.helpers.prom import require_binary
 from tests.support import REPO
 
@@ -122,6 +124,29 @@ def test_reference_config_timings() -> None:
     assert "GpuProcessIdle" in inhibit["target_matchers"][0]
 
 
+def test_every_runbook_link_comes_from_one_base(tmp_path: Path) -> None:
+    """The rule files, their tests and the PrometheusRule carry the same absolute links; the
+    rewrite points them all at a site's base, anchors kept, and back."""
+    from actuator.runbook import links, main, rule_files
+
+    kube = (REPO / "deploy" / "kubernetes" / "prometheusrule.yaml").read_text()
+    shipped = {link for p in rule_files(REPO) for link in links(p.read_text())}
+    assert shipped and {link.partition("#")[0] for link in shipped} == {DEFAULT_BASE}
+    in_rules = {link for p in rule_files(REPO) if p.name.endswith(".rules.yml")
+                for link in links(p.read_text())}  # fmt: skip
+    assert set(links(kube)) == in_rules  # generated from the rule files
+    assert {a["annotations"]["runbook_url"] for a in alert_rules().values()} == in_rules
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "alert-rules", copy / "alert-rules")
+    assert main(["--base", "https://wiki.example.com/gpu/runbook/", "--root", str(copy)]) == 0
+    moved = {link for p in rule_files(copy) for link in links(p.read_text())}
+    assert {link.partition("#")[0] for link in moved} == {"https://wiki.example.com/gpu/runbook"}
+    assert {link.partition("#")[2] for link in moved} == {
+        link.partition("#")[2] for link in shipped}  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["--base", "wiki/runbook", "--root", str(copy)])
+
+
 def test_alert_contract() -> None:
     rules = alert_rules()
     assert set(rules) == ALL_ALERTS
@@ -136,8 +161,9 @@ def test_alert_contract() -> None:
         assert labels["class"], name
         assert (labels.get("reclaim") == "true") == (name in RECLAIMABLE), name
         assert {"summary", "description", "runbook_url"} <= set(annotations), name
-        path, _, anchor = annotations["runbook_url"].partition("#")
-        assert path == "docs/runbook.md" and anchor in anchors, (name, anchor)
+        # Absolute, from one base (actuator/runbook.py), and the anchor is a runbook section.
+        base, _, anchor = annotations["runbook_url"].partition("#")
+        assert base == DEFAULT_BASE and anchor in anchors, (name, anchor)
     for name in RECLAIMABLE:
         expr = rules[name]["expr"]
         joined = re.search(r"group_left \(([^)]*)\)\s*gpu_process_info", expr)
