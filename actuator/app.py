@@ -94,8 +94,13 @@ def _reconciler_stalled(rt: Runtime) -> str | None:
 
 
 # The shared bearer token is a principal too: whoever holds it, the audit names it.
-SHARED_TOKEN = Principal(name="token", subject="token", roles=frozenset({"admin"}),
-                         issuer="shared bearer token", method="token")  # fmt: skip
+SHARED_TOKEN = Principal(
+    name="token",
+    subject="token",
+    roles=frozenset({"admin"}),
+    issuer="shared bearer token",
+    method="token",
+)
 
 
 def create_app(rt: Runtime) -> Flask:
@@ -126,8 +131,15 @@ def create_app(rt: Runtime) -> Flask:
         with contextlib.suppress(StoreUnavailable):
             rt.store.count("auth_failures", reason)
         with contextlib.suppress(AuditError):
-            rt.audit.write({"event": Event.AUTH_FAILED, "reason": reason, "path": request.path,
-                            "method": request.method, "remote": request.remote_addr})  # fmt: skip
+            rt.audit.write(
+                {
+                    "event": Event.AUTH_FAILED,
+                    "reason": reason,
+                    "path": request.path,
+                    "method": request.method,
+                    "remote": request.remote_addr,
+                }
+            )
         resp, status = _error(code, message)
         if code == 401:
             resp.headers["WWW-Authenticate"] = 'Bearer realm="gpu-reclaimer"'
@@ -142,8 +154,11 @@ def create_app(rt: Runtime) -> Flask:
         if scheme.lower() not in ("bearer", "basic") or not given:
             return auth_failed("missing", f"sign in: {rt.operators.schemes} is needed")
         if hmac.compare_digest(given.encode(), expected):
-            return auth_failed("shared_token", "the shared token is for Alertmanager's alerts "
-                               "only; people sign in as themselves", 403)  # fmt: skip
+            return auth_failed(
+                "shared_token",
+                "the shared token is for Alertmanager's alerts only; people sign in as themselves",
+                403,
+            )
         try:
             if scheme.lower() == "bearer":
                 principal = rt.operators.bearer(given)
@@ -160,8 +175,13 @@ def create_app(rt: Runtime) -> Flask:
         return None
 
     # Who may do what, with operators configured (endpoint -> role).
-    person_roles: dict[str, Role] = {"cases": "sre", "case": "sre", "snooze": "sre",
-                                     "audit": "sre", "breaker_reset": "admin"}  # fmt: skip
+    person_roles: dict[str, Role] = {
+        "cases": "sre",
+        "case": "sre",
+        "snooze": "sre",
+        "audit": "sre",
+        "breaker_reset": "admin",
+    }
 
     @app.before_request
     def _auth() -> tuple[Response, int] | None:
@@ -237,17 +257,30 @@ def create_app(rt: Runtime) -> Flask:
         if rejected:
             with contextlib.suppress(AuditError):
                 rt.audit.write_many(
-                    [{"event": Event.ALERT_REJECTED, "fingerprint": r.fingerprint,
-                      "group": payload.groupKey[:200], "errors": list(r.errors)}
-                     for r in rejected]
-                )  # fmt: skip
+                    [
+                        {
+                            "event": Event.ALERT_REJECTED,
+                            "fingerprint": r.fingerprint,
+                            "group": payload.groupKey[:200],
+                            "errors": list(r.errors),
+                        }
+                        for r in rejected
+                    ]
+                )
         ingest = rt.store.record_alerts(alerts, len(rejected), rt.clock())
         if ingest.duplicates:  # a re-delivery is harmless, and on the record
             with contextlib.suppress(AuditError):
                 rt.audit.write_many(
-                    [{"event": Event.ALERT_DUPLICATE, "fingerprint": fp, "starts_at": starts,
-                      "deliveries": n} for fp, starts, n in ingest.duplicates]
-                )  # fmt: skip
+                    [
+                        {
+                            "event": Event.ALERT_DUPLICATE,
+                            "fingerprint": fp,
+                            "starts_at": starts,
+                            "deliveries": n,
+                        }
+                        for fp, starts, n in ingest.duplicates
+                    ]
+                )
         if payload.truncatedAlerts:
             log.warning(
                 "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",
@@ -311,8 +344,9 @@ def create_app(rt: Runtime) -> Flask:
             body = SnoozeRequest.model_validate(request.get_json(force=True, silent=False))
         except ValidationError as exc:
             return _error(422, "invalid snooze request", details=_validation_details(exc))
-        result = operations.snooze(rt, case_id, body.duration, actor(body.by), body.reason,
-                                   body.model_dump())  # fmt: skip
+        result = operations.snooze(
+            rt, case_id, body.duration, actor(body.by), body.reason, body.model_dump()
+        )
         if isinstance(result, Refused):
             return _error(HTTP_STATUS[result.why], result.detail)
         return jsonify(result.to_json()), 200
@@ -351,8 +385,7 @@ def create_app(rt: Runtime) -> Flask:
         result = operations.reset_breaker(rt, actor(body.by), body.reason)
         if isinstance(result, Refused):
             return _error(HTTP_STATUS[result.why], result.detail)
-        return jsonify({"open": False, "was_open": result.was_open,
-                        "opened_at": result.since}), 200  # fmt: skip
+        return jsonify({"open": False, "was_open": result.was_open, "opened_at": result.since}), 200
 
     # -- metrics and health -------------------------------------------------------------
 

@@ -59,10 +59,17 @@ class BodyLimit:
     async def _refuse(self, scope: Scope, send: Send) -> None:
         self.on_refused(scope.get("path", ""))
         body = json.dumps({"error": f"body larger than {self.max_body} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

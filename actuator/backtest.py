@@ -45,9 +45,13 @@ class BacktestError(Exception):
 
 class RangeQueries(Protocol):
     def custom_query_range(
-        self, query: str, start_time: datetime, end_time: datetime, step: str,
+        self,
+        query: str,
+        start_time: datetime,
+        end_time: datetime,
+        step: str,
         params: dict[str, Any] | None = None,
-    ) -> Any: ...  # fmt: skip
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,9 @@ class RuleSet:
                 return new
 
             records = {k: replace(v) for k, v in records.items()}
-            alerts = {k: Alert(a.name, replace(a.expr), a.hold_s, a.labels)
-                      for k, a in alerts.items()}  # fmt: skip
+            alerts = {
+                k: Alert(a.name, replace(a.expr), a.hold_s, a.labels) for k, a in alerts.items()
+            }
             if not hits:
                 raise BacktestError(
                     f"no rule in {self.origin} compares {name} with a number "
@@ -140,8 +145,10 @@ class RuleSet:
                     f"({name}{after[:12]}...); the backtest can only inline a bare name"
                 )
             if name in seen:
-                raise BacktestError(f"{self.origin}: recording rules refer to each other: "
-                                    + " -> ".join((*seen, name)))  # fmt: skip
+                raise BacktestError(
+                    f"{self.origin}: recording rules refer to each other: "
+                    + " -> ".join((*seen, name))
+                )
             inner = self.expanded(self.records[name], (*seen, name))
             return f"(\n{inner}\n)"  # newlines: a `# comment` inside ends before the `)`
 
@@ -164,8 +171,10 @@ def firing_query(rules: RuleSet, alert: Alert, step_s: float) -> str:
     steps = math.ceil(alert.hold_s / step_s)
     window = format_promql_duration((steps + 1) * step_s)
     step = format_promql_duration(step_s)
-    return (f"(\n{condition}\n)\nand\n"
-            f"count_over_time((\n{condition}\n)[{window}:{step}]) >= {steps + 1}")  # fmt: skip
+    return (
+        f"(\n{condition}\n)\nand\n"
+        f"count_over_time((\n{condition}\n)[{window}:{step}]) >= {steps + 1}"
+    )
 
 
 @dataclass
@@ -284,38 +293,49 @@ def _rows(comparisons: list[Comparison]) -> list[dict[str, Any]]:
             seen = mine or theirs
             assert seen is not None
             change = "both" if mine and theirs else "new" if mine else "no longer"
-            rows.append({
-                "alert": c.alert,
-                "change": change,
-                **{k: seen.labels.get(k, "") for k in SHOWN_LABELS},
-                "candidate_minutes": round(mine.minutes, 2) if mine else 0.0,
-                "baseline_minutes": round(theirs.minutes, 2) if theirs else 0.0,
-                "max_memory_gib": round(seen.max_memory_gib, 2),
-                "candidate_gib_hours": round(mine.memory_gib_hours, 3) if mine else 0.0,
-                "baseline_gib_hours": round(theirs.memory_gib_hours, 3) if theirs else 0.0,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "alert": c.alert,
+                    "change": change,
+                    **{k: seen.labels.get(k, "") for k in SHOWN_LABELS},
+                    "candidate_minutes": round(mine.minutes, 2) if mine else 0.0,
+                    "baseline_minutes": round(theirs.minutes, 2) if theirs else 0.0,
+                    "max_memory_gib": round(seen.max_memory_gib, 2),
+                    "candidate_gib_hours": round(mine.memory_gib_hours, 3) if mine else 0.0,
+                    "baseline_gib_hours": round(theirs.memory_gib_hours, 3) if theirs else 0.0,
+                }
+            )
     return rows
 
 
 def _summary(c: Comparison) -> dict[str, Any]:
     return {
         "alert": c.alert,
-        "candidate": {"for": c.candidate.hold, "processes": len(c.candidate.flagged),
-                      "minutes": round(c.candidate.minutes, 2),
-                      "memory_gib_hours": round(c.candidate.memory_gib_hours, 3)},
-        "baseline": {"for": c.baseline.hold, "processes": len(c.baseline.flagged),
-                     "minutes": round(c.baseline.minutes, 2),
-                     "memory_gib_hours": round(c.baseline.memory_gib_hours, 3)},
+        "candidate": {
+            "for": c.candidate.hold,
+            "processes": len(c.candidate.flagged),
+            "minutes": round(c.candidate.minutes, 2),
+            "memory_gib_hours": round(c.candidate.memory_gib_hours, 3),
+        },
+        "baseline": {
+            "for": c.baseline.hold,
+            "processes": len(c.baseline.flagged),
+            "minutes": round(c.baseline.minutes, 2),
+            "memory_gib_hours": round(c.baseline.memory_gib_hours, 3),
+        },
         "newly_flagged": len(c.newly_flagged),
         "no_longer_flagged": len(c.no_longer_flagged),
-    }  # fmt: skip
+    }
 
 
 def render(comparisons: list[Comparison], fmt: str, header: str) -> str:
     rows = _rows(comparisons)
     if fmt == "json":
-        document = {"period": header, "alerts": [_summary(c) for c in comparisons],
-                    "processes": rows}  # fmt: skip
+        document = {
+            "period": header,
+            "alerts": [_summary(c) for c in comparisons],
+            "processes": rows,
+        }
         return json.dumps(document, indent=2) + "\n"
     if fmt == "csv":
         out = io.StringIO()
@@ -339,11 +359,23 @@ def render(comparisons: list[Comparison], fmt: str, header: str) -> str:
             f"{s['baseline']['minutes']:g} min flagged, "
             f"{s['baseline']['memory_gib_hours']:g} GiB-hours held"
         )
-        lines.append(f"  newly flagged: {s['newly_flagged']}, no longer flagged: "
-                     f"{s['no_longer_flagged']}")  # fmt: skip
+        lines.append(
+            f"  newly flagged: {s['newly_flagged']}, no longer flagged: {s['no_longer_flagged']}"
+        )
         lines.append("")
-    columns = ["alert", "change", "node", "gpu", "pid", "user", "project", "command",
-               "candidate_minutes", "baseline_minutes", "max_memory_gib"]  # fmt: skip
+    columns = [
+        "alert",
+        "change",
+        "node",
+        "gpu",
+        "pid",
+        "user",
+        "project",
+        "command",
+        "candidate_minutes",
+        "baseline_minutes",
+        "max_memory_gib",
+    ]
     table = [[str(r[k]) for k in columns] for r in rows]
     if markdown:
         lines.append("| " + " | ".join(columns) + " |")

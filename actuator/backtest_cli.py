@@ -47,37 +47,63 @@ def add_commands(commands: Any) -> None:
         "(idle means util <= 10 %); --for 15m (every alert); --for GpuProcessIdle=30m; "
         "--rules my-rules.yml. Times: a duration back from now (7d) or an ISO date/time.",
     )
-    parser.add_argument("--prometheus", required=True, metavar="URL", type=argtypes.url,
-                        help="Prometheus base URL, e.g. http://prometheus:9090")  # fmt: skip
+    parser.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        type=argtypes.url,
+        help="Prometheus base URL, e.g. http://prometheus:9090",
+    )
     parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
     parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
-    parser.add_argument("--rules", type=Path, metavar="FILE",
-                        help="candidate rules file (default: the baseline, with the "
-                        "overrides below)")  # fmt: skip
-    parser.add_argument("--baseline", type=Path, metavar="FILE", default=SHIPPED_RULES,
-                        help="rules to compare with (default: the shipped "
-                        "alert-rules/gpu-reclaimer.rules.yml)")  # fmt: skip
-    parser.add_argument("--threshold", type=threshold, action="append", default=[],
-                        metavar="SERIES=NUMBER",
-                        help="in the candidate, compare SERIES with NUMBER wherever a rule "
-                        "compares it with a number (repeatable)")  # fmt: skip
-    parser.add_argument("--for", dest="holds", type=hold, action="append", default=[],
-                        metavar="[ALERT=]DURATION",
-                        help="in the candidate, a new `for:` for ALERT, or for every alert "
-                        "(repeatable)")  # fmt: skip
-    parser.add_argument("--alert", action="append", default=[], metavar="NAME",
-                        help="alerts to compare (default: the reclaim alerts, "
-                        'reclaim="true")')  # fmt: skip
+    parser.add_argument(
+        "--rules",
+        type=Path,
+        metavar="FILE",
+        help="candidate rules file (default: the baseline, with the overrides below)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        default=SHIPPED_RULES,
+        help="rules to compare with (default: the shipped alert-rules/gpu-reclaimer.rules.yml)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=threshold,
+        action="append",
+        default=[],
+        metavar="SERIES=NUMBER",
+        help="in the candidate, compare SERIES with NUMBER wherever a rule "
+        "compares it with a number (repeatable)",
+    )
+    parser.add_argument(
+        "--for",
+        dest="holds",
+        type=hold,
+        action="append",
+        default=[],
+        metavar="[ALERT=]DURATION",
+        help="in the candidate, a new `for:` for ALERT, or for every alert (repeatable)",
+    )
+    parser.add_argument(
+        "--alert",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help='alerts to compare (default: the reclaim alerts, reclaim="true")',
+    )
     parser.add_argument(
         "--step",
         type=argtypes.duration,
         default=60.0,
         help="evaluation step, like a rule group's interval (default 60s)",
     )
-    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"],
-                        default="table")  # fmt: skip
-    parser.add_argument("--timeout", type=argtypes.duration, default=120.0,
-                        help="per query (default 120s)")  # fmt: skip
+    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
+    parser.add_argument(
+        "--timeout", type=argtypes.duration, default=120.0, help="per query (default 120s)"
+    )
     parser.set_defaults(func=run_backtest)
 
 
@@ -108,8 +134,10 @@ def run_backtest(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
         raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
-    header = (f"backtest {_iso(start)} .. {_iso(end)}, step {args.step:g}s: candidate "
-              f"{_describe(args)} vs baseline {args.baseline.name}")  # fmt: skip
+    header = (
+        f"backtest {_iso(start)} .. {_iso(end)}, step {args.step:g}s: candidate "
+        f"{_describe(args)} vs baseline {args.baseline.name}"
+    )
     sys.stdout.write(render(comparisons, args.format, header))
     return 0
 

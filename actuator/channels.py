@@ -47,8 +47,9 @@ class Channel(Protocol):
     def send(self, message: Message, contact: Contact) -> Delivery: ...
 
 
-def _post_json(session: requests.Session, url: str, body: dict[str, Any], timeout: float,
-               ok: Any) -> Delivery:  # fmt: skip
+def _post_json(
+    session: requests.Session, url: str, body: dict[str, Any], timeout: float, ok: Any
+) -> Delivery:
     """POST `body`; delivered only when the service's answer says so (`ok(response)`)."""
     try:
         response = session.post(url, json=body, timeout=timeout)
@@ -87,10 +88,17 @@ class EmailChannel:
     name = "email"
 
     def __init__(
-        self, host: str, port: int, sender: str, *, security: str = "starttls",
-        username: str | None = None, password: str | None = None,
-        ca_file: str | None = None, timeout: float = TIMEOUT,
-    ) -> None:  # fmt: skip
+        self,
+        host: str,
+        port: int,
+        sender: str,
+        *,
+        security: str = "starttls",
+        username: str | None = None,
+        password: str | None = None,
+        ca_file: str | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
         self.host, self.port, self.sender, self.security = host, port, sender, security
         self.username, self.password, self.timeout = username, password, timeout
         self.tls = ssl.create_default_context(cafile=ca_file)
@@ -110,8 +118,9 @@ class EmailChannel:
         mail = self.compose(message, contact)
         try:
             if self.security == "tls":
-                smtp: smtplib.SMTP = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout,
-                                                      context=self.tls)  # fmt: skip
+                smtp: smtplib.SMTP = smtplib.SMTP_SSL(
+                    self.host, self.port, timeout=self.timeout, context=self.tls
+                )
             else:
                 smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
             with smtp:
@@ -144,8 +153,9 @@ class WeComChannel:
         return {"msgtype": "markdown", "markdown": {"content": content + mention}}
 
     def send(self, message: Message, contact: Contact) -> Delivery:
-        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
-                          _errcode)  # fmt: skip
+        return _post_json(
+            self.session, self.url, self.payload(message, contact), self.timeout, _errcode
+        )
 
 
 def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
@@ -159,8 +169,14 @@ class DingTalkChannel:
 
     name = "dingtalk"
 
-    def __init__(self, url: str, *, secret: str | None = None, timeout: float = TIMEOUT,
-                 clock: Any = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        *,
+        secret: str | None = None,
+        timeout: float = TIMEOUT,
+        clock: Any = time.time,
+    ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
         self.clock, self.session = clock, requests.Session()
 
@@ -180,8 +196,9 @@ class DingTalkChannel:
         }
 
     def send(self, message: Message, contact: Contact) -> Delivery:
-        return _post_json(self.session, self.signed_url(), self.payload(message, contact),
-                          self.timeout, _errcode)  # fmt: skip
+        return _post_json(
+            self.session, self.signed_url(), self.payload(message, contact), self.timeout, _errcode
+        )
 
 
 def feishu_sign(secret: str, timestamp_s: int) -> str:
@@ -195,8 +212,14 @@ class FeishuChannel:
 
     name = "feishu"
 
-    def __init__(self, url: str, *, secret: str | None = None, timeout: float = TIMEOUT,
-                 clock: Any = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        *,
+        secret: str | None = None,
+        timeout: float = TIMEOUT,
+        clock: Any = time.time,
+    ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
         self.clock, self.session = clock, requests.Session()
 
@@ -216,8 +239,13 @@ class FeishuChannel:
         return body
 
     def send(self, message: Message, contact: Contact) -> Delivery:
-        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
-                          lambda r: _errcode(r, "code", "msg"))  # fmt: skip
+        return _post_json(
+            self.session,
+            self.url,
+            self.payload(message, contact),
+            self.timeout,
+            lambda r: _errcode(r, "code", "msg"),
+        )
 
 
 class SlackChannel:
@@ -232,21 +260,22 @@ class SlackChannel:
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mrkdwn = message.slack
         if contact.slack:
-            mention = f"<!subteam^{contact.slack}>" if contact.slack.startswith("S") else (
-                f"<@{contact.slack}>")  # fmt: skip
+            mention = (
+                f"<!subteam^{contact.slack}>"
+                if contact.slack.startswith("S")
+                else (f"<@{contact.slack}>")
+            )
             mrkdwn = f"{mention} {mrkdwn}"
         return {
             "text": message.subject_slack,  # the notification's fallback text (mrkdwn)
             "blocks": [
                 {"type": "header", "text": {"type": "plain_text", "text": message.subject[:150]}},
-                {"type": "section",
-                 "text": {"type": "mrkdwn", "text": mrkdwn[: self.MAX_SECTION]}},
+                {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn[: self.MAX_SECTION]}},
             ],
-        }  # fmt: skip
+        }
 
     def send(self, message: Message, contact: Contact) -> Delivery:
         def ok(response: requests.Response) -> Any:
             return True if response.text.strip() == "ok" else f"answer {response.text[:200]!r}"
 
-        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout,
-                          ok)  # fmt: skip
+        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout, ok)

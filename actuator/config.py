@@ -42,9 +42,10 @@ class Server(Strict):
     token_file: str | None = None
     tls: ServerTls | None = Field(None, description="HTTPS on the actuator itself")
     keep_socket: str | None = Field(
-        None, description="unix socket for `gpu-reclaimer keep` on the node (SO_PEERCRED), "
+        None,
+        description="unix socket for `gpu-reclaimer keep` on the node (SO_PEERCRED), "
         "e.g. /run/gpu-reclaimer/keep.sock",
-    )  # fmt: skip
+    )
     keep_socket_groups: tuple[str, ...] = Field(
         (), description="unix groups whose members may keep anyone's process"
     )
@@ -53,8 +54,10 @@ class Server(Strict):
     @classmethod
     def _short_enough(cls, value: str | None) -> str | None:
         if value is not None and len(os.fsencode(value)) > MAX_SOCKET_PATH:
-            raise ValueError(f"a unix socket's path is at most {MAX_SOCKET_PATH} bytes; "
-                             f"this one has {len(os.fsencode(value))}")  # fmt: skip
+            raise ValueError(
+                f"a unix socket's path is at most {MAX_SOCKET_PATH} bytes; "
+                f"this one has {len(os.fsencode(value))}"
+            )
         return value
 
 
@@ -85,9 +88,10 @@ class NodeConfig(Strict):
     projects_file: str | None = Field(None, description="the exporter's project mapping")
     nvml_timeout: Duration = Field(2.0, gt=0, le=2.0, description="a re-check waits no longer")
     pod_resources_socket: str | None = Field(
-        None, description="the kubelet's pod-resources socket: names the pod of a process "
+        None,
+        description="the kubelet's pod-resources socket: names the pod of a process "
         "(/var/lib/kubelet/pod-resources/kubelet.sock on a Kubernetes node)",
-    )  # fmt: skip
+    )
 
 
 class WebhookSettings(Strict):
@@ -126,9 +130,10 @@ class LdapSettings(Strict):
     bind_dn: str | None = None
     password_file: str | None = None
     attributes: dict[str, str] = Field(
-        {}, description="contact field -> attribute, over the defaults (name: displayName, "
+        {},
+        description="contact field -> attribute, over the defaults (name: displayName, "
         "email: mail, language: preferredLanguage); e.g. wecom: employeeNumber",
-    )  # fmt: skip
+    )
     timezone: str = Field("UTC", description="for people whose entry has no time zone")
     cache_ttl: Duration = Field(600.0, ge=0)
     timeout: Duration = Field(5.0, gt=0, le=60)
@@ -141,10 +146,11 @@ class NotifierSettings(Strict):
     templates_dir: str | None = Field(None, description="site templates, searched first")
     sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
     public_url: str | None = Field(
-        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="the actuator as owners reach it (https://reclaimer.example.com): notices "
         "then carry a signed 'keep my job' link to its /keep page",
-    )  # fmt: skip
+    )
     keep_link_ttl: Duration = Field(86400.0, ge=60, le=7 * 86400, description="links expire")
     keep_max: Duration = Field(
         86400.0, ge=3600, le=7 * 86400, description="the longest an owner keeps a job by link"
@@ -161,11 +167,14 @@ class NotifierSettings(Strict):
     @model_validator(mode="after")
     def _directory_and_channels(self) -> NotifierSettings:
         if self.owner_channels() and not (self.directory or self.ldap):
-            raise ValueError("owner channels need notifier.directory (or notifier.ldap): who "
-                             "is reached where")  # fmt: skip
+            raise ValueError(
+                "owner channels need notifier.directory (or notifier.ldap): who is reached where"
+            )
         if (self.directory or self.ldap) and not self.owner_channels():
-            raise ValueError("notifier.directory needs at least one channel (email, wecom, "
-                             "dingtalk, feishu, slack)")  # fmt: skip
+            raise ValueError(
+                "notifier.directory needs at least one channel (email, wecom, "
+                "dingtalk, feishu, slack)"
+            )
         return self
 
     @property
@@ -277,9 +286,10 @@ class SlurmSettings(Strict):
     """Slurm jobs are reclaimed whole, through the scheduler (docs/slurm.md)."""
 
     action: Literal["cancel", "signal"] = Field(
-        "cancel", description="cancel: scancel the job once every rank is idle; signal: "
+        "cancel",
+        description="cancel: scancel the job once every rank is idle; signal: "
         "signal the process like any other",
-    )  # fmt: skip
+    )
     scontrol: str = "scontrol"
     scancel: str = "scancel"
     conf: str | None = Field(None, description="slurm.conf for the commands (SLURM_CONF)")
@@ -293,9 +303,10 @@ class KubernetesSettings(Strict):
     """Pod processes are reclaimed through the API server (docs/kubernetes.md)."""
 
     action: Literal["evict", "delete", "signal"] = Field(
-        "evict", description="evict: the Eviction API (honours PodDisruptionBudgets); "
+        "evict",
+        description="evict: the Eviction API (honours PodDisruptionBudgets); "
         "delete: delete the pod; signal: signal the process like any other",
-    )  # fmt: skip
+    )
     kubeconfig: str | None = Field(
         None, description="a kubeconfig file; default: the pod's service account"
     )
@@ -303,9 +314,10 @@ class KubernetesSettings(Strict):
     timeout: Duration = Field(10.0, gt=0, le=60)
     policies: bool = Field(True, description="watch GpuReclaimPolicy objects (the CRD)")
     owner_annotation: str = Field(
-        "gpu-reclaimer.io/owner", min_length=1,
+        "gpu-reclaimer.io/owner",
+        min_length=1,
         description="a pod annotation naming its owner (a user name or an e-mail address)",
-    )  # fmt: skip
+    )
 
 
 class PromqlPool(Strict):
@@ -335,9 +347,10 @@ class DemandSettings(Strict):
         600.0, ge=0, description="a heartbeat this recent puts a process later in the choice"
     )
     needless_after: Duration = Field(
-        NEEDLESS_AFTER_S, gt=0,
+        NEEDLESS_AFTER_S,
+        gt=0,
         description="a reclaimed GPU nobody takes within this long was reclaimed needlessly",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _pools_need_prometheus(self) -> DemandSettings:
@@ -374,17 +387,22 @@ class ActuatorConfig(Policy):
     def _demand_sources_exist(self) -> ActuatorConfig:
         d = self.demand
         if d is not None and d.slurm and self.slurm is None:
-            raise ValueError("demand.slurm reads pending jobs through the `slurm` settings: "
-                             "configure slurm")  # fmt: skip
+            raise ValueError(
+                "demand.slurm reads pending jobs through the `slurm` settings: configure slurm"
+            )
         if d is not None and d.slurm and self.slurm is not None and self.slurm.rest is not None:
-            raise ValueError("demand.slurm reads the queue with scontrol: slurm.rest is not "
-                             "a demand source yet")  # fmt: skip
+            raise ValueError(
+                "demand.slurm reads the queue with scontrol: slurm.rest is not a demand source yet"
+            )
         if d is not None and d.wait_list and not self.server.keep_socket:
-            raise ValueError("demand.wait_list: callers wait through the node's socket: set "
-                             "server.keep_socket")  # fmt: skip
+            raise ValueError(
+                "demand.wait_list: callers wait through the node's socket: set server.keep_socket"
+            )
         if d is not None and d.kubernetes and self.kubernetes is None:
-            raise ValueError("demand.kubernetes reads pending pods through the `kubernetes` "
-                             "settings: configure kubernetes")  # fmt: skip
+            raise ValueError(
+                "demand.kubernetes reads pending pods through the `kubernetes` "
+                "settings: configure kubernetes"
+            )
         return self
 
     @model_validator(mode="after")
@@ -419,20 +437,28 @@ def config_warnings(config: ActuatorConfig) -> list[str]:
     out = []
     p = config.protect
     if not p.protect_root and p.protected_uid_below == 0:
-        out.append("protect: root and system uids are not protected (protect_root false, "
-                   "protected_uid_below 0)")  # fmt: skip
+        out.append(
+            "protect: root and system uids are not protected (protect_root false, "
+            "protected_uid_below 0)"
+        )
     if p.replace_default_commands:
         out.append("protect.commands replaces the built-in protected commands")
     if not config.notice.required and config.mode != Mode.OBSERVE:
-        out.append("notice.required is false: the grace starts even when the owner's notice "
-                   "was not delivered")  # fmt: skip
+        out.append(
+            "notice.required is false: the grace starts even when the owner's notice "
+            "was not delivered"
+        )
     if config.mode == Mode.ENFORCE:
         if config.defaults.grace < 60:
-            out.append(f"enforce mode with a grace of {config.defaults.grace:g}s: owners "
-                       "have almost no time to react")  # fmt: skip
+            out.append(
+                f"enforce mode with a grace of {config.defaults.grace:g}s: owners "
+                "have almost no time to react"
+            )
         if config.defaults.term_timeout < 1:
-            out.append(f"term_timeout {config.defaults.term_timeout:g}s: processes get no "
-                       "time to exit cleanly before SIGKILL")  # fmt: skip
+            out.append(
+                f"term_timeout {config.defaults.term_timeout:g}s: processes get no "
+                "time to exit cleanly before SIGKILL"
+            )
     if config.mode == Mode.ENFORCE or any(r.mode == Mode.ENFORCE for r in config.projects):
         out += never_acts(config)
     on_demand = config.defaults.reclaim_when == ReclaimWhen.DEMAND or any(
@@ -451,16 +477,24 @@ def never_acts(config: ActuatorConfig) -> list[str]:
     """Limits under which enforcement can never signal: every case would wait, deferred."""
     limits, out = config.limits, []
     if limits.terminations_per_minute == 0:
-        out.append("limits.terminations_per_minute is 0: enforce mode can never signal; "
-                   "every case will be deferred for ever")  # fmt: skip
-    per_node = [limits.terminations_per_node_per_hour,
-                *(pool.terminations_per_node_per_hour for pool in limits.pools)]  # fmt: skip
+        out.append(
+            "limits.terminations_per_minute is 0: enforce mode can never signal; "
+            "every case will be deferred for ever"
+        )
+    per_node = [
+        limits.terminations_per_node_per_hour,
+        *(pool.terminations_per_node_per_hour for pool in limits.pools),
+    ]
     if not any(per_node):
-        out.append("limits.terminations_per_node_per_hour is 0 (and in every pool): enforce "
-                   "mode can never signal; every case will be deferred for ever")  # fmt: skip
+        out.append(
+            "limits.terminations_per_node_per_hour is 0 (and in every pool): enforce "
+            "mode can never signal; every case will be deferred for ever"
+        )
     elif limits.terminations_per_node_per_hour == 0:
-        out.append("limits.terminations_per_node_per_hour is 0: nodes in no pool are never "
-                   "reclaimed (their cases are deferred for ever)")  # fmt: skip
+        out.append(
+            "limits.terminations_per_node_per_hour is 0: nodes in no pool are never "
+            "reclaimed (their cases are deferred for ever)"
+        )
     return out
 
 

@@ -37,9 +37,14 @@ def _iso(ts: float) -> str:
 
 class DecisionAlerts:
     def __init__(
-        self, urls: Sequence[str], *, external_url: str = "", runbook_url: str = "",
-        timeout: float = 5.0, clock: Callable[[], float],
-    ) -> None:  # fmt: skip
+        self,
+        urls: Sequence[str],
+        *,
+        external_url: str = "",
+        runbook_url: str = "",
+        timeout: float = 5.0,
+        clock: Callable[[], float],
+    ) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self.external_url, self.runbook_url = external_url.rstrip("/"), runbook_url
         self.timeout, self.clock = timeout, clock
@@ -63,18 +68,23 @@ class DecisionAlerts:
             self.failures += 1
         return accepted
 
-    def _case_alert(self, name: str, severity: str, case: Case, summary: str,
-                    ends: float, **extra: str) -> dict[str, Any]:  # fmt: skip
+    def _case_alert(
+        self, name: str, severity: str, case: Case, summary: str, ends: float, **extra: str
+    ) -> dict[str, Any]:
         """Labels and annotations from the facts the node proved, each cleaned: chat
         templates downstream render them, and a user chose the command line."""
         now = self.clock()
         facts = ProvenFacts.of_case(case)
         labels = {
-            "alertname": name, "severity": severity, "node": case.node,
-            "gpu": facts.gpu if facts else "", "user": case.user or "",
+            "alertname": name,
+            "severity": severity,
+            "node": case.node,
+            "gpu": facts.gpu if facts else "",
+            "user": case.user or "",
             "project": facts.project if facts else "",
-            "case": str(case.id), "pid": str(case.pid),
-        }  # fmt: skip
+            "case": str(case.id),
+            "pid": str(case.pid),
+        }
         annotations = {"summary": summary, **extra}
         if self.external_url:
             labels["case_url"] = f"{self.external_url}/api/v1/cases/{case.id}"
@@ -84,26 +94,43 @@ class DecisionAlerts:
         def safe(key: str, value: str, limit: int) -> str:  # our own links stay links
             return value if key.endswith("_url") else untrusted.label(value, limit)
 
-        return {"labels": {k: safe(k, v, 200) for k, v in labels.items() if v},
-                "annotations": {k: safe(k, v, 500) for k, v in annotations.items()},
-                "startsAt": _iso(now), "endsAt": _iso(ends),
-                "generatorURL": labels.get("case_url", "")}  # fmt: skip
+        return {
+            "labels": {k: safe(k, v, 200) for k, v in labels.items() if v},
+            "annotations": {k: safe(k, v, 500) for k, v in annotations.items()},
+            "startsAt": _iso(now),
+            "endsAt": _iso(ends),
+            "generatorURL": labels.get("case_url", ""),
+        }
 
     def scheduled(self, notice: Notice, case: Case) -> bool:
         f, deadline = notice.facts, notice.deadline
-        return self.post([self._case_alert(
-            "GpuReclaimScheduled", "info", case,
-            f"{notice.user or '?'}'s {f.program or 'process'} (PID {f.pid}) on {f.node} "
-            f"GPU {f.gpu} will be reclaimed at {_iso(deadline)} unless kept",
-            deadline + HOLD_S, deadline=_iso(deadline),
-        )])  # fmt: skip
+        return self.post(
+            [
+                self._case_alert(
+                    "GpuReclaimScheduled",
+                    "info",
+                    case,
+                    f"{notice.user or '?'}'s {f.program or 'process'} (PID {f.pid}) on {f.node} "
+                    f"GPU {f.gpu} will be reclaimed at {_iso(deadline)} unless kept",
+                    deadline + HOLD_S,
+                    deadline=_iso(deadline),
+                )
+            ]
+        )
 
     def reclaimed(self, case: Case) -> bool:
-        return self.post([self._case_alert(
-            "GpuProcessReclaimed", "info", case,
-            f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
-            f"{case.freed_bytes / 2**30:.1f} GiB freed", self.clock() + HOLD_S,
-        )])  # fmt: skip
+        return self.post(
+            [
+                self._case_alert(
+                    "GpuProcessReclaimed",
+                    "info",
+                    case,
+                    f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
+                    f"{case.freed_bytes / 2**30:.1f} GiB freed",
+                    self.clock() + HOLD_S,
+                )
+            ]
+        )
 
     def handed_off(self, case: Case) -> bool:
         """The GPU reclaimed for a waiting request is free: chat says who it is for."""
@@ -121,18 +148,28 @@ class DecisionAlerts:
         )
 
     def failed(self, case: Case) -> bool:
-        return self.post([self._case_alert(
-            "GpuReclaimFailed", "warning", case,
-            f"PID {case.pid} on {case.node} was signalled but its GPU memory was not freed: "
-            f"{case.reason}", self.clock() + HOLD_S,
-        )])  # fmt: skip
+        return self.post(
+            [
+                self._case_alert(
+                    "GpuReclaimFailed",
+                    "warning",
+                    case,
+                    f"PID {case.pid} on {case.node} was signalled but its GPU memory was not "
+                    f"freed: {case.reason}",
+                    self.clock() + HOLD_S,
+                )
+            ]
+        )
 
     def breaker(self, is_open: bool, reason: str, mono: float) -> None:
         """Called every pass: firing (re-sent each minute) while open, resolved once closed."""
         if not is_open and not self._breaker_open:
             return
-        if is_open and self._breaker_sent is not None and mono - self._breaker_sent < \
-                BREAKER_RESEND_S:  # fmt: skip
+        if (
+            is_open
+            and self._breaker_sent is not None
+            and mono - self._breaker_sent < BREAKER_RESEND_S
+        ):
             return
         now = self.clock()
         summary = f"enforcement paused: {reason}" if is_open else "the circuit breaker was reset"

@@ -351,10 +351,12 @@ def decide_live(
     if case.state == State.PENDING and guard.kept_until is not None and now < guard.kept_until:
         left = guard.kept_until - now
         return move(
-            State.SNOOZED, Reason.KEPT_AHEAD,
+            State.SNOOZED,
+            Reason.KEPT_AHEAD,
             f"kept by its owner before the case opened, for {format_duration(left)} more",
-            snoozed_until=guard.kept_until, snoozed_until_mono=mono + left,
-        )  # fmt: skip
+            snoozed_until=guard.kept_until,
+            snoozed_until_mono=mono + left,
+        )
     problem = check_idle(case, live, idle, now, thresholds)
     if problem is not None:
         return problem
@@ -375,8 +377,13 @@ def decide_live(
         if held is not None:
             return wait(**samples)
         back = State(case.deferred_from or State.PENDING)
-        return move(back, Reason.RESUMED, f"no longer held back: back to {back}",
-                    deferred_from=None, **samples)  # fmt: skip
+        return move(
+            back,
+            Reason.RESUMED,
+            f"no longer held back: back to {back}",
+            deferred_from=None,
+            **samples,
+        )
     if held is not None and held[0] == Reason.CIRCUIT_BREAKER_OPEN:
         return defer(case, held, samples)
     if case.state == State.PENDING:

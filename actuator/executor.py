@@ -49,11 +49,19 @@ class Step:
 
 class Executor:
     def __init__(
-        self, *, store: Store, audit: AuditLog, notifier: Notifier, gate: NoticeGate,
-        clock: Callable[[], float], mono: Callable[[], float], fence: Callable[[], Fence],
-        alerts: DecisionAlerts | None = None, links: KeepLinks | None = None,
+        self,
+        *,
+        store: Store,
+        audit: AuditLog,
+        notifier: Notifier,
+        gate: NoticeGate,
+        clock: Callable[[], float],
+        mono: Callable[[], float],
+        fence: Callable[[], Fence],
+        alerts: DecisionAlerts | None = None,
+        links: KeepLinks | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.store, self.audit, self.notifier, self.gate = store, audit, notifier, gate
         self.clock, self.mono, self.fence = clock, mono, fence
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
@@ -118,8 +126,9 @@ class Executor:
             if scheduler.owns(rehearsal):
                 self._through_scheduler(rehearsal, scheduler, kill=False, dry_run=True)
                 return
-        step.node.signal_tree(rehearsal.target, rehearsal.members, signal.SIGTERM,
-                              dry_run=True, key=f"case-{case.id}")  # fmt: skip
+        step.node.signal_tree(
+            rehearsal.target, rehearsal.members, signal.SIGTERM, dry_run=True, key=f"case-{case.id}"
+        )
 
     # -- the one place each side effect happens ------------------------------------------
 
@@ -132,15 +141,24 @@ class Executor:
             return None
         owner = case.owner or {}
         return Notice(
-            kind=kind, case=case.id, facts=facts, waiting=case.demand_who or "",
+            kind=kind,
+            case=case.id,
+            facts=facts,
+            waiting=case.demand_who or "",
             alertname=case.alertname,
-            since=case.starts_ts, deadline=sigterm_at, term_timeout=eff.term_timeout,
-            grace=eff.grace, freed_bytes=case.freed_bytes,
+            since=case.starts_ts,
+            deadline=sigterm_at,
+            term_timeout=eff.term_timeout,
+            grace=eff.grace,
+            freed_bytes=case.freed_bytes,
             keep_url=self.links.url(case.id) if self.links else "",
-            owner=OwnerHint(user=owner.get("user", ""), email=owner.get("email", ""),
-                            language=owner.get("language", "")),
+            owner=OwnerHint(
+                user=owner.get("user", ""),
+                email=owner.get("email", ""),
+                language=owner.get("language", ""),
+            ),
             thresholds=self.thresholds,
-        )  # fmt: skip
+        )
 
     def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
         """The first notice: SIGTERM after the grace, or (reclaim_when: demand) kept until
@@ -159,10 +177,15 @@ class Executor:
             self.alerts.scheduled(notice, case)  # the grace started
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": Event.NOTICE, "case": case.id, "delivered": result.delivered,
-                 "detail": result.detail, "attempt": case.notice_attempts,
-                 "grace_started": case.notified_mono is not None}
-            )  # fmt: skip
+                {
+                    "event": Event.NOTICE,
+                    "case": case.id,
+                    "delivered": result.delivered,
+                    "detail": result.detail,
+                    "attempt": case.notice_attempts,
+                    "grace_started": case.notified_mono is not None,
+                }
+            )
         self.store.save_samples(case, self.fence())
 
     def _warn_of_demand(self, case: Case, eff: Effective, now: float) -> None:
@@ -177,10 +200,15 @@ class Executor:
             self.alerts.scheduled(notice, case)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": Event.NOTICE, "case": case.id, "delivered": result.delivered,
-                 "detail": result.detail, "demand": case.demand_for,
-                 "sigterm_at": notice.deadline}
-            )  # fmt: skip
+                {
+                    "event": Event.NOTICE,
+                    "case": case.id,
+                    "delivered": result.delivered,
+                    "detail": result.detail,
+                    "demand": case.demand_for,
+                    "sigterm_at": notice.deadline,
+                }
+            )
 
     def _counted(self, case: Case) -> None:
         """Reclaims by trigger, and (for demand) the time from the wait to a free GPU."""
@@ -191,9 +219,14 @@ class Executor:
         self.store.observe_demand_to_free(waited)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": Event.HANDED_OFF, "case": case.id, "request": case.demand_for,
-                 "who": case.demand_who, "seconds_from_demand": round(waited, 3)}
-            )  # fmt: skip
+                {
+                    "event": Event.HANDED_OFF,
+                    "case": case.id,
+                    "request": case.demand_for,
+                    "who": case.demand_who,
+                    "seconds_from_demand": round(waited, 3),
+                }
+            )
         if self.alerts is not None:
             self.alerts.handed_off(case)
 
@@ -204,8 +237,14 @@ class Executor:
             return
         result = self.notifier.followup(notice)
         with contextlib.suppress(AuditError):
-            self.audit.write({"event": Event.FOLLOWUP, "case": case.id,
-                              "delivered": result.delivered, "detail": result.detail})  # fmt: skip
+            self.audit.write(
+                {
+                    "event": Event.FOLLOWUP,
+                    "case": case.id,
+                    "delivered": result.delivered,
+                    "detail": result.detail,
+                }
+            )
 
     def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
         results = node.signal_tree(
@@ -217,9 +256,13 @@ class Executor:
                 self.store.record_signal(case.id, r.pid, r.signal, now)
         try:
             self.audit.write(
-                {"event": Event.SIGNALS, "case": case.id, "signal": sig.name,
-                 "results": [r.__dict__ for r in results]}
-            )  # fmt: skip
+                {
+                    "event": Event.SIGNALS,
+                    "case": case.id,
+                    "signal": sig.name,
+                    "results": [r.__dict__ for r in results],
+                }
+            )
         except AuditError as exc:
             log.error("case %d: %s", case.id, exc)
 
@@ -233,8 +276,7 @@ class Executor:
         if step.ok:
             self.store.record_signal(case.id, case.pid, step.name, self.clock())
         with contextlib.suppress(AuditError):
-            self.audit.write({**step.record, "case": case.id, "ok": step.ok,
-                              "detail": step.detail})  # fmt: skip
+            self.audit.write({**step.record, "case": case.id, "ok": step.ok, "detail": step.detail})
 
     def _verify(self, case: Case, scheduler: Scheduler) -> None:
         with contextlib.suppress(AuditError):

@@ -29,8 +29,9 @@ def add_commands(commands: Any) -> None:
         epilog="Examples: gpu-reclaimer keep 31337 --for 4h; gpu-reclaimer keep --list; "
         "gpu-reclaimer keep 31337 --revoke",
     )
-    parser.add_argument("pid", nargs="?", type=argtypes.positive_int,
-                        help="the process to keep (not with --list)")  # fmt: skip
+    parser.add_argument(
+        "pid", nargs="?", type=argtypes.positive_int, help="the process to keep (not with --list)"
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--for",
@@ -39,12 +40,15 @@ def add_commands(commands: Any) -> None:
         metavar="DURATION",
         help="how long to keep it (e.g. 2h; at most the site's keep_max)",
     )
-    what.add_argument("--release", action="store_true",
-                      help="you are done: let the GPU be reclaimed now")  # fmt: skip
-    what.add_argument("--list", action="store_true",
-                      help="keeps asked in advance on this node (yours; root: all)")  # fmt: skip
-    what.add_argument("--revoke", action="store_true",
-                      help="withdraw a keep asked in advance for PID")  # fmt: skip
+    what.add_argument(
+        "--release", action="store_true", help="you are done: let the GPU be reclaimed now"
+    )
+    what.add_argument(
+        "--list", action="store_true", help="keeps asked in advance on this node (yours; root: all)"
+    )
+    what.add_argument(
+        "--revoke", action="store_true", help="withdraw a keep asked in advance for PID"
+    )
     parser.add_argument(
         "--socket",
         default=DEFAULT_SOCKET,
@@ -56,15 +60,22 @@ def add_commands(commands: Any) -> None:
 def run_keep(args: argparse.Namespace) -> int:
     from actuator.keep_socket import request_keep
 
-    action = "list" if args.list else "revoke" if args.revoke else (
-        "release" if args.release else "keep")  # fmt: skip
+    action = (
+        "list"
+        if args.list
+        else "revoke"
+        if args.revoke
+        else ("release" if args.release else "keep")
+    )
     if action != "list" and args.pid is None:
         raise CommandError("which process? give its PID (or --list)")
     try:
         answer = request_keep(args.socket, args.pid or 0, action, args.seconds or 0.0)
     except FileNotFoundError:
-        raise CommandError(f"no keep socket at {args.socket}: is the actuator running on this "
-                           "node with server.keep_socket set?") from None  # fmt: skip
+        raise CommandError(
+            f"no keep socket at {args.socket}: is the actuator running on this "
+            "node with server.keep_socket set?"
+        ) from None
     except (OSError, ValueError) as exc:
         raise CommandError(f"cannot ask the actuator at {args.socket}: {exc}") from None
     if not answer.get("ok"):
@@ -73,8 +84,10 @@ def run_keep(args: argparse.Namespace) -> int:
         keeps = answer.get("keeps", [])
         for keep in keeps:
             left = format_duration(max(0.0, keep["until"] - time.time()))
-            print(f"PID {keep['pid']} (uid {keep['uid']}) kept until {_local(keep['until'])} "
-                  f"({left} left)")  # fmt: skip
+            print(
+                f"PID {keep['pid']} (uid {keep['uid']}) kept until {_local(keep['until'])} "
+                f"({left} left)"
+            )
         if not keeps:
             print("no keeps asked in advance on this node")
     elif action == "revoke":
@@ -82,8 +95,10 @@ def run_keep(args: argparse.Namespace) -> int:
     elif answer.get("released"):
         print(f"case {answer['case']}: release confirmed; the GPU will be reclaimed shortly")
     elif answer.get("case") is None:
-        print(f"process {args.pid} kept until {_local(answer['until'])}, before any case: "
-              "if it is flagged meanwhile, it is kept")  # fmt: skip
+        print(
+            f"process {args.pid} kept until {_local(answer['until'])}, before any case: "
+            "if it is flagged meanwhile, it is kept"
+        )
     else:
         print(f"case {answer['case']}: process {args.pid} kept until {_local(answer['until'])}")
     sys.stdout.flush()

@@ -25,54 +25,82 @@ from actuator.store import StoreUnavailable
 KEEP_HOURS = (1, 4, 24)
 TEXT: dict[str, dict[str, Any]] = {
     "zh-CN": {
-        "title": "保留 GPU 任务", "case": "工单号", "process": "进程", "where": "位置",
-        "memory": "占用显存", "owner": "所有者", "state": "状态", "why": "依据",
+        "title": "保留 GPU 任务",
+        "case": "工单号",
+        "process": "进程",
+        "where": "位置",
+        "memory": "占用显存",
+        "owner": "所有者",
+        "state": "状态",
+        "why": "依据",
         "choose": "如任务仍在进行，请选择保留时长；如已不需要，可立即释放 GPU。",
-        "keep_for": "保留 {} 小时", "release": "立即释放",
+        "keep_for": "保留 {} 小时",
+        "release": "立即释放",
         "deadline": "若无操作，将于 {}（{}后）发送 SIGTERM。",
         "on_demand": "暂不处理：只有当有人需要这块 GPU 时才会回收，届时会再通知您。",
-        "minutes": "{} 分钟", "now": "即将",
-        "states": {"pending": "已标记，正在复核", "notified": "已通知，宽限期中",
-                   "snoozed": "已保留", "deferred": "暂缓处理",
-                   "terminating": "正在停止（已发送 SIGTERM）",
-                   "killing": "正在强制停止（已发送 SIGKILL）", "reclaimed": "已回收",
-                   "cancelled": "未处理（任务恢复活动或已退出）",
-                   "refused": "未处理（无法确认空闲）",
-                   "observed": "仅观察，未处理", "failed": "回收失败，运维已收到告警"},
-        "kept": "已保留到 {}。感谢确认！", "released": "已确认释放，GPU 将很快回收。",
+        "minutes": "{} 分钟",
+        "now": "即将",
+        "states": {
+            "pending": "已标记，正在复核",
+            "notified": "已通知，宽限期中",
+            "snoozed": "已保留",
+            "deferred": "暂缓处理",
+            "terminating": "正在停止（已发送 SIGTERM）",
+            "killing": "正在强制停止（已发送 SIGKILL）",
+            "reclaimed": "已回收",
+            "cancelled": "未处理（任务恢复活动或已退出）",
+            "refused": "未处理（无法确认空闲）",
+            "observed": "仅观察，未处理",
+            "failed": "回收失败，运维已收到告警",
+        },
+        "kept": "已保留到 {}。感谢确认！",
+        "released": "已确认释放，GPU 将很快回收。",
         "idle": "无 SM 计算、进程树 CPU 空闲、无日志或心跳写入",
         "stalled": "心跳和日志不再更新（GPU 利用率可能显示 100%）",
-        "closed": "该工单已是“{}”状态，不能再保留。", "used": "此链接已使用过（{}）。",
+        "closed": "该工单已是“{}”状态，不能再保留。",
+        "used": "此链接已使用过（{}）。",
         "csrf": "表单已失效，请从通知中的链接重新打开本页。",
     },
     "en": {
-        "title": "Keep a GPU job", "case": "Case", "process": "Process", "where": "Where",
-        "memory": "GPU memory held", "owner": "Owner", "state": "State", "why": "Why",
+        "title": "Keep a GPU job",
+        "case": "Case",
+        "process": "Process",
+        "where": "Where",
+        "memory": "GPU memory held",
+        "owner": "Owner",
+        "state": "State",
+        "why": "Why",
         "choose": "If the job is still working, choose how long to keep it; if you are done, "
         "release the GPU now.",
-        "keep_for": "Keep for {} h", "release": "Release now",
+        "keep_for": "Keep for {} h",
+        "release": "Release now",
         "deadline": "Unless you act: SIGTERM at {} (in {}).",
         "on_demand": "Nothing happens yet: it is reclaimed only when someone needs this GPU, "
         "and you will be told then.",
-        "minutes": "{} min", "now": "moments",
-        "states": {"pending": "flagged, being re-checked",
-                   "notified": "warned: in its grace period",
-                   "snoozed": "kept", "deferred": "held back for now",
-                   "terminating": "being stopped (SIGTERM sent)",
-                   "killing": "being stopped by force (SIGKILL sent)", "reclaimed": "reclaimed",
-                   "cancelled": "left alone (working again, or it exited)",
-                   "refused": "left alone (idleness could not be proven)",
-                   "observed": "observed only, nothing done",
-                   "failed": "the GPU could not be freed; the SREs were alerted"},
-        "kept": "Kept until {}. Thank you!", "released": "Release confirmed: the GPU will be "
-        "reclaimed shortly.",
+        "minutes": "{} min",
+        "now": "moments",
+        "states": {
+            "pending": "flagged, being re-checked",
+            "notified": "warned: in its grace period",
+            "snoozed": "kept",
+            "deferred": "held back for now",
+            "terminating": "being stopped (SIGTERM sent)",
+            "killing": "being stopped by force (SIGKILL sent)",
+            "reclaimed": "reclaimed",
+            "cancelled": "left alone (working again, or it exited)",
+            "refused": "left alone (idleness could not be proven)",
+            "observed": "observed only, nothing done",
+            "failed": "the GPU could not be freed; the SREs were alerted",
+        },
+        "kept": "Kept until {}. Thank you!",
+        "released": "Release confirmed: the GPU will be reclaimed shortly.",
         "idle": "no SM work, an idle process tree, no log or heartbeat writes",
         "stalled": "its heartbeat and log stopped moving (utilisation may read 100 %)",
         "closed": "This case is {} now: it can no longer be kept.",
         "used": "This link was already used ({}).",
         "csrf": "This form has expired: open the page again from the link in your notice.",
     },
-}  # fmt: skip
+}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
     "form-action 'self'; frame-ancestors 'none'",
@@ -93,16 +121,28 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
     """The page; a keep is the API's own snooze, a release the same release as on the node
     (actuator/operations.py)."""
     page = Blueprint("keep", __name__)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(BUILTIN_TEMPLATES)),
-                             autoescape=True)  # fmt: skip
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(BUILTIN_TEMPLATES)), autoescape=True
+    )
     template = env.get_template("keep.html.j2")
     hours = tuple(h for h in KEEP_HOURS if h * 3600 <= keep_max) or (int(keep_max // 3600),)
 
-    def render(status: int, lang: str, case: Case | None = None, token: str = "",
-               problem: str = "", done: str = "") -> tuple[Response, int]:  # fmt: skip
+    def render(
+        status: int,
+        lang: str,
+        case: Case | None = None,
+        token: str = "",
+        problem: str = "",
+        done: str = "",
+    ) -> tuple[Response, int]:
         t = TEXT[lang]
-        values: dict[str, object] = {"lang": lang, "t": t, "problem": problem, "done": done,
-                                     "case": case}  # fmt: skip
+        values: dict[str, object] = {
+            "lang": lang,
+            "t": t,
+            "problem": problem,
+            "done": done,
+            "case": case,
+        }
         if case is not None:
             deadline = ""
             on_demand = (case.effective or {}).get("reclaim_when") == "demand"
@@ -119,17 +159,19 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             facts = ProvenFacts.of_case(case)
             values |= {
                 # What the node proved (never the alert's claims); autoescaped HTML.
-                "command": untrusted.plain(facts.cmdline or facts.program, 300)
-                if facts else "?",
+                "command": untrusted.plain(facts.cmdline or facts.program, 300) if facts else "?",
                 "gpu": facts.gpu if facts else "?",
-                "memory": size((facts.memory_bytes if facts else None)
-                               or case.gpu_memory_bytes or 0),
+                "memory": size(
+                    (facts.memory_bytes if facts else None) or case.gpu_memory_bytes or 0
+                ),
                 "why": t["stalled" if "Stalled" in case.alertname else "idle"],
-                "deadline": deadline, "csrf": links.csrf(token), "keep_hours": hours,
+                "deadline": deadline,
+                "csrf": links.csrf(token),
+                "keep_hours": hours,
                 "state": t["states"].get(str(case.state), str(case.state)),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
-            }  # fmt: skip
+            }
         response = Response(template.render(values), status=status, mimetype="text/html")
         response.headers.update(SECURITY_HEADERS)
         return response, status
@@ -190,17 +232,25 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         try:
             if not rt.store.use_keep_link(nonce, case.id, rt.clock(), action):
                 return render(409, lang, case, token, problem=t["used"].format(action))
-            rt.audit.write({"event": Event.KEEP_LINK, "case": case.id, "action": action,
-                            "hours": keep_hours if action == "keep" else None,
-                            "link": nonce, "owner": case.user})  # fmt: skip
+            rt.audit.write(
+                {
+                    "event": Event.KEEP_LINK,
+                    "case": case.id,
+                    "action": action,
+                    "hours": keep_hours if action == "keep" else None,
+                    "link": nonce,
+                    "owner": case.user,
+                }
+            )
         except (AuditError, StoreUnavailable) as exc:
             return render(503, lang, case, token, problem=str(exc))
         if action == "keep":
             kept = operations.snooze(rt, case.id, keep_hours * 3600.0, who, "kept by its owner")
             if isinstance(kept, Refused):
                 return render(HTTP_STATUS[kept.why], lang, case, token, problem=kept.detail)
-            return render(200, lang, kept, token,
-                          done=t["kept"].format(_local(kept.snoozed_until or 0)))  # fmt: skip
+            return render(
+                200, lang, kept, token, done=t["kept"].format(_local(kept.snoozed_until or 0))
+            )
         released = operations.release(rt, case.id)
         if isinstance(released, Refused):
             return render(409, lang, case, token, problem=t["closed"].format(case.state))

@@ -80,9 +80,15 @@ def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
 
 class KeepSocket:
     def __init__(
-        self, rt: Runtime, path: str, *, sre_groups: tuple[str, ...] = (),
-        max_seconds: float = 86400.0, node: str = "", waitlist: WaitList | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        rt: Runtime,
+        path: str,
+        *,
+        sre_groups: tuple[str, ...] = (),
+        max_seconds: float = 86400.0,
+        node: str = "",
+        waitlist: WaitList | None = None,
+    ) -> None:
         self.rt, self.path, self.waitlist = rt, Path(path), waitlist
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
@@ -136,8 +142,9 @@ class KeepSocket:
             return
         uid = caller[1]
         with self._active_lock:
-            busy = self._active.get(uid, 0) >= PER_UID or \
-                sum(self._active.values()) >= MAX_CONNECTIONS  # fmt: skip
+            busy = (
+                self._active.get(uid, 0) >= PER_UID or sum(self._active.values()) >= MAX_CONNECTIONS
+            )
             if not busy:
                 self._active[uid] = self._active.get(uid, 0) + 1
         if busy:
@@ -145,8 +152,9 @@ class KeepSocket:
                 conn.setblocking(False)
                 conn.send(b'{"ok": false, "error": "busy: too many requests from uid %d"}\n' % uid)
             return
-        threading.Thread(target=self._serve_one, args=(conn, caller), daemon=True,
-                         name=f"keep-uid-{uid}").start()  # fmt: skip
+        threading.Thread(
+            target=self._serve_one, args=(conn, caller), daemon=True, name=f"keep-uid-{uid}"
+        ).start()
 
     def _serve_one(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
         try:
@@ -232,8 +240,12 @@ class KeepSocket:
         if action == "list":
             now = self.rt.clock()
             keeps = self.rt.store.list_keeps(self.node, now, None if privileged else uid)
-            return {"ok": True, "keeps": [{"pid": k.pid, "uid": k.uid, "until": k.until,
-                                           "by": k.by} for k in keeps]}  # fmt: skip
+            return {
+                "ok": True,
+                "keeps": [
+                    {"pid": k.pid, "uid": k.uid, "until": k.until, "by": k.by} for k in keeps
+                ],
+            }
         if action == "keep" and not 0 < seconds <= self.max_seconds:
             return {"ok": False, "error": f"keep for at most {format_duration(self.max_seconds)}"}
         owner = process_uid(pid)
@@ -252,19 +264,25 @@ class KeepSocket:
             return {"ok": False, "error": f"process {pid} has no open case: nothing to release"}
         self._audit(uid, pid, action, case.id, "accepted")
         if action == "keep":
-            kept = operations.snooze(self.rt, case.id, seconds, who,
-                                     "kept by its owner on the node")  # fmt: skip
+            kept = operations.snooze(
+                self.rt, case.id, seconds, who, "kept by its owner on the node"
+            )
             if isinstance(kept, Refused):
                 return {"ok": False, "error": kept.detail, "why": str(kept.why)}
-            return {"ok": True, "case": kept.id, "state": str(kept.state),
-                    "until": kept.snoozed_until}  # fmt: skip
+            return {
+                "ok": True,
+                "case": kept.id,
+                "state": str(kept.state),
+                "until": kept.snoozed_until,
+            }
         released = operations.release(self.rt, case.id)
         if isinstance(released, Refused):
             return {"ok": False, "error": released.detail, "why": str(released.why)}
         return {"ok": True, "case": released.id, "state": str(released.state), "released": True}
 
-    def _keep_ahead(self, uid: int, pid: int, owner: int, seconds: float,
-                    who: str) -> dict[str, Any]:  # fmt: skip
+    def _keep_ahead(
+        self, uid: int, pid: int, owner: int, seconds: float, who: str
+    ) -> dict[str, Any]:
         """No case yet: keep this very process (its start ticks and boot) for `seconds`;
         honoured if a case opens for it meanwhile."""
         stat = procfs.read_stat(pid)
@@ -272,24 +290,34 @@ class KeepSocket:
             return {"ok": False, "error": f"no process {pid} on this node"}
         now = self.rt.clock()
         try:
-            self.rt.audit.write({"event": Event.KEEP_AHEAD, "uid": uid, "pid": pid,
-                                 "start_ticks": stat.start_ticks, "until": now + seconds,
-                                 "by": who})  # fmt: skip
+            self.rt.audit.write(
+                {
+                    "event": Event.KEEP_AHEAD,
+                    "uid": uid,
+                    "pid": pid,
+                    "start_ticks": stat.start_ticks,
+                    "until": now + seconds,
+                    "by": who,
+                }
+            )
         except AuditError as exc:
             return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
-        keep = self.rt.store.add_keep(self.node, pid, stat.start_ticks, procfs.boot_id(), owner,
-                                      now + seconds, now, who)  # fmt: skip
+        keep = self.rt.store.add_keep(
+            self.node, pid, stat.start_ticks, procfs.boot_id(), owner, now + seconds, now, who
+        )
         return {"ok": True, "case": None, "state": "kept ahead", "until": keep.until}
 
     def _revoke(self, uid: int, pid: int) -> dict[str, Any]:
         stat = procfs.read_stat(pid)
-        keep = stat and self.rt.store.active_keep(self.node, pid, stat.start_ticks,
-                                                  procfs.boot_id(), self.rt.clock())  # fmt: skip
+        keep = stat and self.rt.store.active_keep(
+            self.node, pid, stat.start_ticks, procfs.boot_id(), self.rt.clock()
+        )
         if not keep:
             return {"ok": False, "error": f"process {pid} has no keep to revoke"}
         try:
-            self.rt.audit.write({"event": Event.KEEP_REVOKED, "uid": uid, "pid": pid,
-                                 "keep": keep.id})  # fmt: skip
+            self.rt.audit.write(
+                {"event": Event.KEEP_REVOKED, "uid": uid, "pid": pid, "keep": keep.id}
+            )
         except AuditError as exc:
             return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
         self.rt.store.revoke_keep(keep.id)
@@ -303,8 +331,16 @@ class KeepSocket:
 
     def _audit(self, uid: int, pid: int, action: str, case_id: int | None, result: str) -> None:
         with contextlib.suppress(Exception):
-            self.rt.audit.write({"event": Event.KEEP_SOCKET, "uid": uid, "pid": pid,
-                                 "action": action, "case": case_id, "result": result})  # fmt: skip
+            self.rt.audit.write(
+                {
+                    "event": Event.KEEP_SOCKET,
+                    "uid": uid,
+                    "pid": pid,
+                    "action": action,
+                    "case": case_id,
+                    "result": result,
+                }
+            )
 
 
 def read_line(conn: socket.socket, deadline: float) -> bytes:
@@ -325,13 +361,15 @@ def read_line(conn: socket.socket, deadline: float) -> bytes:
     return data.split(b"\n", 1)[0]
 
 
-def request_keep(path: str, pid: int, action: str, seconds: float = 0.0,
-                 timeout: float = 10.0) -> dict[str, Any]:  # fmt: skip
+def request_keep(
+    path: str, pid: int, action: str, seconds: float = 0.0, timeout: float = 10.0
+) -> dict[str, Any]:
     """The client side (`gpu-reclaimer keep`)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
-        sock.sendall(json.dumps({"pid": pid, "action": action, "seconds": seconds}).encode()
-                     + b"\n")  # fmt: skip
+        sock.sendall(
+            json.dumps({"pid": pid, "action": action, "seconds": seconds}).encode() + b"\n"
+        )
         answer: dict[str, Any] = json.loads(sock.makefile("rb").readline(MAX_ANSWER))
         return answer

@@ -38,8 +38,14 @@ def link_key(secret: str) -> bytes:
 
 
 class KeepLinks:
-    def __init__(self, key: bytes, public_url: str, *, ttl: float = 86400.0,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        key: bytes,
+        public_url: str,
+        *,
+        ttl: float = 86400.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.key, self.public_url, self.ttl, self.clock = key, public_url.rstrip("/"), ttl, clock
 
         class _Signer(TimestampSigner):
@@ -67,8 +73,11 @@ class KeepLinks:
             raise LinkError("this link has expired") from None
         except BadSignature:
             raise LinkError("this link is not valid (it was changed or is not ours)") from None
-        if not isinstance(data, dict) or not isinstance(data.get("c"), int) or \
-                not isinstance(data.get("n"), str):  # fmt: skip
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("c"), int)
+            or not isinstance(data.get("n"), str)
+        ):
             raise LinkError("this link is not valid")
         return Claim(data["c"], data["n"])
 

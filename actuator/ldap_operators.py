@@ -61,8 +61,9 @@ class LdapBindVerifier:
                 return cached[1]
         principal = self._bind(user, password)
         with self._lock:
-            self._cache = {k: v for k, v in self._cache.items()
-                           if self.clock() - v[0] < self.cache_ttl}  # fmt: skip
+            self._cache = {
+                k: v for k, v in self._cache.items() if self.clock() - v[0] < self.cache_ttl
+            }
             self._cache[key] = (self.clock(), principal)
         return principal
 
@@ -70,16 +71,22 @@ class LdapBindVerifier:
         dn = self.user_dn.format(user=escape_rdn(user))
         try:
             conn = ldap3.Connection(
-                self.server, dn, password, auto_bind=True,
+                self.server,
+                dn,
+                password,
+                auto_bind=True,
                 receive_timeout=max(1, int(self.timeout)),  # whole seconds (SO_RCVTIMEO)
-            )  # fmt: skip
+            )
         except LDAPBindError:
             raise AuthError("password", "wrong user name or password") from None
         except (LDAPException, OSError) as exc:
             raise AuthError("ldap", f"the directory cannot be reached: {exc}") from None
         try:
-            conn.search(self.group_base, self.group_filter.format(dn=escape_filter_chars(dn)),
-                        attributes=["cn"])  # fmt: skip
+            conn.search(
+                self.group_base,
+                self.group_filter.format(dn=escape_filter_chars(dn)),
+                attributes=["cn"],
+            )
             groups = {str(e.cn.value) for e in conn.entries if e.cn.value}
         except LDAPException as exc:
             raise AuthError("ldap", f"cannot read the groups: {exc}") from None

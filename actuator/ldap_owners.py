@@ -39,12 +39,19 @@ def language_of(value: str) -> str:
 
 class LdapOwners:
     def __init__(
-        self, url: str, base: str, *, user_filter: str = "(uid={user})",
-        bind_dn: str | None = None, password: str | None = None,
-        attributes: Mapping[str, str] | None = None, timezone: str = "UTC",
-        cache_ttl: float = 600.0, timeout: float = 5.0,
+        self,
+        url: str,
+        base: str,
+        *,
+        user_filter: str = "(uid={user})",
+        bind_dn: str | None = None,
+        password: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        timezone: str = "UTC",
+        cache_ttl: float = 600.0,
+        timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.url, self.base, self.user_filter = url, base, user_filter
         self.bind_dn, self.password, self.timezone = bind_dn, password, timezone
         self.attributes = {**DEFAULT_ATTRIBUTES, **(attributes or {})}
@@ -76,18 +83,24 @@ class LdapOwners:
     def _search(self, user: str) -> Contact | None:
         server = ldap3.Server(self.url, connect_timeout=self.timeout, get_info=ldap3.NONE)
         receive = max(1, round(self.timeout))  # ldap3 packs it into SO_RCVTIMEO: whole seconds
-        with ldap3.Connection(server, user=self.bind_dn, password=self.password,
-                              auto_bind=True, receive_timeout=receive,
-                              read_only=True) as conn:  # fmt: skip
+        with ldap3.Connection(
+            server,
+            user=self.bind_dn,
+            password=self.password,
+            auto_bind=True,
+            receive_timeout=receive,
+            read_only=True,
+        ) as conn:
             conn.search(
-                self.base, self.user_filter.format(user=escape_filter_chars(user)),
-                attributes=sorted(set(self.attributes.values())), size_limit=2,
-            )  # fmt: skip
+                self.base,
+                self.user_filter.format(user=escape_filter_chars(user)),
+                attributes=sorted(set(self.attributes.values())),
+                size_limit=2,
+            )
             entries = conn.entries
         if len(entries) != 1:
             if len(entries) > 1:
-                log.warning("owner lookup for %r: %d entries match, using none", user,
-                            len(entries))  # fmt: skip
+                log.warning("owner lookup for %r: %d entries match, using none", user, len(entries))
             return None
         return self._contact(entries[0].entry_attributes_as_dict)
 

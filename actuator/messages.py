@@ -54,9 +54,11 @@ class Message:
         converter.preprocessors.deregister("html_block")
         converter.inlinePatterns.deregister("html")
         body = converter.convert(self.markdown)
-        return (f'<!DOCTYPE html><html lang="{self.language}"><head><meta charset="utf-8">'
-                f"<title>{jinja2.filters.escape(self.subject)}</title></head>"
-                f"<body>{body}</body></html>")  # fmt: skip
+        return (
+            f'<!DOCTYPE html><html lang="{self.language}"><head><meta charset="utf-8">'
+            f"<title>{jinja2.filters.escape(self.subject)}</title></head>"
+            f"<body>{body}</body></html>"
+        )
 
 
 class Trusted(str):
@@ -66,8 +68,10 @@ class Trusted(str):
 
 Dialect = Literal["text", "markdown", "slack"]
 _ESCAPE: dict[Dialect, Callable[[object], str]] = {
-    "text": untrusted.plain, "markdown": untrusted.markdown, "slack": untrusted.slack,
-}  # fmt: skip
+    "text": untrusted.plain,
+    "markdown": untrusted.markdown,
+    "slack": untrusted.slack,
+}
 _SLOT = re.compile("\x00(\\d+)\x00")
 _slots: ContextVar[list[str]] = ContextVar("slots")
 
@@ -129,29 +133,43 @@ class Renderer:
             return Trusted(datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M"))
 
         limits = dict(notice.thresholds)
-        keep_url = (f"{notice.keep_url}?lang={language}&tz={contact.timezone}"
-                    if notice.keep_url else "")  # fmt: skip
+        keep_url = (
+            f"{notice.keep_url}?lang={language}&tz={contact.timezone}" if notice.keep_url else ""
+        )
         return {
-            "case": notice.case, "node": facts.node, "gpu": facts.gpu, "pid": facts.pid,
-            "command": facts.program or "?", "cmdline": untrusted.clean(facts.cmdline, 300),
+            "case": notice.case,
+            "node": facts.node,
+            "gpu": facts.gpu,
+            "pid": facts.pid,
+            "command": facts.program or "?",
+            "cmdline": untrusted.clean(facts.cmdline, 300),
             "gpu_model": facts.gpu_model,
-            "name": contact.name or notice.user, "user": notice.user, "project": facts.project,
-            "pod": facts.pod, "namespace": facts.namespace, "slurm_job": facts.slurm_job,
-            "alertname": notice.alertname, "memory": Trusted(size(facts.memory_bytes or 0)),
-            "freed": Trusted(size(notice.freed_bytes)), "since": local(notice.since),
+            "name": contact.name or notice.user,
+            "user": notice.user,
+            "project": facts.project,
+            "pod": facts.pod,
+            "namespace": facts.namespace,
+            "slurm_job": facts.slurm_job,
+            "alertname": notice.alertname,
+            "memory": Trusted(size(facts.memory_bytes or 0)),
+            "freed": Trusted(size(notice.freed_bytes)),
+            "since": local(notice.since),
             "idle_minutes": max(0, round((now - notice.since) / 60)),
-            "deadline": local(notice.deadline), "timezone": Trusted(contact.timezone),
+            "deadline": local(notice.deadline),
+            "timezone": Trusted(contact.timezone),
             "term_timeout": Trusted(duration(notice.term_timeout, language)),
             "grace": Trusted(duration(notice.grace, language)),
             "waiting": notice.waiting,
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
-            if "max_sm_util" in limits else "",
+            if "max_sm_util" in limits
+            else "",
             # The page opens in the owner's language whatever their browser says.
             "keep_url": Trusted(keep_url),
-            "sre": Trusted(self.sre or ("GPU 运维团队" if language == "zh-CN" else
-                                        "the GPU SRE team")),
-        }  # fmt: skip
+            "sre": Trusted(
+                self.sre or ("GPU 运维团队" if language == "zh-CN" else "the GPU SRE team")
+            ),
+        }
 
     def render(self, notice: Notice, contact: Contact, now: float) -> Message:
         template = self.env.get_template(f"{notice.kind}.{contact.language}.md.j2")
@@ -172,11 +190,16 @@ class Renderer:
             ) -> str:
                 return _SLOT.sub(lambda m: escape(slots[int(m.group(1))]), text)
 
-            out[dialect] = (fill(_markup(subject, dialect)),
-                            fill(_markup(body.strip(), dialect)) + "\n")  # fmt: skip
+            out[dialect] = (
+                fill(_markup(subject, dialect)),
+                fill(_markup(body.strip(), dialect)) + "\n",
+            )
         return Message(
-            language=contact.language, subject=untrusted.plain(out["text"][0], 500),
-            text=out["text"][1], markdown=out["markdown"][1],
-            subject_markdown=out["markdown"][0], slack=out["slack"][1],
+            language=contact.language,
+            subject=untrusted.plain(out["text"][0], 500),
+            text=out["text"][1],
+            markdown=out["markdown"][1],
+            subject_markdown=out["markdown"][0],
+            slack=out["slack"][1],
             subject_slack=out["slack"][0],
-        )  # fmt: skip
+        )

@@ -185,12 +185,26 @@ class Reason(StrEnum):
 
 
 REFUSALS = frozenset(
-    {Reason.PROTECTED, Reason.IDENTITY_MISMATCH, Reason.UNKNOWN_EVIDENCE, Reason.UNKNOWN_NODE,
-     Reason.BAD_TARGET, Reason.NOTICE_UNDELIVERED, Reason.AGENT_UNREACHABLE}
-)  # fmt: skip
-HOLDS = frozenset({Reason.CIRCUIT_BREAKER_OPEN, Reason.LIMIT_NODE_HOUR, Reason.LIMIT_MINUTE,
-                   Reason.AGENT_UNREACHABLE, Reason.SLURM_JOB_BUSY,
-                   Reason.POD_BLOCKED})  # fmt: skip
+    {
+        Reason.PROTECTED,
+        Reason.IDENTITY_MISMATCH,
+        Reason.UNKNOWN_EVIDENCE,
+        Reason.UNKNOWN_NODE,
+        Reason.BAD_TARGET,
+        Reason.NOTICE_UNDELIVERED,
+        Reason.AGENT_UNREACHABLE,
+    }
+)
+HOLDS = frozenset(
+    {
+        Reason.CIRCUIT_BREAKER_OPEN,
+        Reason.LIMIT_NODE_HOUR,
+        Reason.LIMIT_MINUTE,
+        Reason.AGENT_UNREACHABLE,
+        Reason.SLURM_JOB_BUSY,
+        Reason.POD_BLOCKED,
+    }
+)
 
 
 # Label values are ASCII decimal only: str.isdigit() and int() also accept full-width and

@@ -47,13 +47,24 @@ class ProvenFacts:
     @classmethod
     def from_live(cls, case: Case, live: LiveState) -> ProvenFacts:
         return cls(
-            node=case.node, pid=case.pid, gpu_uuid=case.uuid, gpu_index=live.gpu_index,
-            gpu_model=live.gpu_model, user=live.user or "", uid=live.uid,
-            project=live.project, program=live.program, cmdline=live.cmdline,
-            memory_bytes=live.gpu_memory_bytes, sm_util=live.sm_util,
-            namespace=live.namespace, pod=live.pod, slurm_job=live.slurm_job,
-            last_activity=live.last_activity, checked_at=live.sampled_at,
-        )  # fmt: skip
+            node=case.node,
+            pid=case.pid,
+            gpu_uuid=case.uuid,
+            gpu_index=live.gpu_index,
+            gpu_model=live.gpu_model,
+            user=live.user or "",
+            uid=live.uid,
+            project=live.project,
+            program=live.program,
+            cmdline=live.cmdline,
+            memory_bytes=live.gpu_memory_bytes,
+            sm_util=live.sm_util,
+            namespace=live.namespace,
+            pod=live.pod,
+            slurm_job=live.slurm_job,
+            last_activity=live.last_activity,
+            checked_at=live.sampled_at,
+        )
 
     @classmethod
     def of_case(cls, case: Case) -> ProvenFacts | None:
@@ -130,19 +141,34 @@ class Notice:
         """The JSON webhook's body and the audit's copy (stable keys)."""
         f = self.facts
         return {
-            "kind": self.kind, "case": self.case, "node": f.node, "gpu": f.gpu,
-            "uuid": f.gpu_uuid, "gpu_model": f.gpu_model, "pid": f.pid,
-            "command": f.program, "cmdline": f.cmdline, "user": self.user,
-            "project": f.project, "namespace": f.namespace, "pod": f.pod,
-            "slurm_job": f.slurm_job, "alertname": self.alertname,
-            "gpu_memory_bytes": f.memory_bytes, "since": self.since,
-            "sigterm_at": self.deadline or None, "term_timeout": self.term_timeout,
-            "freed_bytes": self.freed_bytes, "keep_url": self.keep_url,
+            "kind": self.kind,
+            "case": self.case,
+            "node": f.node,
+            "gpu": f.gpu,
+            "uuid": f.gpu_uuid,
+            "gpu_model": f.gpu_model,
+            "pid": f.pid,
+            "command": f.program,
+            "cmdline": f.cmdline,
+            "user": self.user,
+            "project": f.project,
+            "namespace": f.namespace,
+            "pod": f.pod,
+            "slurm_job": f.slurm_job,
+            "alertname": self.alertname,
+            "gpu_memory_bytes": f.memory_bytes,
+            "since": self.since,
+            "sigterm_at": self.deadline or None,
+            "term_timeout": self.term_timeout,
+            "freed_bytes": self.freed_bytes,
+            "keep_url": self.keep_url,
             "snooze": f"/api/v1/cases/{self.case}/snooze",
-            "owner_email": self.owner.email, "owner_language": self.owner.language,
-            "thresholds": dict(self.thresholds), "waiting": self.waiting,
+            "owner_email": self.owner.email,
+            "owner_language": self.owner.language,
+            "thresholds": dict(self.thresholds),
+            "waiting": self.waiting,
             "message": self.message(),
-        }  # fmt: skip
+        }
 
     def message(self) -> str:
         f = self.facts

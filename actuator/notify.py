@@ -81,9 +81,14 @@ class OwnerNotifier:
     every channel they can be reached on is tried; delivered when at least one accepted it."""
 
     def __init__(
-        self, directory: OwnerDirectory, channels: Mapping[str, Channel], renderer: Renderer,
-        *, clock: Callable[[], float] = time.time, ldap: LdapOwners | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        directory: OwnerDirectory,
+        channels: Mapping[str, Channel],
+        renderer: Renderer,
+        *,
+        clock: Callable[[], float] = time.time,
+        ldap: LdapOwners | None = None,
+    ) -> None:
         self.directory, self.channels, self.renderer = directory, dict(channels), renderer
         self.clock, self.ldap = clock, ldap
 
@@ -110,11 +115,17 @@ class OwnerNotifier:
         if recipient.via != "user" and self.ldap and self.ldap.last_error:
             who += f" ({self.ldap.last_error})"
         if dry_run:
-            log.info("DRY-RUN: would send case %s to %s by %s", notice.case, who,
-                     ", ".join(recipient.channels))  # fmt: skip
+            log.info(
+                "DRY-RUN: would send case %s to %s by %s",
+                notice.case,
+                who,
+                ", ".join(recipient.channels),
+            )
             return NoticeResult(False, "dry run")
-        results = [(name, self.channels[name].send(message, recipient.contact))
-                   for name in recipient.channels]  # fmt: skip
+        results = [
+            (name, self.channels[name].send(message, recipient.contact))
+            for name in recipient.channels
+        ]
         detail = f"to {who} ({recipient.contact.language}): " + "; ".join(
             f"{name} {'delivered' if r.delivered else 'failed'}: {r.detail}" for name, r in results
         )

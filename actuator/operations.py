@@ -30,8 +30,12 @@ class Why(StrEnum):
 
 # A refusal as an HTTP status, for the API and the keep page (503: retry once the audit log
 # is back).
-HTTP_STATUS = {Why.NOT_FOUND: 404, Why.NOT_NOW: 409, Why.KEPT_CHANGING: 409,
-               Why.AUDIT_UNAVAILABLE: 503}  # fmt: skip
+HTTP_STATUS = {
+    Why.NOT_FOUND: 404,
+    Why.NOT_NOW: 409,
+    Why.KEPT_CHANGING: 409,
+    Why.AUDIT_UNAVAILABLE: 503,
+}
 
 
 @dataclass(frozen=True)
@@ -48,14 +52,20 @@ class BreakerWas:
 
 
 def _not_snoozable(case: Case) -> Refused:
-    return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}; only live cases before any "
-                   "signal can be snoozed")  # fmt: skip
+    return Refused(
+        Why.NOT_NOW,
+        f"case {case.id} is {case.state}; only live cases before any signal can be snoozed",
+    )
 
 
 def snooze(
-    rt: Runtime, case_id: int, duration: float, by: str, why: str,
+    rt: Runtime,
+    case_id: int,
+    duration: float,
+    by: str,
+    why: str,
     evidence: dict[str, Any] | None = None,
-) -> Case | Refused:  # fmt: skip
+) -> Case | Refused:
     """Keep a live case from escalating for `duration` seconds, before any signal."""
     found = rt.store.get_case(case_id)
     if found is None:
@@ -64,9 +74,15 @@ def snooze(
         return _not_snoozable(found)
     try:
         rt.audit.write(
-            {"event": Event.SNOOZE, "case": case_id, "until": rt.clock() + duration,
-             "duration": duration, "by": by, "reason": why}
-        )  # fmt: skip
+            {
+                "event": Event.SNOOZE,
+                "case": case_id,
+                "until": rt.clock() + duration,
+                "duration": duration,
+                "by": by,
+                "reason": why,
+            }
+        )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
     reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
@@ -79,9 +95,13 @@ def snooze(
         found.cpu_seconds = found.cpu_rate = found.cpu_at = None
         found.release_requested_mono = None  # a keep overrides an earlier "release now"
         updated = rt.store.transition(
-            found, State.SNOOZED, reason=reason, evidence=evidence or {"by": by}, now=now,
+            found,
+            State.SNOOZED,
+            reason=reason,
+            evidence=evidence or {"by": by},
+            now=now,
             reason_code=Reason.SNOOZED,
-        )  # fmt: skip
+        )
         if updated is not None:
             return updated
         found = rt.store.get_case(case_id)
@@ -100,8 +120,9 @@ def release(rt: Runtime, case_id: int) -> Case | Refused:
         if case is None:
             return Refused(Why.NOT_FOUND, f"no case {case_id}")
         if case.state != State.NOTIFIED:
-            return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}: only a notified "
-                           "case can be released")  # fmt: skip
+            return Refused(
+                Why.NOT_NOW, f"case {case.id} is {case.state}: only a notified case can be released"
+            )
         case.release_requested_mono = rt.mono()
         if rt.store.save_samples(case):
             return case
@@ -112,8 +133,15 @@ def reset_breaker(rt: Runtime, by: str, reason: str) -> BreakerWas | Refused:
     """Close the circuit breaker (whether or not it was open)."""
     was_open, since, why = rt.store.breaker()
     try:
-        rt.audit.write({"event": Event.BREAKER_RESET, "was_open": was_open, "opened_reason": why,
-                        "by": by, "reason": reason})  # fmt: skip
+        rt.audit.write(
+            {
+                "event": Event.BREAKER_RESET,
+                "was_open": was_open,
+                "opened_reason": why,
+                "by": by,
+                "reason": reason,
+            }
+        )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
     rt.store.set_breaker(False, rt.clock(), f"reset by {by}: {reason}")

@@ -57,16 +57,28 @@ class Operators:
 
     @property
     def schemes(self) -> str:
-        return " or ".join(n for n, v in (("an OIDC bearer token", self.oidc),
-                                          ("your directory password", self.ldap)) if v)  # fmt: skip
+        return " or ".join(
+            n
+            for n, v in (
+                ("an OIDC bearer token", self.oidc),
+                ("your directory password", self.ldap),
+            )
+            if v
+        )
 
 
 class OidcVerifier:
     def __init__(
-        self, issuer: str, audience: str, jwks_url: str, *, groups_claim: str = "groups",
-        roles: Mapping[str, Iterable[str]] | None = None, leeway: float = 30.0,
+        self,
+        issuer: str,
+        audience: str,
+        jwks_url: str,
+        *,
+        groups_claim: str = "groups",
+        roles: Mapping[str, Iterable[str]] | None = None,
+        leeway: float = 30.0,
         timeout: float = 5.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.issuer, self.audience, self.groups_claim = issuer, audience, groups_claim
         self.roles = {role: set(groups) for role, groups in (roles or {}).items()}
         self.leeway = leeway
@@ -80,10 +92,14 @@ class OidcVerifier:
         try:
             key = self.jwks.get_signing_key_from_jwt(token)
             claims: dict[str, Any] = jwt.decode(
-                token, key.key, algorithms=list(ALGORITHMS), audience=self.audience,
-                issuer=self.issuer, leeway=self.leeway,
+                token,
+                key.key,
+                algorithms=list(ALGORITHMS),
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
                 options={"require": ["exp", "iat", "iss", "aud", "sub"]},
-            )  # fmt: skip
+            )
         except jwt.ExpiredSignatureError:
             raise AuthError("expired", "the token has expired") from None
         except jwt.InvalidAudienceError:
@@ -93,8 +109,9 @@ class OidcVerifier:
         except jwt.PyJWKClientConnectionError as exc:
             raise AuthError("jwks", f"cannot fetch the issuer's keys: {exc}") from None
         except jwt.PyJWKClientError:
-            raise AuthError("key", "the token is signed with a key the issuer does not list") \
-                from None  # fmt: skip
+            raise AuthError(
+                "key", "the token is signed with a key the issuer does not list"
+            ) from None
         except jwt.InvalidTokenError as exc:
             raise AuthError("invalid", f"invalid token: {exc}") from None
         groups = claims.get(self.groups_claim) or []

@@ -99,10 +99,13 @@ class OwnerDirectory(BaseModel):
             ) from None
 
     def resolve(
-        self, user: str | None, project: str | None, configured: set[str],
+        self,
+        user: str | None,
+        project: str | None,
+        configured: set[str],
         lookup: Callable[[str], Contact | None] | None = None,
         named: Contact | None = None,
-    ) -> Recipient | None:  # fmt: skip
+    ) -> Recipient | None:
         """The first of user, the owner the workload names (`named`: a pod's owner
         annotation), project contact, SRE route reachable on a configured channel. A user
         listed in the file wins over `lookup` (the LDAP source) for the same name."""

@@ -65,9 +65,10 @@ class Defaults(Strict):
     kill_timeout: Duration = Field(10.0, description="time after SIGKILL before 'unkillable'")
     release_timeout: Duration = Field(5.0, description="time for NVML to show memory freed")
     reclaim_when: ReclaimWhen = Field(
-        ReclaimWhen.IDLE, description="idle: after the grace; demand: only when a waiting "
+        ReclaimWhen.IDLE,
+        description="idle: after the grace; demand: only when a waiting "
         "request this GPU can serve appears (the grace starts then)",
-    )  # fmt: skip
+    )
 
 
 class Idle(Strict):
@@ -150,9 +151,15 @@ class Match(Strict):
 
     def is_empty(self) -> bool:
         return not (
-            self.users or self.groups or self.nodes or self.namespaces or self.projects
-            or self.partitions or self.accounts or self.labels
-        )  # fmt: skip
+            self.users
+            or self.groups
+            or self.nodes
+            or self.namespaces
+            or self.projects
+            or self.partitions
+            or self.accounts
+            or self.labels
+        )
 
     def matches_facts(self, facts: Facts) -> bool:
         return (

@@ -84,12 +84,34 @@ Observation = LiveState | Signalled
 PRUNE_EVERY = 600.0  # seconds between retention passes
 # Fields a re-armed case starts afresh with (its target and alert stay).
 _RESET_ON_REARM = (
-    "user", "rule", "effective", "notified_at", "term_at", "kill_at", "exited_at",
-    "ended_at", "snoozed_until", "cpu_seconds", "cpu_at", "cpu_rate", "gpu_memory_bytes",
-    "notified_mono", "term_mono", "kill_mono", "exited_mono", "snoozed_until_mono",
-    "ended_mono", "deferred_from", "next_notice_mono", "followup", "unreachable_since_mono",
-    "demand_for", "demand_who", "demand_at", "demand_mono",
-)  # fmt: skip
+    "user",
+    "rule",
+    "effective",
+    "notified_at",
+    "term_at",
+    "kill_at",
+    "exited_at",
+    "ended_at",
+    "snoozed_until",
+    "cpu_seconds",
+    "cpu_at",
+    "cpu_rate",
+    "gpu_memory_bytes",
+    "notified_mono",
+    "term_mono",
+    "kill_mono",
+    "exited_mono",
+    "snoozed_until_mono",
+    "ended_mono",
+    "deferred_from",
+    "next_notice_mono",
+    "followup",
+    "unreachable_since_mono",
+    "demand_for",
+    "demand_who",
+    "demand_at",
+    "demand_mono",
+)
 
 
 class Reconciler:
@@ -140,11 +162,20 @@ class Reconciler:
         self.kube = found.kube
         self._pool: ThreadPoolExecutor | None = None
         self.executor = Executor(
-            store=store, audit=audit, notifier=notifier, gate=config.notice, clock=clock,
-            mono=mono, fence=self.fence, alerts=alerts, links=links,
-            thresholds=(("max_sm_util", self.thresholds.max_sm_util),
-                        ("log_quiet_for", config.idle.log_quiet_for)),
-        )  # fmt: skip
+            store=store,
+            audit=audit,
+            notifier=notifier,
+            gate=config.notice,
+            clock=clock,
+            mono=mono,
+            fence=self.fence,
+            alerts=alerts,
+            links=links,
+            thresholds=(
+                ("max_sm_util", self.thresholds.max_sm_util),
+                ("log_quiet_for", config.idle.log_quiet_for),
+            ),
+        )
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -253,11 +284,19 @@ class Reconciler:
                 self.store.count("needless_reclaims", w.trigger)
             with contextlib.suppress(AuditError):
                 self.audit.write(
-                    {"event": Event.GPU_TAKEN if outcome.kind == "taken" else
-                     Event.NEEDLESS_RECLAIM, "case": w.case, "node": w.node, "uuid": w.gpu,
-                     "trigger": w.trigger, "request": w.request, "holders": list(outcome.holders),
-                     "seconds": round(outcome.seconds, 3)}
-                )  # fmt: skip
+                    {
+                        "event": Event.GPU_TAKEN
+                        if outcome.kind == "taken"
+                        else Event.NEEDLESS_RECLAIM,
+                        "case": w.case,
+                        "node": w.node,
+                        "uuid": w.gpu,
+                        "trigger": w.trigger,
+                        "request": w.request,
+                        "holders": list(outcome.holders),
+                        "seconds": round(outcome.seconds, 3),
+                    }
+                )
 
     def _record_demand(self, demand: Demand) -> None:
         """Gauges for /metrics, and an audit record when a source goes down or comes back."""
@@ -268,9 +307,13 @@ class Reconciler:
             if (name in demand.down) != (name in before):
                 with contextlib.suppress(AuditError):
                     self.audit.write(
-                        {"event": Event.DEMAND_SOURCE, "source": name,
-                         "up": name not in demand.down, "error": demand.down.get(name)}
-                    )  # fmt: skip
+                        {
+                            "event": Event.DEMAND_SOURCE,
+                            "source": name,
+                            "up": name not in demand.down,
+                            "error": demand.down.get(name),
+                        }
+                    )
         waiting = {name: 0 for name in names}
         for request in demand.requests:
             waiting[request.source] = waiting.get(request.source, 0) + 1
@@ -325,9 +368,13 @@ class Reconciler:
             self.store.count("step_errors")
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": Event.STEP_ERROR, "case": case.id, "state": str(case.state),
-                 "error": f"{type(exc).__name__}: {exc}"[:500]}
-            )  # fmt: skip
+                {
+                    "event": Event.STEP_ERROR,
+                    "case": case.id,
+                    "state": str(case.state),
+                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                }
+            )
 
     # -- episodes -> cases ----------------------------------------------------------------
 
@@ -367,8 +414,9 @@ class Reconciler:
         def audit_created(cases: list[Case]) -> None:
             # Inside the store's transaction, once the ids exist: no case without its
             # record, and the record names the case.
-            self.audit.write_many([self._record(c, None, "created", c.reason, now, {})
-                                   for c in cases])  # fmt: skip
+            self.audit.write_many(
+                [self._record(c, None, "created", c.reason, now, {}) for c in cases]
+            )
 
         try:
             self.store.ingest_batch(marks, new, before_commit=audit_created)
@@ -522,10 +570,12 @@ class Reconciler:
             if isinstance(seen, NodeUnreachable):
                 agents = self.config.agents
                 decision = decide_unreachable(
-                    case, str(seen), mono=mono,
+                    case,
+                    str(seen),
+                    mono=mono,
                     wait_for=agents.unreachable_wait if agents else 0.0,
                     give_up=agents.unreachable_give_up if agents else 0.0,
-                )  # fmt: skip
+                )
                 live = None
                 eff = (
                     Effective.model_validate(case.effective) if case.effective else self._eff(case)
@@ -537,8 +587,9 @@ class Reconciler:
             if scheduler is not None and live is not None:
                 decision = gate(scheduler, case, live, decision)
             if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
-                decision = replace(decision, updates=CaseUpdate(
-                    unreachable_since_mono=None).then(decision.updates))  # fmt: skip
+                decision = replace(
+                    decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
+                )
             self.apply(case, decision, live, eff, node, now, mono, scheduler)
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
@@ -569,9 +620,17 @@ class Reconciler:
             return decide_signalled(case, seen.alive, seen.listed, eff, now, mono=mono), None, eff
         eff = self._eff(case, seen)
         decision = decide_live(
-            case, seen, eff, self.config.idle, self.config.limits, self._guard(case, mono), now,
-            self.thresholds, mono=mono, notice=self.config.notice,
-        )  # fmt: skip
+            case,
+            seen,
+            eff,
+            self.config.idle,
+            self.config.limits,
+            self._guard(case, mono),
+            now,
+            self.thresholds,
+            mono=mono,
+            notice=self.config.notice,
+        )
         return decision, seen, eff
 
     def _recorded_eff(self, case: Case) -> Effective:
@@ -613,8 +672,9 @@ class Reconciler:
         """A keep the owner asked before this case opened (for this very process)."""
         if case.state != State.PENDING:
             return None
-        kept = self.store.active_keep(case.node, case.pid, case.start_ticks, case.boot_id,
-                                      self.clock())  # fmt: skip
+        kept = self.store.active_keep(
+            case.node, case.pid, case.start_ticks, case.boot_id, self.clock()
+        )
         return kept.until if kept else None
 
     def apply(
@@ -676,10 +736,15 @@ class Reconciler:
             evidence["live"] = live.evidence()
         try:
             done = self.store.transition(
-                case, d.state, reason=d.reason, evidence=evidence, now=now,
+                case,
+                d.state,
+                reason=d.reason,
+                evidence=evidence,
+                now=now,
                 reason_code=d.code or "",
-                mono=mono, fence=self.fence(),
-            )  # fmt: skip
+                mono=mono,
+                fence=self.fence(),
+            )
         except LeaseLost as exc:
             self._aborted(case, decision_id, str(exc))
             raise
@@ -691,17 +756,22 @@ class Reconciler:
         if d.state == State.RECLAIMED:
             freed = frozenset({case.pid, *(m.pid for m in case.members)})
             trigger: Literal["idle", "demand"] = "demand" if case.demand_for else "idle"
-            self.handoffs.add(Watched(case.id, case.node, case.uuid, trigger, case.demand_for,
-                                      mono, freed))  # fmt: skip
+            self.handoffs.add(
+                Watched(case.id, case.node, case.uuid, trigger, case.demand_for, mono, freed)
+            )
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""
         log.info("case %d: decision %s not carried out: %s", case.id, decision_id, why)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {"event": Event.DECISION_ABORTED, "case": case.id, "decision_id": decision_id,
-                 "reason": why}
-            )  # fmt: skip
+                {
+                    "event": Event.DECISION_ABORTED,
+                    "case": case.id,
+                    "decision_id": decision_id,
+                    "reason": why,
+                }
+            )
 
     # -- records ------------------------------------------------------------------------
 

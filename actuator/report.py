@@ -50,9 +50,13 @@ class PrometheusQueries(Protocol):
     def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any: ...
 
     def custom_query_range(
-        self, query: str, start_time: datetime, end_time: datetime, step: str,
+        self,
+        query: str,
+        start_time: datetime,
+        end_time: datetime,
+        step: str,
         params: dict[str, Any] | None = None,
-    ) -> Any: ...  # fmt: skip
+    ) -> Any: ...
 
 
 class NoData(Exception):
@@ -147,15 +151,16 @@ def _covered(
     """The part of [start, end] that GPU data covers (None: none). An edge within a step
     (and a scrape's slack) of the asked one is the asked one."""
     series = prom.custom_query_range(
-        COVERAGE, start_time=datetime.fromtimestamp(start),
-        end_time=datetime.fromtimestamp(end), step=f"{int(step)}s",
-    )  # fmt: skip
+        COVERAGE,
+        start_time=datetime.fromtimestamp(start),
+        end_time=datetime.fromtimestamp(end),
+        step=f"{int(step)}s",
+    )
     times = [float(v) for s in series for _, v in s.get("values", [])]
     if not times:
         return None
     first, last = max(start, min(times)), min(end, max(times))
-    return (start if first - start <= step else first,
-            end if end - last <= step + 60 else last)  # fmt: skip
+    return (start if first - start <= step else first, end if end - last <= step + 60 else last)
 
 
 def _add_idle(figures: Figures, series: list[dict[str, Any]]) -> None:
@@ -238,8 +243,9 @@ def group_rows(f: Figures, price: Price) -> list[dict[str, Any]]:
     for kind, groups in (("user", f.by_user), ("project", f.by_project), ("node", f.by_node)):
         for name, usage in sorted(groups.items(), key=lambda kv: -kv[1].idle_gpu_hours):
             figures = {k: round(v, 4) for k, v in asdict(usage).items()}
-            rows.append({"by": kind, "name": name, **figures,
-                         "cost": price.cost(usage.idle_gpu_hours)})  # fmt: skip
+            rows.append(
+                {"by": kind, "name": name, **figures, "cost": price.cost(usage.idle_gpu_hours)}
+            )
     return rows
 
 
@@ -251,43 +257,74 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
         return json.dumps(body, indent=2) + "\n"
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=["by", "name", "idle_process_hours",
-                                                 "idle_gpu_hours", "idle_memory_gib_hours",
-                                                 "cost"])  # fmt: skip
+        writer = csv.DictWriter(
+            out,
+            fieldnames=[
+                "by",
+                "name",
+                "idle_process_hours",
+                "idle_gpu_hours",
+                "idle_memory_gib_hours",
+                "cost",
+            ],
+        )
         writer.writeheader()
         writer.writerows(group_rows(f, price))
         return out.getvalue()
     markdown = fmt == "markdown"
-    lines = [_table(["", "this period", *(["before", "change"] if before else [])],
-                    _compare(summary_rows(f, price),
-                             summary_rows(before, price) if before else None),
-                    markdown)]  # fmt: skip
+    lines = [
+        _table(
+            ["", "this period", *(["before", "change"] if before else [])],
+            _compare(summary_rows(f, price), summary_rows(before, price) if before else None),
+            markdown,
+        )
+    ]
     groups = group_rows(f, price)
     if groups:
         lines.append("")
-        lines.append(_table(
-            ["by", "name", "idle GPU-h", "idle process-h", "idle GiB-h",
-             *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else [])],
-            [[g["by"], g["name"], f"{g['idle_gpu_hours']:.2f}", f"{g['idle_process_hours']:.2f}",
-              f"{g['idle_memory_gib_hours']:.1f}",
-              *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else [])]
-             for g in groups],
-            markdown,
-        ))  # fmt: skip
+        lines.append(
+            _table(
+                [
+                    "by",
+                    "name",
+                    "idle GPU-h",
+                    "idle process-h",
+                    "idle GiB-h",
+                    *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else []),
+                ],
+                [
+                    [
+                        g["by"],
+                        g["name"],
+                        f"{g['idle_gpu_hours']:.2f}",
+                        f"{g['idle_process_hours']:.2f}",
+                        f"{g['idle_memory_gib_hours']:.1f}",
+                        *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else []),
+                    ]
+                    for g in groups
+                ],
+                markdown,
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def _as_json(f: Figures, price: Price) -> dict[str, Any]:
     return {
-        "start": f.start, "end": f.end, "step_seconds": f.step, "gpus": f.gpus,
+        "start": f.start,
+        "end": f.end,
+        "step_seconds": f.step,
+        "gpus": f.gpus,
         "asked": {"start": f.asked[0], "end": f.asked[1]} if f.asked else None,
         "gpu_hours": round(f.gpus * f.hours, 4),
         "avg_utilisation": f.avg_utilisation,
         **{k: round(v, 4) for k, v in asdict(f.total).items()},
-        "reclaims": f.reclaims, "freed_gib": round(f.freed_gib, 4),
-        "idle_cost": price.cost(f.total.idle_gpu_hours), "currency": price.currency or None,
+        "reclaims": f.reclaims,
+        "freed_gib": round(f.freed_gib, 4),
+        "idle_cost": price.cost(f.total.idle_gpu_hours),
+        "currency": price.currency or None,
         "groups": group_rows(f, price),
-    }  # fmt: skip
+    }
 
 
 def _compare(now: list[tuple[str, str]], before: list[tuple[str, str]] | None) -> list[list[str]]:

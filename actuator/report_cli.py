@@ -27,20 +27,27 @@ def add_commands(commands: Any) -> None:
         epilog="Times: a duration back from now (7d, 12h) or an ISO date/time "
         "(2026-11-24, 2026-11-24T08:00+08:00).",
     )
-    parser.add_argument("--prometheus", required=True, metavar="URL", type=argtypes.url,
-                        help="Prometheus base URL, e.g. http://prometheus:9090")  # fmt: skip
+    parser.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        type=argtypes.url,
+        help="Prometheus base URL, e.g. http://prometheus:9090",
+    )
     parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
     parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
     parser.add_argument(
-        "--compare-to", metavar="DURATION", type=argtypes.duration,
+        "--compare-to",
+        metavar="DURATION",
+        type=argtypes.duration,
         help="also report the period this much earlier, side by side (e.g. 7d)",
-    )  # fmt: skip
+    )
     parser.add_argument("--price-per-gpu-hour", type=float, metavar="X")
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
-    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"],
-                        default="table")  # fmt: skip
-    parser.add_argument("--timeout", type=argtypes.duration, default=60.0,
-                        help="per query (default 60s)")  # fmt: skip
+    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
+    parser.add_argument(
+        "--timeout", type=argtypes.duration, default=60.0, help="per query (default 60s)"
+    )
     parser.set_defaults(func=run_report)
 
 

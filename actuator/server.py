@@ -64,19 +64,25 @@ def build_channels(settings: NotifierSettings) -> dict[str, Channel]:
     if settings.email:
         e = settings.email
         channels["email"] = EmailChannel(
-            e.host, e.port, e.sender, security=e.security, username=e.username,
-            password=_secret(e.password_file), ca_file=e.ca_file, timeout=e.timeout,
-        )  # fmt: skip
+            e.host,
+            e.port,
+            e.sender,
+            security=e.security,
+            username=e.username,
+            password=_secret(e.password_file),
+            ca_file=e.ca_file,
+            timeout=e.timeout,
+        )
     if settings.wecom:
         channels["wecom"] = WeComChannel(settings.wecom.url, timeout=settings.wecom.timeout)
     if settings.dingtalk:
         d = settings.dingtalk
-        channels["dingtalk"] = DingTalkChannel(d.url, secret=_secret(d.secret_file),
-                                               timeout=d.timeout)  # fmt: skip
+        channels["dingtalk"] = DingTalkChannel(
+            d.url, secret=_secret(d.secret_file), timeout=d.timeout
+        )
     if settings.feishu:
         f = settings.feishu
-        channels["feishu"] = FeishuChannel(f.url, secret=_secret(f.secret_file),
-                                           timeout=f.timeout)  # fmt: skip
+        channels["feishu"] = FeishuChannel(f.url, secret=_secret(f.secret_file), timeout=f.timeout)
     if settings.slack:
         channels["slack"] = SlackChannel(settings.slack.url, timeout=settings.slack.timeout)
     return channels
@@ -89,17 +95,29 @@ def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
 
     s = settings.ldap
     return LdapOwners(
-        s.url, s.base, user_filter=s.filter, bind_dn=s.bind_dn, password=_secret(s.password_file),
-        attributes=s.attributes, timezone=s.timezone, cache_ttl=s.cache_ttl, timeout=s.timeout,
-    )  # fmt: skip
+        s.url,
+        s.base,
+        user_filter=s.filter,
+        bind_dn=s.bind_dn,
+        password=_secret(s.password_file),
+        attributes=s.attributes,
+        timezone=s.timezone,
+        cache_ttl=s.cache_ttl,
+        timeout=s.timeout,
+    )
 
 
 def build_decision_alerts(config: ActuatorConfig) -> DecisionAlerts | None:
     am = config.alertmanager
     if am is None:
         return None
-    return DecisionAlerts(am.urls, external_url=am.external_url, runbook_url=am.runbook_url,
-                          timeout=am.timeout, clock=time.time)  # fmt: skip
+    return DecisionAlerts(
+        am.urls,
+        external_url=am.external_url,
+        runbook_url=am.runbook_url,
+        timeout=am.timeout,
+        clock=time.time,
+    )
 
 
 def build_operators(config: ActuatorConfig) -> Operators | None:
@@ -110,17 +128,27 @@ def build_operators(config: ActuatorConfig) -> Operators | None:
     if settings.oidc is not None:
         o = settings.oidc
         oidc = OidcVerifier(
-            o.issuer, o.audience, o.jwks_url, groups_claim=o.groups_claim,
-            roles=roles, leeway=o.leeway, timeout=o.timeout,
-        )  # fmt: skip
+            o.issuer,
+            o.audience,
+            o.jwks_url,
+            groups_claim=o.groups_claim,
+            roles=roles,
+            leeway=o.leeway,
+            timeout=o.timeout,
+        )
     if settings.ldap is not None:
         from actuator.ldap_operators import LdapBindVerifier
 
         b = settings.ldap
         ldap = LdapBindVerifier(
-            b.url, b.user_dn, group_base=b.group_base, group_filter=b.group_filter,
-            roles=roles, timeout=b.timeout, cache_ttl=b.cache_ttl,
-        )  # fmt: skip
+            b.url,
+            b.user_dn,
+            group_base=b.group_base,
+            group_filter=b.group_filter,
+            roles=roles,
+            timeout=b.timeout,
+            cache_ttl=b.cache_ttl,
+        )
     return Operators(oidc, ldap)
 
 
@@ -136,12 +164,15 @@ def build_links(config: ActuatorConfig, token: str) -> KeepLinks | None:
 def build_notifier(config: ActuatorConfig) -> Notifier:
     settings = config.notifier
     if settings.owner_channels():
-        directory = OwnerDirectory.load(settings.directory) if settings.directory else (
-            OwnerDirectory())  # fmt: skip
+        directory = (
+            OwnerDirectory.load(settings.directory) if settings.directory else (OwnerDirectory())
+        )
         return OwnerNotifier(
-            directory, build_channels(settings),
-            Renderer(settings.templates_dir, sre=settings.sre_contact), ldap=build_ldap(settings),
-        )  # fmt: skip
+            directory,
+            build_channels(settings),
+            Renderer(settings.templates_dir, sre=settings.sre_contact),
+            ldap=build_ldap(settings),
+        )
     hook = settings.webhook
     if hook is None:
         return NullNotifier()
@@ -165,8 +196,9 @@ def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store)
             from actuator.schedulers.slurm_rest import SlurmRest
 
             r = s.rest
-            slurm = SlurmRest(r.url, r.user, r.token_file, api_version=r.api_version,
-                              timeout=s.timeout)  # fmt: skip
+            slurm = SlurmRest(
+                r.url, r.user, r.token_file, api_version=r.api_version, timeout=s.timeout
+            )
         else:
             env = {**os.environ, "SLURM_CONF": s.conf} if s.conf else None
             slurm = SlurmCli(s.scontrol, s.scancel, timeout=s.timeout, env=env)
@@ -240,19 +272,33 @@ class _Worker:
             started = store.mono()
         except StoreUnavailable:
             started = float("-inf")  # the database is away: /-/ready says so meanwhile
-        self.runtime = Runtime(config=config, store=store, audit=audit, token=token, links=links,
-                               operators=build_operators(config), mono=store.mono,
-                               started_mono=started)  # fmt: skip
+        self.runtime = Runtime(
+            config=config,
+            store=store,
+            audit=audit,
+            token=token,
+            links=links,
+            operators=build_operators(config),
+            mono=store.mono,
+            started_mono=started,
+        )
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
         nodes = build_nodes(config)
         schedulers = build_schedulers(config, nodes, store)
         self.waitlist = build_waitlist(config, nodes, store)
         self.reconciler = Reconciler(
-            config, store, audit, nodes, build_notifier(config), links=links,
-            alerts=build_decision_alerts(config), mono=store.mono, schedulers=schedulers,
+            config,
+            store,
+            audit,
+            nodes,
+            build_notifier(config),
+            links=links,
+            alerts=build_decision_alerts(config),
+            mono=store.mono,
+            schedulers=schedulers,
             demand=build_demand(config, schedulers, self.waitlist),
-        )  # fmt: skip
+        )
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
 
@@ -265,12 +311,16 @@ class _Worker:
         server = self.config.server
         if server.keep_socket:
             keep = KeepSocket(
-                self.runtime, server.keep_socket, sre_groups=server.keep_socket_groups,
-                max_seconds=self.config.notifier.keep_max, node=self.config.node.name,
+                self.runtime,
+                server.keep_socket,
+                sre_groups=server.keep_socket_groups,
+                max_seconds=self.config.notifier.keep_max,
+                node=self.config.node.name,
                 waitlist=self.waitlist,
-            )  # fmt: skip
-            threading.Thread(target=keep.run, args=(self.stop,), name="keep-socket",
-                             daemon=True).start()  # fmt: skip
+            )
+            threading.Thread(
+                target=keep.run, args=(self.stop,), name="keep-socket", daemon=True
+            ).start()
 
     def shutdown(self) -> None:
         self.stop.set()

@@ -14,8 +14,17 @@ import html
 # The cleaning and the label form live with the exporter, which writes `command` labels too.
 from exporter.text import BIDI_CONTROLS, ELLIPSIS, MAX_CHARS, clean, label
 
-__all__ = ["BIDI_CONTROLS", "ELLIPSIS", "MAX_CHARS", "clean", "html_text", "label",
-           "markdown", "plain", "slack"]  # fmt: skip
+__all__ = [
+    "BIDI_CONTROLS",
+    "ELLIPSIS",
+    "MAX_CHARS",
+    "clean",
+    "html_text",
+    "label",
+    "markdown",
+    "plain",
+    "slack",
+]
 
 # Characters that are markup, links or mentions in one of the chat dialects even inside an
 # inline code span (WeCom `<@id>` and `<font>`, Slack `<!channel>`), or end the span.

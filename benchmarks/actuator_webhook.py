@@ -114,10 +114,21 @@ def start_actuator(
     (work / "actuator.yml").write_text(yaml.safe_dump(config))
     log = (work / "actuator.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "--log-level", "WARNING", "actuator",
-         "--config", str(work / "actuator.yml")],
-        stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--log-level",
+            "WARNING",
+            "actuator",
+            "--config",
+            str(work / "actuator.yml"),
+        ],
+        stdout=log,
+        stderr=log,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     wait_http(f"http://127.0.0.1:{port}/-/ready")
     return proc, port
 
@@ -158,17 +169,35 @@ def throughput(port: int, seconds: float, clients: int) -> float:
 
 def recheck(sim: Path, samples: int) -> dict[str, float]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "sim", "run", "--dir", str(sim), "--gpu", "0",
-         "--memory", "4GiB", "--phases", "idle", "--children", "2"],
-        stdout=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "sim",
+            "run",
+            "--dir",
+            str(sim),
+            "--gpu",
+            "0",
+            "--memory",
+            "4GiB",
+            "--phases",
+            "idle",
+            "--children",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         while not any(p.pid == proc.pid for p in read_procs(sim)):
             time.sleep(0.05)
         time.sleep(0.5)
         target = target_of("bench-node", proc.pid, load_node(sim).gpus[0].uuid)
-        node = LocalNode("bench-node", Protect(protect_root=False, protected_uid_below=0),
-                         sim_dir=str(sim))  # fmt: skip
+        node = LocalNode(
+            "bench-node", Protect(protect_root=False, protected_uid_below=0), sim_dir=str(sim)
+        )
         node.inspect(target)  # warm up (NVML init, protection cache)
         took = []
         for _ in range(samples):

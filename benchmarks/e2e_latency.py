@@ -79,10 +79,17 @@ def measure(args: argparse.Namespace) -> int:
         samples: list[Sample] = []
         for i in range(args.workloads):
             busy = 3.0 + i * 0.37  # staggered against the 1 s scrape/evaluation grid
-            samples.append(Sample(stack.spawn(
-                f"bench {i}", name="yolo", phases=f"busy={busy:g}s,idle", memory="4GiB",
-                gpu=i % options.gpus,
-            )))  # fmt: skip
+            samples.append(
+                Sample(
+                    stack.spawn(
+                        f"bench {i}",
+                        name="yolo",
+                        phases=f"busy={busy:g}s,idle",
+                        memory="4GiB",
+                        gpu=i % options.gpus,
+                    )
+                )
+            )
         deadline = time.monotonic() + to_notice + args.grace + 60
         next_api = 0.0
         while time.monotonic() < deadline and any(s.freed is None for s in samples):
@@ -107,25 +114,39 @@ def measure(args: argparse.Namespace) -> int:
 
     done = [s for s in samples if None not in (s.t0, s.alert, s.notice, s.freed)]
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{platform.system()} {platform.release()}, load avg {load:.1f}")  # fmt: skip
-    print(f"scale {Fraction(scale).limit_denominator(1000)}: scrape = evaluation = {interval:g} s, "
-          f"window {window:g} s, for {hold:g} s, group_wait {group_wait:g} s, "
-          f"cpu_window {CPU_WINDOW_S:g} s, grace {args.grace:g} s")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}, load avg {load:.1f}"
+    )
+    print(
+        f"scale {Fraction(scale).limit_denominator(1000)}: scrape = evaluation = {interval:g} s, "
+        f"window {window:g} s, for {hold:g} s, group_wait {group_wait:g} s, "
+        f"cpu_window {CPU_WINDOW_S:g} s, grace {args.grace:g} s"
+    )
     print(
         f"configured: T0->alert {to_alert:g} s, T0->notice {to_notice:g} s, "
         f"notice->freed {args.grace:g} s; overhead target (T0->notice) <= {budget:g} s\n"
     )
-    print(f"{'workload':<10} {'T0->alert':>10} {'T0->notice':>11} {'overhead':>9} "
-          f"{'notice->freed':>14} {'overhead':>9} {'T0->freed':>10}")  # fmt: skip
+    print(
+        f"{'workload':<10} {'T0->alert':>10} {'T0->notice':>11} {'overhead':>9} "
+        f"{'notice->freed':>14} {'overhead':>9} {'T0->freed':>10}"
+    )
     rows = []
     for s in done:
         assert s.t0 is not None and s.alert and s.notice and s.freed
-        row = (s.alert - s.t0, s.notice - s.t0, s.notice - s.t0 - to_notice,
-               s.freed - s.notice, s.freed - s.notice - args.grace, s.freed - s.t0)  # fmt: skip
+        row = (
+            s.alert - s.t0,
+            s.notice - s.t0,
+            s.notice - s.t0 - to_notice,
+            s.freed - s.notice,
+            s.freed - s.notice - args.grace,
+            s.freed - s.t0,
+        )
         rows.append(row)
-        print(f"{s.workload.label:<10} {row[0]:>9.2f}s {row[1]:>10.2f}s {row[2]:>+8.2f}s "
-              f"{row[3]:>13.2f}s {row[4]:>+8.2f}s {row[5]:>9.2f}s")  # fmt: skip
+        print(
+            f"{s.workload.label:<10} {row[0]:>9.2f}s {row[1]:>10.2f}s {row[2]:>+8.2f}s "
+            f"{row[3]:>13.2f}s {row[4]:>+8.2f}s {row[5]:>9.2f}s"
+        )
     missing = len(samples) - len(done)
     if not rows:
         print("no workload completed the loop", file=sys.stderr)
@@ -134,8 +155,10 @@ def measure(args: argparse.Namespace) -> int:
     for name, index in (("min", 0), ("median", 1), ("max", 2)):
         pick = {0: min, 1: statistics.median, 2: max}[index]
         vals = [pick(c) for c in columns]
-        print(f"{name:<10} {vals[0]:>9.2f}s {vals[1]:>10.2f}s {vals[2]:>+8.2f}s "
-              f"{vals[3]:>13.2f}s {vals[4]:>+8.2f}s {vals[5]:>9.2f}s")  # fmt: skip
+        print(
+            f"{name:<10} {vals[0]:>9.2f}s {vals[1]:>10.2f}s {vals[2]:>+8.2f}s "
+            f"{vals[3]:>13.2f}s {vals[4]:>+8.2f}s {vals[5]:>9.2f}s"
+        )
     worst = max(columns[2])
     verdict = "within" if worst <= budget else "OVER"
     print(

@@ -48,8 +48,9 @@ from simnode import GiB, percentile, start_node  # noqa: E402
 def measure(workdir: Path, rounds: int, interval: float) -> dict[str, list[float]]:
     node, beats = workdir / "node", workdir / "hb"
     reader = NvmlReader(open_nvml(node))
-    collector = GpuCollector(reader, ExporterSettings("bench", heartbeat_dir=beats),
-                             IdentityCache())  # fmt: skip
+    collector = GpuCollector(
+        reader, ExporterSettings("bench", heartbeat_dir=beats), IdentityCache()
+    )
     host = HostProcesses()
     body = b""
 
@@ -97,10 +98,14 @@ def main() -> int:
     args = parser.parse_args()
     gpus, per_gpu = (int(x) for x in args.layout.split("x"))
     memory = psutil.virtual_memory().total / GiB
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
-          f"Python {platform.python_version()}")  # fmt: skip
-    print("| layout | idle host procs | nvml p50 | ours p50 / p99 | floor p50 / p99 | ours / floor "
-          "| ours - nvml / floor - nvml | CPU ours / floor |")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        "| layout | idle host procs | nvml p50 | ours p50 / p99 | floor p50 / p99 | ours / floor "
+        "| ours - nvml / floor - nvml | CPU ours / floor |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for idle in args.idle_host or [0]:
         workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-floor-"))
@@ -114,11 +119,14 @@ def main() -> int:
                 child.wait()
         med = {k: statistics.median(v) * 1000 for k, v in t.items()}
         p99 = {k: percentile(v, 0.99) * 1000 for k, v in t.items()}
-        print(f"| {args.layout} | {idle} | {med['nvml']:.1f} ms "
-              f"| {med['ours']:.1f} / {p99['ours']:.1f} ms | {med['floor']:.1f} / "
-              f"{p99['floor']:.1f} ms | {med['ours'] / med['floor']:.2f} "
-              f"| {(med['ours'] - med['nvml']) / (med['floor'] - med['nvml']):.2f} "
-              f"| {med['cpu_ours']:.1f} / {med['cpu_floor']:.1f} ms |", flush=True)  # fmt: skip
+        print(
+            f"| {args.layout} | {idle} | {med['nvml']:.1f} ms "
+            f"| {med['ours']:.1f} / {p99['ours']:.1f} ms | {med['floor']:.1f} / "
+            f"{p99['floor']:.1f} ms | {med['ours'] / med['floor']:.2f} "
+            f"| {(med['ours'] - med['nvml']) / (med['floor'] - med['nvml']):.2f} "
+            f"| {med['cpu_ours']:.1f} / {med['cpu_floor']:.1f} ms |",
+            flush=True,
+        )
     return 0
 
 

@@ -79,10 +79,22 @@ def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> E
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "exporter", "--listen", f"127.0.0.1:{port}",
-         "--sim-dir", str(node), "--heartbeat-dir", str(workdir / "hb")],
-        stderr=subprocess.DEVNULL, env=env, cwd=pythonpath,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "exporter",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--sim-dir",
+            str(node),
+            "--heartbeat-dir",
+            str(workdir / "hb"),
+        ],
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=pythonpath,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     deadline = time.monotonic() + 60
     while True:
@@ -95,8 +107,9 @@ def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> E
             time.sleep(0.2)
 
 
-def run_layout(gpus: int, per_gpu: int, idle_host: int, scrapes: int, interval: float,
-               compare: Path | None) -> list[Exporter]:  # fmt: skip
+def run_layout(
+    gpus: int, per_gpu: int, idle_host: int, scrapes: int, interval: float, compare: Path | None
+) -> list[Exporter]:
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
     node = workdir / "node"
     children: list[subprocess.Popen[bytes]] = []
@@ -129,27 +142,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layout", action="append", help="GPUSxPROCESSES (default 8x4, 8x32)")
     parser.add_argument(
-        "--idle-host", type=int, action="append",
+        "--idle-host",
+        type=int,
+        action="append",
         help="unrelated idle processes on the host (repeatable; default 0)",
-    )  # fmt: skip
+    )
     parser.add_argument("--compare", help="a git revision to run side by side (a worktree)")
     parser.add_argument("--scrapes", type=int, default=120)
     parser.add_argument(
-        "--interval", type=float, default=0.3, help="seconds between rounds (>0.2 so the "
-        "simulated driver state is re-read every scrape)",
-    )  # fmt: skip
+        "--interval",
+        type=float,
+        default=0.3,
+        help="seconds between rounds (>0.2 so the simulated driver state is re-read every scrape)",
+    )
     args = parser.parse_args()
     compare = None
     if args.compare:
         compare = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-compare-")) / "tree"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(compare),
-                        args.compare], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(compare), args.compare],
+            check=True,
+            capture_output=True,
+        )
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{psutil.virtual_memory().total / GiB:.0f} GiB, Python {platform.python_version()}"
     )
-    print("| layout | idle host procs | exporter | series | gzip body | scrape p50 | scrape p99 "
-          "| client p50 | client p99 | CPU/scrape | RSS |")  # fmt: skip
+    print(
+        "| layout | idle host procs | exporter | series | gzip body | scrape p50 | scrape p99 "
+        "| client p50 | client p99 | CPU/scrape | RSS |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         for layout in args.layout or ["8x4", "8x32"]:
@@ -169,16 +191,22 @@ def main() -> int:
                     )
                 if len(found) == 2:
                     a, b = found
-                    print(f"|  |  | ratio this/compare |  |  "
-                          f"| {statistics.median(a.server) / statistics.median(b.server):.2f} "
-                          f"| {percentile(a.server, .99) / percentile(b.server, .99):.2f} "
-                          f"| {statistics.median(a.client) / statistics.median(b.client):.2f} "
-                          f"| {percentile(a.client, .99) / percentile(b.client, .99):.2f} "
-                          f"| {a.cpu / b.cpu:.2f} |  |", flush=True)  # fmt: skip
+                    print(
+                        f"|  |  | ratio this/compare |  |  "
+                        f"| {statistics.median(a.server) / statistics.median(b.server):.2f} "
+                        f"| {percentile(a.server, 0.99) / percentile(b.server, 0.99):.2f} "
+                        f"| {statistics.median(a.client) / statistics.median(b.client):.2f} "
+                        f"| {percentile(a.client, 0.99) / percentile(b.client, 0.99):.2f} "
+                        f"| {a.cpu / b.cpu:.2f} |  |",
+                        flush=True,
+                    )
     finally:
         if compare is not None:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(compare)], check=False, capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(compare)],
+                check=False,
+                capture_output=True,
+            )
     return 0
 
 

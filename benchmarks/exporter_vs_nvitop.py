@@ -48,13 +48,26 @@ def make_venv(where: Path) -> Path:
 
 def start_nvitop(venv: Path, node: Path, interval: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "GPU_RECLAIMER_SIM_DIR": str(node), "GPU_RECLAIMER_REPO": str(REPO),
-           "PYTHONPATH": str(REPO / "benchmarks" / "nvitop_sim")}  # fmt: skip
+    env = {
+        **os.environ,
+        "GPU_RECLAIMER_SIM_DIR": str(node),
+        "GPU_RECLAIMER_REPO": str(REPO),
+        "PYTHONPATH": str(REPO / "benchmarks" / "nvitop_sim"),
+    }
     process = subprocess.Popen(
-        [str(venv / "bin" / "nvitop-exporter"), "--bind-address", "127.0.0.1", "--port",
-         str(port), "--interval", str(interval)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            str(venv / "bin" / "nvitop-exporter"),
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--interval",
+            str(interval),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     deadline = time.monotonic() + 60
     while True:
@@ -85,8 +98,11 @@ def main() -> int:
     venv = args.nvitop_venv or make_venv(Path(tempfile.mkdtemp(prefix="nvitop-")) / "venv")
     gpus, per_gpu = (int(x) for x in args.layout.split("x"))
     memory = psutil.virtual_memory().total / GiB
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
-          f"Python {platform.python_version()}, layout {args.layout}", flush=True)  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
+        f"Python {platform.python_version()}, layout {args.layout}",
+        flush=True,
+    )
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-vs-nvitop-"))
     children = start_node(workdir, gpus, per_gpu, 0)
     node = workdir / "node"
@@ -98,8 +114,10 @@ def main() -> int:
         time.sleep(3 * args.interval)  # nvitop's first collections
         session = requests.Session()
         headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
-        ours_pids = pids(session.get(ours.url, timeout=10).text,
-                         r'gpu_process_memory_used_bytes\{[^}]*pid="(\d+)"')  # fmt: skip
+        ours_pids = pids(
+            session.get(ours.url, timeout=10).text,
+            r'gpu_process_memory_used_bytes\{[^}]*pid="(\d+)"',
+        )
         nv_pids = pids(session.get(nv_url, timeout=10).text, r'process_info_info\{[^}]*pid="(\d+)"')
         assert ours_pids == nv_pids and len(ours_pids) == gpus * per_gpu, (
             f"the exporters disagree: {len(ours_pids)} vs {len(nv_pids)} PIDs"
@@ -128,13 +146,17 @@ def main() -> int:
     print("| exporter | client p50 | client p99 | CPU per collection | RSS |")
     print("|---|---|---|---|---|")
     for name, cpu in (("ours", our_cpu), ("nvitop", nv_cpu)):
-        print(f"| {name} | {1000 * statistics.median(latency[name]):.1f} ms "
-              f"| {1000 * percentile(latency[name], 0.99):.1f} ms | {1000 * cpu:.1f} ms "
-              f"| {rss[name]:.0f} MB |")  # fmt: skip
-    print(f"| ratio ours/nvitop "
-          f"| {statistics.median(latency['ours']) / statistics.median(latency['nvitop']):.2f} "
-          f"| {percentile(latency['ours'], .99) / percentile(latency['nvitop'], .99):.2f} "
-          f"| {our_cpu / nv_cpu:.2f} | {rss['ours'] / rss['nvitop']:.2f} |")  # fmt: skip
+        print(
+            f"| {name} | {1000 * statistics.median(latency[name]):.1f} ms "
+            f"| {1000 * percentile(latency[name], 0.99):.1f} ms | {1000 * cpu:.1f} ms "
+            f"| {rss[name]:.0f} MB |"
+        )
+    print(
+        f"| ratio ours/nvitop "
+        f"| {statistics.median(latency['ours']) / statistics.median(latency['nvitop']):.2f} "
+        f"| {percentile(latency['ours'], 0.99) / percentile(latency['nvitop'], 0.99):.2f} "
+        f"| {our_cpu / nv_cpu:.2f} | {rss['ours'] / rss['nvitop']:.2f} |"
+    )
     return 0
 
 

@@ -66,17 +66,20 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
         init_node(base / name, gpus=gpus, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
         for gpu in load_node(base / name).gpus:
             # stdout/stderr to /dev/null: a file written meanwhile would be log activity
-            proc = subprocess.Popen(["sleep", "86400"], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)  # fmt: skip
+            proc = subprocess.Popen(
+                ["sleep", "86400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             procs.append(proc)
             ticks = start_ticks(proc.pid)
-            write_proc(base / name, ProcState(proc.pid, ticks or 0, gpu.index, 4 * 1024**3, 0,
-                                              time.time()))  # fmt: skip
+            write_proc(
+                base / name, ProcState(proc.pid, ticks or 0, gpu.index, 4 * 1024**3, 0, time.time())
+            )
             targets.append({"node": name, "pid": proc.pid, "uuid": gpu.uuid, "ticks": ticks})
     agents = subprocess.Popen(
         [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *names],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert agents.stdout is not None
     ready, _, ports = agents.stdout.readline().partition(" ")
     assert ready == "ready", ready
@@ -98,20 +101,25 @@ def start_actuator(
         "node": {"name": "central"},
         "server": {"listen": f"127.0.0.1:{port}", "token_file": str(token), "workers": 2},
         "storage": {"database": database, "audit_log": str(work / "audit.jsonl")},
-        "agents": {"tls": client_tls(base / "certs"),
-                   "static": json.loads((base / "agents.json").read_text()), "timeout": "5s"},
+        "agents": {
+            "tls": client_tls(base / "certs"),
+            "static": json.loads((base / "agents.json").read_text()),
+            "timeout": "5s",
+        },
         "defaults": {"idle_for": "0s"},
         "idle": {"cpu_window": "0.3s", "sm_window": "1s"},
         "protect": {"protect_root": False, "protected_uid_below": 0},
         "breaker": {"min_flagged": 100000},
         "reconciler": {"interval": "0.1s", "parallel": parallel},
-    }  # fmt: skip
+    }
     (work / "actuator.yml").write_text(yaml.safe_dump(config))
     log = (work / "actuator.log").open("ab")
     proc = subprocess.Popen(
         [*gpu_reclaimer_command(), "actuator", "--config", str(work / "actuator.yml")],
-        stdout=log, stderr=log, start_new_session=True,
-    )  # fmt: skip
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     wait_http(f"http://127.0.0.1:{port}/-/healthy", 60)
     return proc, port
 
@@ -119,14 +127,21 @@ def start_actuator(
 def alert(t: dict[str, Any], starts: str) -> dict[str, Any]:
     return {
         "status": "firing",
-        "labels": {"alertname": "GpuProcessIdle", "reclaim": "true", "node": t["node"],
-                   "pid": str(t["pid"]), "uuid": t["uuid"], "start_ticks": str(t["ticks"]),
-                   "boot_id": boot_id(), "user": "bench"},
+        "labels": {
+            "alertname": "GpuProcessIdle",
+            "reclaim": "true",
+            "node": t["node"],
+            "pid": str(t["pid"]),
+            "uuid": t["uuid"],
+            "start_ticks": str(t["ticks"]),
+            "boot_id": boot_id(),
+            "user": "bench",
+        },
         "annotations": {},
         "startsAt": starts,
         "endsAt": "0001-01-01T00:00:00Z",
         "fingerprint": uuid.uuid4().hex[:16],
-    }  # fmt: skip
+    }
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
@@ -158,10 +173,18 @@ def one_round(
         acks = []
         t0 = time.monotonic()
         for i in range(0, len(targets), GROUP):
-            body = {"version": "4", "status": "firing", "receiver": "reclaim",
-                    "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-                    "externalURL": "http://am", "groupKey": f"bench{i}", "truncatedAlerts": 0,
-                    "alerts": [alert(t, starts) for t in targets[i:i + GROUP]]}  # fmt: skip
+            body = {
+                "version": "4",
+                "status": "firing",
+                "receiver": "reclaim",
+                "groupLabels": {},
+                "commonLabels": {},
+                "commonAnnotations": {},
+                "externalURL": "http://am",
+                "groupKey": f"bench{i}",
+                "truncatedAlerts": 0,
+                "alerts": [alert(t, starts) for t in targets[i : i + GROUP]],
+            }
             s = time.monotonic()
             status, _ = request(port, "POST", "/api/v1/alerts", json.dumps(body).encode())
             acks.append(time.monotonic() - s)
@@ -186,12 +209,19 @@ def one_round(
         size = _size(database, work, backend) - empty
         actuator_cpu = _cpu(psutil.Process(proc.pid)) - cpu0[0]
         agents_cpu = _cpu(agents) - cpu0[1]
-        return {"backend": backend, "cases": len(cases), "ack_p50": percentile(acks, 0.5),
-                "ack_p99": percentile(acks, 0.99), "posted_s": posted, "cases_per_s":
-                len(cases) / took, "latency_p50": percentile(latencies, 0.5),
-                "latency_p99": percentile(latencies, 0.99), "bytes_per_case":
-                size / len(cases), "actuator_cpu_per_case": actuator_cpu / len(cases),
-                "agents_cpu_per_case": agents_cpu / len(cases)}  # fmt: skip
+        return {
+            "backend": backend,
+            "cases": len(cases),
+            "ack_p50": percentile(acks, 0.5),
+            "ack_p99": percentile(acks, 0.99),
+            "posted_s": posted,
+            "cases_per_s": len(cases) / took,
+            "latency_p50": percentile(latencies, 0.5),
+            "latency_p99": percentile(latencies, 0.99),
+            "bytes_per_case": size / len(cases),
+            "actuator_cpu_per_case": actuator_cpu / len(cases),
+            "agents_cpu_per_case": agents_cpu / len(cases),
+        }
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
@@ -235,8 +265,11 @@ def main() -> int:
     backends = args.backends.split(",")
     base = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     base.chmod(0o755)
-    print(f"# {args.nodes} nodes x {args.gpus} GPUs, {platform.node()}: "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)  # fmt: skip
+    print(
+        f"# {args.nodes} nodes x {args.gpus} GPUs, {platform.node()}: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        flush=True,
+    )
     targets, procs = start_fleet(base, args.nodes, args.gpus)
     pg_ctx = None
     pg = None
@@ -251,9 +284,13 @@ def main() -> int:
             for backend in backends:  # interleaved
                 result = one_round(base, targets, backend, pg, args.parallel, procs[-1].pid)
                 results.append(result)
-                print(f"round {r + 1} {backend}: " + json.dumps(
-                    {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}),
-                    flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} {backend}: "
+                    + json.dumps(
+                        {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}
+                    ),
+                    flush=True,
+                )
     finally:
         if pg_ctx is not None:
             pg_ctx.__exit__(None, None, None)
@@ -271,12 +308,14 @@ def main() -> int:
         def med(key: str, rows: list[dict[str, Any]] = rows) -> float:
             return statistics.median(r[key] for r in rows)
 
-        print(f"| {backend} | {rows[0]['cases']} | {med('ack_p50') * 1000:.0f} / "
-              f"{med('ack_p99') * 1000:.0f} ms | {med('cases_per_s'):.1f} | "
-              f"{med('latency_p50'):.1f} / {med('latency_p99'):.1f} s | "
-              f"{med('actuator_cpu_per_case') * 1000:.0f} ms | "
-              f"{med('agents_cpu_per_case') * 1000:.0f} ms | "
-              f"{med('bytes_per_case') * 10000 / 2**20:.0f} MiB |")  # fmt: skip
+        print(
+            f"| {backend} | {rows[0]['cases']} | {med('ack_p50') * 1000:.0f} / "
+            f"{med('ack_p99') * 1000:.0f} ms | {med('cases_per_s'):.1f} | "
+            f"{med('latency_p50'):.1f} / {med('latency_p99'):.1f} s | "
+            f"{med('actuator_cpu_per_case') * 1000:.0f} ms | "
+            f"{med('agents_cpu_per_case') * 1000:.0f} ms | "
+            f"{med('bytes_per_case') * 10000 / 2**20:.0f} MiB |"
+        )
     return 0
 
 

@@ -29,12 +29,30 @@ def start_node(workdir: Path, gpus: int, per_gpu: int, idle: int) -> list[subpro
         phases = ("busy", "idle", "load=1h,busy")
         for gpu in range(gpus):
             for i in range(per_gpu):
-                children.append(subprocess.Popen(
-                    [sys.executable, "-m", "exporter.cli", "sim", "run", "--dir", str(node),
-                     "--gpu", str(gpu), "--memory", "1GiB", "--phases", phases[i % 3],
-                     "--tick", "1"],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                ))  # fmt: skip
+                children.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "exporter.cli",
+                            "sim",
+                            "run",
+                            "--dir",
+                            str(node),
+                            "--gpu",
+                            str(gpu),
+                            "--memory",
+                            "1GiB",
+                            "--phases",
+                            phases[i % 3],
+                            "--tick",
+                            "1",
+                        ],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=REPO,
+                    )
+                )
     deadline = time.monotonic() + 300
     while len(read_procs(node)) < gpus * per_gpu:
         if time.monotonic() > deadline:

@@ -137,33 +137,54 @@ def start_exporter(sim: Path, work: Path) -> tuple[subprocess.Popen[bytes], int]
     port = free_port()
     log = (work / "exporter.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "--log-level", "WARNING", "exporter",
-         "--sim-dir", str(sim), "--listen", f"127.0.0.1:{port}"],
-        stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--log-level",
+            "WARNING",
+            "exporter",
+            "--sim-dir",
+            str(sim),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     wait_http(f"http://127.0.0.1:{port}/metrics")
     return proc, port
 
 
 def row(label: str, r: dict[str, float]) -> str:
-    return (f"  {label:<34} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  "
-            f"failed {int(r['failed'])}")  # fmt: skip
+    return (
+        f"  {label:<34} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  "
+        f"failed {int(r['failed'])}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=500, help="idle AND trickling each")
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--worker-class", action="append", choices=["asgi", "sync"],
-                        help="actuator worker classes to compare (default: both)")  # fmt: skip
+    parser.add_argument(
+        "--worker-class",
+        action="append",
+        choices=["asgi", "sync"],
+        help="actuator worker classes to compare (default: both)",
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     classes = args.worker_class or ["asgi", "sync"]
     ok = True
-    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{platform.system()}; {args.connections} idle + {args.connections} trickling "
-          "connections")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()}; {args.connections} idle + {args.connections} trickling "
+        "connections"
+    )
     with tempfile.TemporaryDirectory(prefix="gpu-reclaimer-slow-") as tmp:
         work = Path(tmp)
         sim = work / "node"

@@ -84,22 +84,28 @@ def main() -> int:
         proc.wait(30)
         log = (work / "actuator.log").read_text(errors="replace")
     timeouts = log.count("WORKER TIMEOUT")
-    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{platform.system()}; worker_class={args.worker_class}, 2 workers, "
-          f"{args.rate:g} req/s for {args.minutes:g} min ({total} requests)")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()}; worker_class={args.worker_class}, 2 workers, "
+        f"{args.rate:g} req/s for {args.minutes:g} min ({total} requests)"
+    )
     by_minute: dict[int, list[float]] = {}
     for offset, latency, _ in results:
         by_minute.setdefault(int(offset // 60), []).append(latency)
     for minute, values in sorted(by_minute.items()):
         p50, p99 = statistics.median(values) * 1000, percentile(values, 0.99) * 1000
-        print(f"  minute {minute + 1:>2}: p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
-              f"max {max(values) * 1000:7.2f} ms")  # fmt: skip
+        print(
+            f"  minute {minute + 1:>2}: p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
+            f"max {max(values) * 1000:7.2f} ms"
+        )
     latencies = [lat for _, lat, _ in results]
     bad = sum(1 for _, _, status in results if not 200 <= status < 300)
     p99 = percentile(latencies, 0.99) * 1000
-    print(f"overall: p50 {statistics.median(latencies) * 1000:.2f} ms  p99 {p99:.2f} ms  "
-          f"p99.9 {percentile(latencies, 0.999) * 1000:.2f} ms  non-2xx {bad}  "
-          f"worker timeouts {timeouts}")  # fmt: skip
+    print(
+        f"overall: p50 {statistics.median(latencies) * 1000:.2f} ms  p99 {p99:.2f} ms  "
+        f"p99.9 {percentile(latencies, 0.999) * 1000:.2f} ms  non-2xx {bad}  "
+        f"worker timeouts {timeouts}"
+    )
     ok = p99 < 200 and bad == 0 and timeouts == 0
     print("target met" if ok else "TARGET MISSED")
     return 0 if ok else 1

@@ -29,8 +29,9 @@ def main() -> int:
         subprocess.run([*pip, str(REPO)], check=True)  # no extras
         cli = str(venv / "bin" / "gpu-reclaimer")
         for library in ("flask", "gunicorn", "psycopg", "kubernetes", "jwt", "ldap3"):
-            found = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {library}"],
-                                   capture_output=True)  # fmt: skip
+            found = subprocess.run(
+                [str(venv / "bin" / "python"), "-c", f"import {library}"], capture_output=True
+            )
             if found.returncode == 0:
                 print(f"FAILED: the bare install has {library}")
                 return 1
@@ -55,8 +56,11 @@ def main() -> int:
         finally:
             exporter.terminate()
             exporter.wait(timeout=20)
-        needs = subprocess.run([cli, "report", "--prometheus", "http://127.0.0.1:1",
-                                "--since", "1h"], capture_output=True, text=True)  # fmt: skip
+        needs = subprocess.run(
+            [cli, "report", "--prometheus", "http://127.0.0.1:1", "--since", "1h"],
+            capture_output=True,
+            text=True,
+        )
         if needs.returncode != 2 or "extra" not in needs.stderr or "Traceback" in needs.stderr:
             print(f"FAILED: `report` without its extra: {needs.stderr[-500:]}")
             return 1

@@ -51,9 +51,19 @@ def files(directory: Path) -> list[dict[str, Any]]:
 
 
 def train_args(data: Path, project: Path) -> dict[str, Any]:
-    return {"data": str(data), "epochs": 2, "imgsz": SIZE, "batch": 4, "device": "cpu",
-            "workers": 0, "plots": False, "amp": False, "project": str(project),
-            "exist_ok": True, "verbose": False}  # fmt: skip
+    return {
+        "data": str(data),
+        "epochs": 2,
+        "imgsz": SIZE,
+        "batch": 4,
+        "device": "cpu",
+        "workers": 0,
+        "plots": False,
+        "amp": False,
+        "project": str(project),
+        "exist_ok": True,
+        "verbose": False,
+    }
 
 
 def check_model(yaml: str, data: Path, work: Path) -> list[str]:
@@ -71,8 +81,17 @@ def check_model(yaml: str, data: Path, work: Path) -> list[str]:
         problems.append(f"{yaml}: during training the heartbeat was {seen[:3]}")
     if files(beats):
         problems.append(f"{yaml}: the heartbeat outlived a normal end of training")
-    model.val(data=str(data), imgsz=SIZE, batch=4, device="cpu", workers=0, plots=False,
-              project=str(work / "runs"), exist_ok=True, verbose=False)  # fmt: skip
+    model.val(
+        data=str(data),
+        imgsz=SIZE,
+        batch=4,
+        device="cpu",
+        workers=0,
+        plots=False,
+        project=str(work / "runs"),
+        exist_ok=True,
+        verbose=False,
+    )
     if files(beats):
         problems.append(f"{yaml}: model.val() after train() re-created the heartbeat")
 

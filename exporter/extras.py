@@ -6,12 +6,23 @@ from __future__ import annotations
 
 # top-level import name -> the extra that installs it
 EXTRA_OF = {
-    "flask": "actuator", "asgiref": "actuator", "requests": "actuator",
-    "jinja2": "actuator", "markdown": "actuator", "prometheus_api_client": "actuator",
-    "cryptography": "actuator", "gunicorn": "agent", "werkzeug": "agent",
-    "psycopg": "postgres", "ldap3": "ldap", "jwt": "oidc", "kubernetes": "kubernetes",
-    "grpc": "kubernetes", "google": "kubernetes", "hostlist": "slurm-rest",
-}  # fmt: skip
+    "flask": "actuator",
+    "asgiref": "actuator",
+    "requests": "actuator",
+    "jinja2": "actuator",
+    "markdown": "actuator",
+    "prometheus_api_client": "actuator",
+    "cryptography": "actuator",
+    "gunicorn": "agent",
+    "werkzeug": "agent",
+    "psycopg": "postgres",
+    "ldap3": "ldap",
+    "jwt": "oidc",
+    "kubernetes": "kubernetes",
+    "grpc": "kubernetes",
+    "google": "kubernetes",
+    "hostlist": "slurm-rest",
+}
 
 
 def missing_extra(error: ModuleNotFoundError) -> str | None:
@@ -21,5 +32,7 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     if extra is None:
         return None
     also = " (the 'actuator' extra includes it)" if extra == "agent" else ""
-    return (f"this needs the {extra!r} extra{also} ({top} is not installed): "
-            f"pip install 'gpu-reclaimer[{extra}]'")  # fmt: skip
+    return (
+        f"this needs the {extra!r} extra{also} ({top} is not installed): "
+        f"pip install 'gpu-reclaimer[{extra}]'"
+    )

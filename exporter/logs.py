@@ -108,12 +108,17 @@ def gunicorn_logconfig() -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"main": {"()": "exporter.logs.formatter", "fmt": fmt}},
-        "handlers": {"main": {"class": "logging.StreamHandler", "formatter": "main",
-                              "stream": "ext://sys.stderr"}},
+        "handlers": {
+            "main": {
+                "class": "logging.StreamHandler",
+                "formatter": "main",
+                "stream": "ext://sys.stderr",
+            }
+        },
         "root": {"level": level, "handlers": ["main"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": [], "propagate": True},
             # No access log (as before): only problems, through the same handler.
             "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": True},
         },
-    }  # fmt: skip
+    }

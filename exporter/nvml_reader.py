@@ -176,8 +176,10 @@ class NvmlReader:
             self._warned.add(key)
             log.warning(
                 "GPU %d: per-process utilisation is unknown (%s); its processes are never "
-                "judged idle by utilisation (reported once)", index, reason,
-            )  # fmt: skip
+                "judged idle by utilisation (reported once)",
+                index,
+                reason,
+            )
 
     def _process_utilization(self, index: int, handle: Any) -> tuple[bool | None, dict[int, int]]:
         """(supported, highest SM % per sample PID since the previous read, at least

@@ -65,8 +65,11 @@ def register(
         log.warning(
             "cannot record this %s in %s (%s): the actuator still protects itself and its "
             "ancestors, but set %s to a writable directory shared with the actuator",
-            role, folder, exc.strerror or exc, RUNTIME_DIR_ENV,
-        )  # fmt: skip
+            role,
+            folder,
+            exc.strerror or exc,
+            RUNTIME_DIR_ENV,
+        )
         return None
     return path
 

@@ -22,9 +22,12 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def build_info(prefix: str) -> Family:
-    family = Family(f"{prefix}_build_info", "gauge",
-                    "1, labelled with the running version and Python.",
-                    ("version", "python_version"))  # fmt: skip
+    family = Family(
+        f"{prefix}_build_info",
+        "gauge",
+        "1, labelled with the running version and Python.",
+        ("version", "python_version"),
+    )
     family.add((__version__, platform.python_version()), 1)
     return family
 
@@ -54,9 +57,11 @@ class SelfCollector(Collector):
         self.prefix = prefix
 
     def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily(f"{self.prefix}_build_info",
-                                 "1, labelled with the running version and Python.",
-                                 labels=["version", "python_version"])  # fmt: skip
+        info = GaugeMetricFamily(
+            f"{self.prefix}_build_info",
+            "1, labelled with the running version and Python.",
+            labels=["version", "python_version"],
+        )
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
         yield from _process.collect()

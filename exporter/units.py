@@ -23,8 +23,15 @@ _SIZE_UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 # Prometheus' duration grammar (ms, s, m, h, d, w, y; 1h30m), and decimals (1.5s).
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0,
-                     "w": 7 * 86400.0, "y": 365 * 86400.0}  # fmt: skip
+_DURATION_SECONDS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 7 * 86400.0,
+    "y": 365 * 86400.0,
+}
 
 
 def parse_size(text: str | int) -> int:

@@ -177,8 +177,12 @@ class MetricsServer:
                 self._waiting[writer] = time.monotonic()
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-                except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                        ConnectionError):  # fmt: skip
+                except (
+                    TimeoutError,
+                    asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError,
+                    ConnectionError,
+                ):
                     return
                 finally:
                     self._waiting.pop(writer, None)
@@ -221,8 +225,12 @@ class MetricsServer:
         )
         keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
         connection = "keep-alive" if keep else "close"
-        lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in response_headers),
-                 f"Content-Length: {len(body)}", f"Connection: {connection}"]  # fmt: skip
+        lines = [
+            f"HTTP/1.1 {status}",
+            *(f"{k}: {v}" for k, v in response_headers),
+            f"Content-Length: {len(body)}",
+            f"Connection: {connection}",
+        ]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         try:
             await asyncio.wait_for(writer.drain(), HEAD_TIMEOUT)

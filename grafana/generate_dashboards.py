@@ -225,8 +225,15 @@ def heatmap(
     options: dict[str, Any] = {
         "calculate": buckets is not None,
         "cellGap": 1,
-        "color": {"mode": "scheme", "scheme": "Oranges", "fill": "dark-orange",
-                  "scale": "exponential", "exponent": 0.5, "steps": 64, "reverse": False},
+        "color": {
+            "mode": "scheme",
+            "scheme": "Oranges",
+            "fill": "dark-orange",
+            "scale": "exponential",
+            "exponent": 0.5,
+            "steps": 64,
+            "reverse": False,
+        },
         "yAxis": {"axisPlacement": "left", "reverse": buckets is None, "unit": y_unit},
         "rowsFrame": {"layout": "auto"},
         "cellValues": {"unit": unit},
@@ -235,7 +242,7 @@ def heatmap(
         "exemplars": {"color": "rgba(255,0,255,0.7)"},
         "filterValues": {"le": 1e-9},
         "showValue": "never",
-    }  # fmt: skip
+    }
     if buckets is not None:
         options["calculation"] = {
             "xBuckets": {"mode": "size", "value": buckets[0]},
@@ -281,9 +288,19 @@ def table(
     sort_by: str | None = None,
 ) -> Panel:
     order = [
-        "node", "gpu", "pid", "user", "command", "project", "alertname", "alertstate",
-        "class", "footprint", "severity", *rename,
-    ]  # fmt: skip
+        "node",
+        "gpu",
+        "pid",
+        "user",
+        "command",
+        "project",
+        "alertname",
+        "alertstate",
+        "class",
+        "footprint",
+        "severity",
+        *rename,
+    ]
     return {
         "type": "table",
         "title": title,
@@ -474,20 +491,41 @@ def dashboard(
 
 # The idle-time bars: title, description, grouped by, *_over_time, in GiB, unit.
 IDLE_BARS = [
-    ("Idle GPU-hours by user",
-     "Over the dashboard's time range: for each user, the hours their processes held a GPU "
-     "while meeting the idle or stalled condition (one process on one GPU for one hour = 1).",
-     "user", "count_over_time", False, "h"),
-    ("Idle GPU-hours by project",
-     "As by user, per project (the exporter's project mapping; empty when none matched).",
-     "project", "count_over_time", False, "h"),
-    ("Idle memory by user (GiB-hours)",
-     "Over the dashboard's time range: GPU memory held by idle or stalled processes, times "
-     "the hours it was held (8 GiB for 2 h = 16).",
-     "user", "sum_over_time", True, "short"),
-    ("Idle memory by project (GiB-hours)", "As by user, per project.",
-     "project", "sum_over_time", True, "short"),
-]  # fmt: skip
+    (
+        "Idle GPU-hours by user",
+        "Over the dashboard's time range: for each user, the hours their processes held a GPU "
+        "while meeting the idle or stalled condition (one process on one GPU for one hour = 1).",
+        "user",
+        "count_over_time",
+        False,
+        "h",
+    ),
+    (
+        "Idle GPU-hours by project",
+        "As by user, per project (the exporter's project mapping; empty when none matched).",
+        "project",
+        "count_over_time",
+        False,
+        "h",
+    ),
+    (
+        "Idle memory by user (GiB-hours)",
+        "Over the dashboard's time range: GPU memory held by idle or stalled processes, times "
+        "the hours it was held (8 GiB for 2 h = 16).",
+        "user",
+        "sum_over_time",
+        True,
+        "short",
+    ),
+    (
+        "Idle memory by project (GiB-hours)",
+        "As by user, per project.",
+        "project",
+        "sum_over_time",
+        True,
+        "short",
+    ),
+]
 
 
 def idle_hours(by: str, over_time: str, *, gib: bool = False) -> str:

@@ -98,9 +98,14 @@ def panel_interval(panel: dict[str, Any], range_s: int, scrape_s: float, scale: 
 
 
 def run_queries(
-    prom: Any, dashboard: dict[str, Any], titles: Iterable[str], start: float, end: float,
-    scrape_s: int, scale: float = 1.0,
-) -> list[Query]:  # fmt: skip
+    prom: Any,
+    dashboard: dict[str, Any],
+    titles: Iterable[str],
+    start: float,
+    end: float,
+    scrape_s: int,
+    scale: float = 1.0,
+) -> list[Query]:
     panels = {p["title"]: p for p in dashboard["panels"]}
     range_s = int(end - start)
     values = variable_values(dashboard)
@@ -109,11 +114,13 @@ def run_queries(
         panel = panels[title]
         interval = panel_interval(panel, range_s, scrape_s, scale)
         builtins = {
-            "__interval": f"{interval}s", "__interval_ms": str(interval * 1000),
+            "__interval": f"{interval}s",
+            "__interval_ms": str(interval * 1000),
             "__rate_interval": f"{max(4 * scrape_s, interval + scrape_s)}s",
-            "__range": f"{range_s}s", "__range_s": str(range_s),
+            "__range": f"{range_s}s",
+            "__range_s": str(range_s),
             "__range_ms": str(range_s * 1000),
-        }  # fmt: skip
+        }
         for target in panel["targets"]:
             expanded = expand(target["expr"], values | builtins)
             query = Query(title, target["refId"], target["expr"], expanded, target["instant"])
@@ -121,9 +128,11 @@ def run_queries(
                 query.result = prom.custom_query(expanded, params={"time": end})
             else:
                 query.result = prom.custom_query_range(
-                    expanded, start_time=datetime.fromtimestamp(start),
-                    end_time=datetime.fromtimestamp(end), step=f"{interval}s",
-                )  # fmt: skip
+                    expanded,
+                    start_time=datetime.fromtimestamp(start),
+                    end_time=datetime.fromtimestamp(end),
+                    step=f"{interval}s",
+                )
             done.append(query)
     return done
 
@@ -157,8 +166,11 @@ def draw(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
         _heatmap(ax, panel, queries)
         return
     if panel["type"] == "bargauge":
-        bars = [(legend(targets[q.ref], r["metric"]), float(r["value"][1]))
-                for q in queries for r in q.result]  # fmt: skip
+        bars = [
+            (legend(targets[q.ref], r["metric"]), float(r["value"][1]))
+            for q in queries
+            for r in q.result
+        ]
         bars.sort(key=lambda b: b[1])
         divisor, suffix = _scale(unit, [b[1] for b in bars])
         ax.barh([b[0] for b in bars], [b[1] / divisor for b in bars], color="#f2a33a")
@@ -171,8 +183,12 @@ def draw(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
     for q in queries:
         for r in q.result:
             times = [datetime.fromtimestamp(float(t)) for t, _ in r["values"]]
-            ax.plot(times, [float(v) / divisor for _, v in r["values"]], linewidth=1.2,
-                    label=legend(targets[q.ref], r["metric"]))  # fmt: skip
+            ax.plot(
+                times,
+                [float(v) / divisor for _, v in r["values"]],
+                linewidth=1.2,
+                label=legend(targets[q.ref], r["metric"]),
+            )
     ax.set_ylabel(suffix)
     ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
     if any(q.result for q in queries):
@@ -200,10 +216,20 @@ def _heatmap(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
         for y, r in enumerate(rows):
             for t, v in r["values"]:
                 grid[y][column[float(t)]] = float(v)
-        ax.imshow(grid, aspect="auto", cmap="Oranges", vmin=0, vmax=1, interpolation="none",
-                  extent=(0, len(times), len(rows), 0))  # fmt: skip
-        ax.set_yticks([i + 0.5 for i in range(len(rows))],
-                      [legend(target, r["metric"]) for r in rows], fontsize=7)  # fmt: skip
+        ax.imshow(
+            grid,
+            aspect="auto",
+            cmap="Oranges",
+            vmin=0,
+            vmax=1,
+            interpolation="none",
+            extent=(0, len(times), len(rows), 0),
+        )
+        ax.set_yticks(
+            [i + 0.5 for i in range(len(rows))],
+            [legend(target, r["metric"]) for r in rows],
+            fontsize=7,
+        )
         step = max(1, len(times) // 6)
         ax.set_xticks(
             range(0, len(times), step),
@@ -220,8 +246,7 @@ def _heatmap(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
     top = 24 if "hour of day" in panel["title"] else 168
     grid = [[counts.get((x, y), 0) for x in xs] for y in range(top)]
     ax.imshow(grid, aspect="auto", cmap="Oranges", origin="lower", interpolation="none")
-    ax.set_xticks(range(len(xs)),
-                  [time.strftime("%m-%d", time.gmtime(x * x_size)) for x in xs])  # fmt: skip
+    ax.set_xticks(range(len(xs)), [time.strftime("%m-%d", time.gmtime(x * x_size)) for x in xs])
     ax.set_ylabel("hour")
 
 
@@ -260,17 +285,22 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--prometheus", required=True, metavar="URL")
-    parser.add_argument("--since", required=True,
-                        help="a duration back from --until (30m) or unix seconds")  # fmt: skip
+    parser.add_argument(
+        "--since", required=True, help="a duration back from --until (30m) or unix seconds"
+    )
     parser.add_argument("--until", help="unix seconds (default: now)")
     parser.add_argument(
         "--scrape-interval",
         default="15s",
         help="the data source's scrape interval, for $__rate_interval",
     )
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="time scale the data was recorded at (the demo's: 0.0667): "
-                        "panels' minimum intervals shrink by it")  # fmt: skip
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="time scale the data was recorded at (the demo's: 0.0667): "
+        "panels' minimum intervals shrink by it",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/previews"))
     args = parser.parse_args(argv)
     end = float(args.until) if args.until else time.time()
@@ -282,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     prom = PrometheusConnect(url=args.prometheus)
     queries = render(prom, start, end, args.out, seconds(args.scrape_interval), args.scale)
     empty = sorted({f"{q.panel} [{q.ref}]" for q in queries if not q.result})
-    print(f"wrote {len(PREVIEWS)} previews to {args.out}"
-          + (f"; no data for: {', '.join(empty)}" if empty else ""))  # fmt: skip
+    print(
+        f"wrote {len(PREVIEWS)} previews to {args.out}"
+        + (f"; no data for: {', '.join(empty)}" if empty else "")
+    )
     return 0
 
 

@@ -59,9 +59,20 @@ def spawn_workload(sim_node: Path, tmp_path: Path) -> Iterator[SpawnWorkload]:
         directory = node or sim_node
         command = [
             *gpu_reclaimer_command(),
-            "sim", "run", "--dir", str(directory), "--gpu", str(gpu),
-            "--memory", memory, "--phases", phases, "--tick", "0.2", *options,
-        ]  # fmt: skip
+            "sim",
+            "run",
+            "--dir",
+            str(directory),
+            "--gpu",
+            str(gpu),
+            "--memory",
+            memory,
+            "--phases",
+            phases,
+            "--tick",
+            "0.2",
+            *options,
+        ]
         process = subprocess.Popen(command, stdout=stdout, start_new_session=True)  # type: ignore[arg-type]
         started.append(process)
         if wait:

@@ -23,25 +23,32 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
     exporter_wrong = tmp / "exporter.yml"
     exporter_wrong.write_text("gzip_level: high\n")
     bad_for = tmp / "rules.yml"
-    bad_for.write_text("groups:\n- name: x\n  rules:\n  - {alert: A, expr: vector(1), "
-                       "for: bogus}\n")  # fmt: skip
+    bad_for.write_text(
+        "groups:\n- name: x\n  rules:\n  - {alert: A, expr: vector(1), for: bogus}\n"
+    )
     missing = str(tmp / "missing")
     return [
         # durations, in Prometheus' grammar (1w, 1y are valid: the service is what fails)
         (["report", "--prometheus", DOWN, "--since", "5parsecs"], "not a time"),
         (["report", "--prometheus", DOWN, "--since", "1w"], "cannot reach Prometheus"),
-        (["backtest", "--prometheus", DOWN, "--since", "1d", "--for", "1y"],
-         "cannot reach Prometheus"),
-        (["backtest", "--prometheus", DOWN, "--since", "1d", "--for", "1fortnight"],
-         "invalid duration"),
+        (
+            ["backtest", "--prometheus", DOWN, "--since", "1d", "--for", "1y"],
+            "cannot reach Prometheus",
+        ),
+        (
+            ["backtest", "--prometheus", DOWN, "--since", "1d", "--for", "1fortnight"],
+            "invalid duration",
+        ),
         (["keep", "1", "--for", "forever"], "invalid duration"),
         (["exporter", "--nvml-timeout", "soon"], "invalid duration"),
         (["demo", "--grace", "soon"], "invalid duration"),
         # paths
         (["exporter", "--sim-dir", missing], "sim init"),
         (["sim", "status", missing], "sim init"),
-        (["sim", "run", "--dir", missing, "--gpu", "0", "--memory", "1GiB", "--phases", "busy"],
-         "sim init"),
+        (
+            ["sim", "run", "--dir", missing, "--gpu", "0", "--memory", "1GiB", "--phases", "busy"],
+            "sim init",
+        ),
         (["actuator", "--config", missing], "cannot read"),
         (["agent", "--config", missing], "cannot read"),
         (["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", missing], "cannot read"),
@@ -55,10 +62,14 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["exporter", "--config", str(broken)], "not valid YAML at line 2"),
         (["actuator", "--config", str(broken)], "not valid YAML at line 2"),
         (["agent", "--config", str(broken)], "not valid YAML at line 2"),
-        (["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", str(broken)],
-         "not valid YAML at line 2"),
-        (["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", str(bad_for)],
-         "for: not a Prometheus duration"),
+        (
+            ["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", str(broken)],
+            "not valid YAML at line 2",
+        ),
+        (
+            ["backtest", "--prometheus", DOWN, "--since", "1h", "--rules", str(bad_for)],
+            "for: not a Prometheus duration",
+        ),
         # wrong types
         (["actuator", "--config", str(wrong)], "server.workers"),
         (["exporter", "--config", str(exporter_wrong)], "gzip_level"),
@@ -71,14 +82,19 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         # unreachable services
         (["report", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
         (["backtest", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
-    ]  # fmt: skip
+    ]
 
 
 def test_every_command_answers_a_mistake_with_exit_2_and_the_problem(tmp_path: Path) -> None:
     failures = []
     for argv, expected in _corpus(tmp_path):
-        done = subprocess.run([sys.executable, "-m", "exporter.cli", *argv], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter.cli", *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         problems = []
         if done.returncode != 2:
             problems.append(f"exit {done.returncode}")
@@ -91,8 +107,9 @@ def test_every_command_answers_a_mistake_with_exit_2_and_the_problem(tmp_path: P
     assert not failures, "\n\n".join(failures)
 
 
-@pytest.mark.parametrize("text,seconds", [("1w", 604800.0), ("1y", 31536000.0),
-                                          ("1h30m", 5400.0), ("250ms", 0.25)])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,seconds", [("1w", 604800.0), ("1y", 31536000.0), ("1h30m", 5400.0), ("250ms", 0.25)]
+)
 def test_durations_read_prometheus_grammar(text: str, seconds: float) -> None:
     from exporter.units import parse_duration
 

@@ -369,9 +369,14 @@ def test_actuator_config_storage_and_capabilities(compose: dict[str, Any], tmp_p
     token.write_text("x" * 32 + "\n")
     token.chmod(0o600)
     command = [
-        *gpu_reclaimer_command(), "actuator", "--config", str(REPO / "deploy/actuator.yml"),
-        "--token-file", str(token), "--check-config",
-    ]  # fmt: skip
+        *gpu_reclaimer_command(),
+        "actuator",
+        "--config",
+        str(REPO / "deploy/actuator.yml"),
+        "--token-file",
+        str(token),
+        "--check-config",
+    ]
     result = subprocess.run(
         command,
         capture_output=True,
@@ -442,8 +447,11 @@ def test_systemd_units_run_gpu_reclaimer_on_the_reference_ports_and_paths() -> N
     assert actuator["LoadCredential"] == f"token:{token_file}"
 
 
-UNITS = ("gpu-reclaimer-exporter.service", "gpu-reclaimer-agent.service",
-         "gpu-reclaimer-actuator.service")  # fmt: skip
+UNITS = (
+    "gpu-reclaimer-exporter.service",
+    "gpu-reclaimer-agent.service",
+    "gpu-reclaimer-actuator.service",
+)
 
 
 def test_systemd_verifies_the_units(tmp_path: Path) -> None:
@@ -456,8 +464,12 @@ def test_systemd_verifies_the_units(tmp_path: Path) -> None:
     for name in UNITS:
         text = (REPO / "deploy" / "systemd" / name).read_text()
         (tmp_path / name).write_text(text.replace("/opt/gpu-reclaimer/bin/gpu-reclaimer", here))
-    done = subprocess.run([analyze, "verify", "--man=no", *(str(tmp_path / n) for n in UNITS)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", *(str(tmp_path / n) for n in UNITS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -485,9 +497,12 @@ def test_every_path_a_unit_writes_is_writable_under_its_settings() -> None:
         "gpu-reclaimer-exporter.service": [f"{DEFAULT_RUNTIME_DIR}/self/x"],
         "gpu-reclaimer-agent.service": [f"{DEFAULT_RUNTIME_DIR}/self/x", agent_yml["journal"]],
         "gpu-reclaimer-actuator.service": [
-            f"{DEFAULT_RUNTIME_DIR}/self/x", actuator_yml["storage"]["database"],
-            actuator_yml["storage"]["audit_log"], DEFAULT_SOCKET],
-    }  # fmt: skip
+            f"{DEFAULT_RUNTIME_DIR}/self/x",
+            actuator_yml["storage"]["database"],
+            actuator_yml["storage"]["audit_log"],
+            DEFAULT_SOCKET,
+        ],
+    }
     for name, paths in writes.items():
         unit = _unit(name)["Service"]
         assert unit.get("ProtectSystem") == "strict", name
@@ -500,20 +515,33 @@ def test_every_path_a_unit_writes_is_writable_under_its_settings() -> None:
 def _compose_config(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*command, "-f", str(COMPOSE_FILE), "--project-directory", str(REPO), "config", "-q"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
 
 
 def test_the_file_is_valid_for_compose_1_and_2() -> None:
     done = _compose_config([require_binary("docker-compose")])
     assert done.returncode == 0, done.stderr
-    plugin = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True,
-                            check=False) if shutil.which("docker") else None  # fmt: skip
+    plugin = (
+        subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, text=True, check=False
+        )
+        if shutil.which("docker")
+        else None
+    )
     if plugin is not None and plugin.returncode == 0:
         done = _compose_config(["docker", "compose"])
         assert done.returncode == 0, done.stderr
     # Top-level keys both versions know (Compose 1 refuses `name:`).
     top = set(yaml.safe_load(COMPOSE_FILE.read_text()))
-    assert {k for k in top if not k.startswith("x-")} <= {"services", "volumes", "networks",
-                                                          "secrets", "configs"}  # fmt: skip
+    assert {k for k in top if not k.startswith("x-")} <= {
+        "services",
+        "volumes",
+        "networks",
+        "secrets",
+        "configs",
+    }
     assert "COMPOSE_PROJECT_NAME=gpu-reclaimer" in (REPO / ".env").read_text()

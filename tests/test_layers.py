@@ -26,9 +26,12 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 
 def _modules_loaded_by(*argv: str) -> set[str]:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", _PROBE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=REPO,
-    )  # fmt: skip
+    )
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
@@ -88,9 +91,12 @@ def test_demo_help_does_not_start_loading_the_stack() -> None:
 
 def test_top_level_help_lists_every_command() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "--help"], capture_output=True, text=True,
-        timeout=60, cwd=REPO,
-    )  # fmt: skip
+        [sys.executable, "-m", "exporter.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert done.returncode == 0
     for command in ("exporter", "sim", "actuator", "demo"):
         assert command in done.stdout
@@ -98,9 +104,21 @@ def test_top_level_help_lists_every_command() -> None:
 
 # What the node agent's serving path imports: the Node interface and its readers, never the
 # central service (reconciler, HTTP API, store, server) or its libraries.
-CENTRAL = ("actuator.reconciler", "actuator.app", "actuator.store", "actuator.server",
-           "actuator.notify", "actuator.channels", "actuator.schedulers", "flask", "psycopg",
-           "jwt", "kubernetes", "ldap3", "sqlalchemy")  # fmt: skip
+CENTRAL = (
+    "actuator.reconciler",
+    "actuator.app",
+    "actuator.store",
+    "actuator.server",
+    "actuator.notify",
+    "actuator.channels",
+    "actuator.schedulers",
+    "flask",
+    "psycopg",
+    "jwt",
+    "kubernetes",
+    "ldap3",
+    "sqlalchemy",
+)
 
 
 def test_the_node_agent_stands_apart_from_the_central_service() -> None:
@@ -116,8 +134,9 @@ def test_the_node_agent_stands_apart_from_the_central_service() -> None:
         "create_agent_app(node, SignalJournal(tempfile.mkdtemp() + '/j.db'))\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=60, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert "actuator.fleet.agent_app" in loaded
@@ -137,8 +156,11 @@ def _module_graph() -> dict[str, set[str]]:
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                deps |= {m for m in (node.module, *(f"{node.module}.{a.name}" for a in
-                                                     node.names)) if m in paths}  # fmt: skip
+                deps |= {
+                    m
+                    for m in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
+                    if m in paths
+                }
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name in paths}
         graph[name] = deps - {name}

@@ -24,9 +24,12 @@ def _layout_paths() -> set[str]:
 
 def _tree_paths() -> set[str]:
     tracked = subprocess.run(
-        ["git", "ls-files", "exporter", "actuator"], capture_output=True, text=True,
-        cwd=REPO, check=True,
-    ).stdout.split()  # fmt: skip
+        ["git", "ls-files", "exporter", "actuator"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout.split()
     modules = {p for p in tracked if p.endswith(".py") and not p.endswith("__init__.py")}
     folders = {p.rsplit("/", 1)[0] + "/" for p in modules}
     return modules | folders
@@ -41,6 +44,12 @@ def test_layout_matches_the_packages() -> None:
 
 def test_layout_lists_the_top_level_folders() -> None:
     listed = {p for p in _layout_paths() if p.count("/") == 1 and p.endswith("/")}
-    present = {p.name + "/" for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")
-               and p.name not in {"build", "var"} and not p.name.endswith(".egg-info")}  # fmt: skip
+    present = {
+        p.name + "/"
+        for p in REPO.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and p.name not in {"build", "var"}
+        and not p.name.endswith(".egg-info")
+    }
     assert present <= listed, present - listed

@@ -133,8 +133,10 @@ def plan(
     by_gpu: dict[tuple[str, str], list[Candidate]] = {}
     for c in candidates:
         by_gpu.setdefault((c.node, c.gpu), []).append(c)
-    gpus = [Gpu(node, uuid, tuple(members), exclusive.get((node, uuid)))
-            for (node, uuid), members in sorted(by_gpu.items())]  # fmt: skip
+    gpus = [
+        Gpu(node, uuid, tuple(members), exclusive.get((node, uuid)))
+        for (node, uuid), members in sorted(by_gpu.items())
+    ]
     free = list(gpus)
     out: dict[int, Choice] = {}
     for request in sorted(demand.requests, key=_waiting_order):

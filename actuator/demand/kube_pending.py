@@ -37,8 +37,10 @@ def unschedulable_since(status: dict[str, Any]) -> float | bool | None:
     """When the scheduler marked the pod unschedulable; False when it has not."""
     for condition in status.get("conditions") or []:
         if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
-            "PodScheduled", "False", "Unschedulable"
-        ):  # fmt: skip
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
             stamp = condition.get("lastTransitionTime")
             try:
                 return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
@@ -56,8 +58,14 @@ def pod_request(pod: dict[str, Any]) -> Request | None:
     selector = spec.get("nodeSelector") or {}
     nodes = (selector[HOSTNAME_LABEL],) if HOSTNAME_LABEL in selector else ()
     ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    return Request(source="kubernetes", key=ref, who=f"pod {ref}", gpus=gpus, nodes=nodes,
-                   since=since if isinstance(since, float) else None)  # fmt: skip
+    return Request(
+        source="kubernetes",
+        key=ref,
+        who=f"pod {ref}",
+        gpus=gpus,
+        nodes=nodes,
+        since=since if isinstance(since, float) else None,
+    )
 
 
 class PendingPods:

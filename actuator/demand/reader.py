@@ -32,8 +32,7 @@ class DemandReader:
             if self._last is not None and now - self._last.read_at < self.interval:
                 return self._last
             if not self.sources:
-                self._last = Demand(down={"demand": "no demand source is configured"},
-                                    read_at=now)  # fmt: skip
+                self._last = Demand(down={"demand": "no demand source is configured"}, read_at=now)
                 return self._last
             requests: list[Request] = []
             down: dict[str, str] = {}

@@ -47,22 +47,60 @@ class Role:
 
 # The demo's cast (DESIGN §1): one of each thing found on a shared GPU server.
 DEMO_CAST: tuple[Role, ...] = (
-    Role("active training", Expect.UNTOUCHED, "busy", "YOLO training: util ~95 %, logs, heartbeat",
-         name="yolo", memory="12GiB", heartbeat=True),
-    Role("abandoned training", Expect.RECLAIMED, "busy=5s,idle",
-         "YOLO fine-tune whose notebook tab was closed: idle after 5 s", name="yolo",
-         memory="6GiB"),
-    Role("jupyter server", Expect.PROTECTED, "idle", "the Jupyter server: protected command",
-         gpu=1, name="jupyter-lab", memory="512MiB"),
-    Role("notebook kernel", Expect.RECLAIMED, "busy=3s,idle",
-         "its idle kernel (ipykernel_launcher): not protected", gpu=1,
-         module="ipykernel_launcher", memory="8GiB"),
-    Role("tensorboard", Expect.PROTECTED, "idle", "TensorBoard: protected command", gpu=1,
-         name="tensorboard", memory="1GiB"),
-    Role("stubborn job", Expect.KILLED, "busy=4s,idle",
-         "idle and ignores SIGTERM: needs SIGKILL", name="train-ddp", memory="10GiB",
-         ignore_sigterm=True),
-)  # fmt: skip
+    Role(
+        "active training",
+        Expect.UNTOUCHED,
+        "busy",
+        "YOLO training: util ~95 %, logs, heartbeat",
+        name="yolo",
+        memory="12GiB",
+        heartbeat=True,
+    ),
+    Role(
+        "abandoned training",
+        Expect.RECLAIMED,
+        "busy=5s,idle",
+        "YOLO fine-tune whose notebook tab was closed: idle after 5 s",
+        name="yolo",
+        memory="6GiB",
+    ),
+    Role(
+        "jupyter server",
+        Expect.PROTECTED,
+        "idle",
+        "the Jupyter server: protected command",
+        gpu=1,
+        name="jupyter-lab",
+        memory="512MiB",
+    ),
+    Role(
+        "notebook kernel",
+        Expect.RECLAIMED,
+        "busy=3s,idle",
+        "its idle kernel (ipykernel_launcher): not protected",
+        gpu=1,
+        module="ipykernel_launcher",
+        memory="8GiB",
+    ),
+    Role(
+        "tensorboard",
+        Expect.PROTECTED,
+        "idle",
+        "TensorBoard: protected command",
+        gpu=1,
+        name="tensorboard",
+        memory="1GiB",
+    ),
+    Role(
+        "stubborn job",
+        Expect.KILLED,
+        "busy=4s,idle",
+        "idle and ignores SIGTERM: needs SIGKILL",
+        name="train-ddp",
+        memory="10GiB",
+        ignore_sigterm=True,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +134,12 @@ def judge(role: Role, workload: Workload, snap: Snapshot) -> Verdict:
         if state == "reclaimed" and not alive and case is not None:
             if role.expect == Expect.KILLED and "SIGKILL" not in signals:
                 return Verdict(False, "ended without SIGKILL", status)
-            return Verdict(True, None, f"reclaimed, {case['freed_bytes'] / 2**30:.1f} GiB freed"
-                           + (" (SIGKILL)" if "SIGKILL" in signals else ""))  # fmt: skip
+            return Verdict(
+                True,
+                None,
+                f"reclaimed, {case['freed_bytes'] / 2**30:.1f} GiB freed"
+                + (" (SIGKILL)" if "SIGKILL" in signals else ""),
+            )
         if state == "failed" and case is not None:
             return Verdict(False, f"case failed: {case['reason']}", status)
         if not alive and state not in ("terminating", "killing"):

@@ -81,8 +81,12 @@ def add_demo_command(commands: Any) -> None:
     day.add_argument("--day", action="store_true", help="run the simulated day")
     day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
     day.add_argument("--seed", type=int, default=1, help="the job mix's seed (default 1)")
-    day.add_argument("--gpus", type=argtypes.positive_int, default=4,
-                     help="GPUs on the simulated node (default 4)")  # fmt: skip
+    day.add_argument(
+        "--gpus",
+        type=argtypes.positive_int,
+        default=4,
+        help="GPUs on the simulated node (default 4)",
+    )
     day.add_argument(
         "--modes",
         type=_modes,
@@ -177,9 +181,13 @@ def _day(args: argparse.Namespace) -> int:
         raise argtypes.CommandError("--hours must be positive")
     scale = args.scale or 1 / 120
     options = StackOptions(
-        workdir=args.workdir, scale=scale, gpus=args.gpus, grace=600 * scale,
-        term_timeout=max(1.0, 10 * scale), label="day",
-    )  # fmt: skip
+        workdir=args.workdir,
+        scale=scale,
+        gpus=args.gpus,
+        grace=600 * scale,
+        term_timeout=max(1.0, 10 * scale),
+        label="day",
+    )
 
     def progress(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
@@ -222,7 +230,8 @@ def _last_notice(stack: Stack) -> str:
         return "\nno owner notice was sent"
     content = str(posts[-1].get("markdown", {}).get("content", posts[-1]))
     return "\nthe last owner notice (WeCom markdown; open its keep link while the demo runs):\n" + (
-        "\n".join("  " + line for line in content.splitlines()))  # fmt: skip
+        "\n".join("  " + line for line in content.splitlines())
+    )
 
 
 def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, out: TextIO) -> int:
@@ -239,8 +248,11 @@ def _check(stack: Stack, cast: Sequence[tuple[Role, Workload]], timeout: float, 
         for (role, _), verdict in zip(cast, verdicts, strict=True):
             if seen.get(role.label) != verdict.status:  # one line per change, for CI logs
                 seen[role.label] = verdict.status
-                print(f"+{snap.at - started:5.1f}s  {role.label:<20} {verdict.status}",
-                      file=out, flush=True)  # fmt: skip
+                print(
+                    f"+{snap.at - started:5.1f}s  {role.label:<20} {verdict.status}",
+                    file=out,
+                    flush=True,
+                )
         if _finished(verdicts) or time.monotonic() > deadline:
             break
         _pause(REFRESH_SECONDS)

@@ -45,8 +45,11 @@ ARRIVAL_WEIGHTS = [1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 3, 2, 2, 2
 # A reclaimed GPU that no job takes within this long was reclaimed for nothing.
 NEEDLESS_WINDOW_H = 1.0
 MODES = ("observe", "enforce", "demand")
-MODE_NAMES = {"observe": "observe (nothing reclaimed)", "enforce": "enforce, reclaim_when: idle",
-              "demand": "enforce, reclaim_when: demand"}  # fmt: skip
+MODE_NAMES = {
+    "observe": "observe (nothing reclaimed)",
+    "enforce": "enforce, reclaim_when: idle",
+    "demand": "enforce, reclaim_when: demand",
+}
 CAVEAT = (
     "Measured on a simulation: a seeded job mix on a simulated node, time compressed; the "
     "shape of the difference is what it shows, not a promise for a real fleet."
@@ -73,8 +76,9 @@ class Job:
         return f"{busy},{'hang' if self.kind == 'hung' else 'idle'}"
 
 
-def plan_day(seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: float = 8.0
-             ) -> list[Job]:  # fmt: skip
+def plan_day(
+    seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: float = 8.0
+) -> list[Job]:
     """The day's jobs, in arrival order; the same seed gives the same day."""
     rng = random.Random(seed)
     count = max(1, round(jobs_per_gpu * gpus * hours / 24))
@@ -92,11 +96,18 @@ def plan_day(seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: flo
             "crashed": rng.uniform(0.3, 1.5),
             "hung": rng.uniform(0.5, 2.0),
         }[kind]
-        jobs.append(Job(n, kind, arrival, 2 if kind == "hung" and gpus >= 2 else 1, busy,
-                        rng.choice((8, 16, 24, 40, 60))))  # fmt: skip
+        jobs.append(
+            Job(
+                n,
+                kind,
+                arrival,
+                2 if kind == "hung" and gpus >= 2 else 1,
+                busy,
+                rng.choice((8, 16, 24, 40, 60)),
+            )
+        )
     jobs.sort(key=lambda j: (j.arrival_h, j.id))
-    return [Job(i, j.kind, j.arrival_h, j.gpus, j.busy_h, j.memory_gib)
-            for i, j in enumerate(jobs)]  # fmt: skip
+    return [Job(i, j.kind, j.arrival_h, j.gpus, j.busy_h, j.memory_gib) for i, j in enumerate(jobs)]
 
 
 @dataclass
@@ -143,8 +154,9 @@ class Scheduler:
         return [r for r in self.runs if r.waiter is not None]
 
     def busy_gpus(self) -> set[int]:
-        return {g for r in self.runs if r.started_h is not None and r.ended_h is None
-                for g in r.gpus}  # fmt: skip
+        return {
+            g for r in self.runs if r.started_h is not None and r.ended_h is None for g in r.gpus
+        }
 
     def tick(self) -> None:
         now = self.now_h()
@@ -171,8 +183,10 @@ class Scheduler:
 
         waiter = subprocess.Popen(
             self.stack.wait_command("--gpus", str(gpus), "--for", "7d"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert waiter.stderr is not None
         said = waiter.stderr.readline()  # "waiting on NODE (position N ...)"
         if not said.startswith("waiting on"):
@@ -184,12 +198,18 @@ class Scheduler:
         job = run.job
         run.gpus, run.started_h = gpus, now
         for rank, gpu in enumerate(gpus):
-            run.workloads.append(self.stack.spawn(
-                f"job {job.id} {job.kind} rank {rank}", phases=job.phases(self.scale),
-                gpu=gpu, memory=f"{job.memory_gib}GiB", name="python",
-                heartbeat=job.kind in ("training", "hung"),
-                children=2 if job.kind == "crashed" else 0, wait=False,
-            ))  # fmt: skip
+            run.workloads.append(
+                self.stack.spawn(
+                    f"job {job.id} {job.kind} rank {rank}",
+                    phases=job.phases(self.scale),
+                    gpu=gpu,
+                    memory=f"{job.memory_gib}GiB",
+                    name="python",
+                    heartbeat=job.kind in ("training", "hung"),
+                    children=2 if job.kind == "crashed" else 0,
+                    wait=False,
+                )
+            )
 
     def run_until(self, hours: float, progress: Callable[[float], None]) -> None:
         last = -1
@@ -247,9 +267,12 @@ def needless_reclaims(
         if freed_h + NEEDLESS_WINDOW_H > hours or c["target"]["uuid"] not in uuids:
             continue
         gpu = uuids.index(c["target"]["uuid"])
-        taken = any(gpu in r.gpus and r.started_h is not None
-                    and freed_h <= r.started_h < freed_h + NEEDLESS_WINDOW_H
-                    for r in scheduler.runs)  # fmt: skip
+        taken = any(
+            gpu in r.gpus
+            and r.started_h is not None
+            and freed_h <= r.started_h < freed_h + NEEDLESS_WINDOW_H
+            for r in scheduler.runs
+        )
         count += not taken
     return count
 
@@ -279,39 +302,50 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     cases = stack.actuator_api("/api/v1/cases", limit=1000)["cases"]
     signalled = {"terminating", "killing", "reclaimed", "failed"}
     finishing_pids = {w.pid for r in runs if r.job.finishes for w in r.workloads}
-    harmed = sum(1 for c in cases
-                 if c["target"]["pid"] in finishing_pids and c["state"] in signalled)  # fmt: skip
+    harmed = sum(
+        1 for c in cases if c["target"]["pid"] in finishing_pids and c["state"] in signalled
+    )
     reclaimed = sum(1 for c in cases if c["state"] == "reclaimed")
     uuids = [g.uuid for g in load_node(stack.node_dir).gpus]
     waits = [r.started_h - r.job.arrival_h for r in runs if r.started_h is not None]
-    all_waits = waits + [hours - r.job.arrival_h for r in runs
-                         if r.started_h is None and r.job.arrival_h < hours]  # fmt: skip
+    all_waits = waits + [
+        hours - r.job.arrival_h for r in runs if r.started_h is None and r.job.arrival_h < hours
+    ]
     return DayFigures(
-        mode=mode, hours=hours, gpus=scheduler.gpus,
+        mode=mode,
+        hours=hours,
+        gpus=scheduler.gpus,
         utilisation=float(util[0]["value"][1]) if util else None,
         completed=sum(1 for r in runs if r.job.finishes and r.ended_h is not None),
         started=len(waits),
         waiting_at_end=sum(1 for r in runs if r.started_h is None and r.job.arrival_h < hours),
         mean_wait_h=statistics.fmean(waits) if waits else None,
         mean_wait_all_h=statistics.fmean(all_waits) if all_waits else None,
-        idle_gpu_hours=idle_hours, reclaimed=reclaimed, harmed=harmed,
+        idle_gpu_hours=idle_hours,
+        reclaimed=reclaimed,
+        harmed=harmed,
         needless=needless_reclaims(scheduler, cases, uuids, hours),
         demand_to_free_h=demand_to_free(stack, scheduler),
-    )  # fmt: skip
+    )
 
 
 def run_day(
-    options: StackOptions, jobs: Sequence[Job], hours: float, mode: str,
+    options: StackOptions,
+    jobs: Sequence[Job],
+    hours: float,
+    mode: str,
     progress: Callable[[str], None] = lambda _: None,
-) -> DayFigures:  # fmt: skip
+) -> DayFigures:
     """One compressed day with the actuator in `mode`: observe, enforce (reclaim when idle)
     or demand (enforce, reclaim only for a waiting job: the wait list is the demand)."""
     from dataclasses import replace
 
     from actuator.demo.stack import Stack
 
-    policy: dict[str, Any] = {**options.policy, "mode": "observe" if mode == "observe" else
-                              "enforce"}  # fmt: skip
+    policy: dict[str, Any] = {
+        **options.policy,
+        "mode": "observe" if mode == "observe" else "enforce",
+    }
     if mode == "demand":
         policy["defaults"] = {**policy.get("defaults", {}), "reclaim_when": "demand"}
         policy["demand"] = {"wait_list": True, "interval": f"{max(0.2, 60 * options.scale):g}s"}
@@ -320,16 +354,32 @@ def run_day(
         stack.wait_scraped()
         progress(f"{mode}: stack up in {stack.run_dir}")
         scheduler = Scheduler(stack, jobs, options.gpus, options.scale)
-        scheduler.run_until(hours, lambda h: progress(
-            f"{mode}: hour {h:4.1f} of {hours:g}, {len(scheduler.queue)} queued, "
-            f"{len(scheduler.busy_gpus())}/{options.gpus} GPUs allocated"))  # fmt: skip
+        scheduler.run_until(
+            hours,
+            lambda h: progress(
+                f"{mode}: hour {h:4.1f} of {hours:g}, {len(scheduler.queue)} queued, "
+                f"{len(scheduler.busy_gpus())}/{options.gpus} GPUs allocated"
+            ),
+        )
         figures = measure(stack, scheduler, mode, hours)
         record = stack.run_dir / "day-jobs.json"
-        record.write_text(json.dumps([
-            {"id": r.job.id, "kind": r.job.kind, "arrival_h": round(r.job.arrival_h, 3),
-             "gpus": list(r.gpus), "started_h": r.started_h, "ended_h": r.ended_h,
-             "pids": [w.pid for w in r.workloads]} for r in scheduler.runs
-        ], indent=1))  # fmt: skip
+        record.write_text(
+            json.dumps(
+                [
+                    {
+                        "id": r.job.id,
+                        "kind": r.job.kind,
+                        "arrival_h": round(r.job.arrival_h, 3),
+                        "gpus": list(r.gpus),
+                        "started_h": r.started_h,
+                        "ended_h": r.ended_h,
+                        "pids": [w.pid for w in r.workloads],
+                    }
+                    for r in scheduler.runs
+                ],
+                indent=1,
+            )
+        )
     progress(f"{mode}: done; Prometheus data kept in {stack.run_dir / 'prometheus-data'}")
     return figures
 
@@ -353,19 +403,26 @@ def table(runs: Sequence[DayFigures], seed: int, scale: float) -> str:
         row("average GPU utilisation", lambda f: _pct(f.utilisation)),
         row("jobs completed per GPU per day", lambda f: _num(f.jobs_per_gpu_day)),
         row("GPU-hours per completed job (cost)", lambda f: _num(f.gpu_hours_per_job, " h")),
-        row("mean queue wait (a job still waiting: until the end)",
-            lambda f: _num(f.mean_wait_all_h, " h")),
+        row(
+            "mean queue wait (a job still waiting: until the end)",
+            lambda f: _num(f.mean_wait_all_h, " h"),
+        ),
         row("mean queue wait of the jobs that started", lambda f: _num(f.mean_wait_h, " h")),
         row("jobs still waiting at the end", lambda f: str(f.waiting_at_end)),
         row("GPU-hours held by idle or stalled processes", lambda f: _num(f.idle_gpu_hours, " h")),
         row("processes reclaimed", lambda f: str(f.reclaimed)),
-        row(f"needless reclaims (no job took the GPU within {NEEDLESS_WINDOW_H:g} h)",
-            lambda f: str(f.needless) if f.reclaimed else "-"),
-        row("time from demand to a free GPU (median)",
-            lambda f: _num(f.demand_to_free_h * 60 if f.demand_to_free_h is not None else None,
-                           " min", 0)),
+        row(
+            f"needless reclaims (no job took the GPU within {NEEDLESS_WINDOW_H:g} h)",
+            lambda f: str(f.needless) if f.reclaimed else "-",
+        ),
+        row(
+            "time from demand to a free GPU (median)",
+            lambda f: _num(
+                f.demand_to_free_h * 60 if f.demand_to_free_h is not None else None, " min", 0
+            ),
+        ),
         row("working jobs signalled (must be 0)", lambda f: str(f.harmed)),
-    ]  # fmt: skip
+    ]
     lines = [
         f"Simulated day: {first.hours:g} h on {first.gpus} GPUs, seed {seed}, time x{scale:g} "
         f"(1 h = {3600 * scale:g} s)",
@@ -402,9 +459,13 @@ def demand_verdict(by_mode: dict[str, DayFigures]) -> str:
 
 
 def run_modes(
-    options: StackOptions, seed: int, hours: float, out: TextIO,
-    progress: Callable[[str], None], modes: Sequence[str] = MODES,
-) -> list[DayFigures]:  # fmt: skip
+    options: StackOptions,
+    seed: int,
+    hours: float,
+    out: TextIO,
+    progress: Callable[[str], None],
+    modes: Sequence[str] = MODES,
+) -> list[DayFigures]:
     jobs = plan_day(seed, hours=hours, gpus=options.gpus)
     kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
     progress(f"{len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
@@ -416,5 +477,7 @@ def run_modes(
 def as_dict(figures: DayFigures) -> dict[str, Any]:
     from dataclasses import asdict
 
-    return asdict(figures) | {"jobs_per_gpu_day": figures.jobs_per_gpu_day,
-                              "gpu_hours_per_job": figures.gpu_hours_per_job}  # fmt: skip
+    return asdict(figures) | {
+        "jobs_per_gpu_day": figures.jobs_per_gpu_day,
+        "gpu_hours_per_job": figures.gpu_hours_per_job,
+    }

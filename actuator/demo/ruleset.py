@@ -203,8 +203,9 @@ def render_deploy(
     """
     repo_root, dest_dir = Path(repo_root), Path(dest_dir)
     interval = REFERENCE_EVAL_INTERVAL_S * scale
-    render_rules(repo_root / "alert-rules", dest_dir / "alert-rules", scale,
-                 runbook_base=runbook_base)  # fmt: skip
+    render_rules(
+        repo_root / "alert-rules", dest_dir / "alert-rules", scale, runbook_base=runbook_base
+    )
 
     deploy = dest_dir / "deploy"
     (deploy / "targets").mkdir(parents=True, exist_ok=True)

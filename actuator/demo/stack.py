@@ -247,8 +247,9 @@ class Stack:
         parent = options.workdir or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"gpu-reclaimer-{options.label}-{stamp}-",
-                                             dir=parent))  # fmt: skip
+        self.run_dir = Path(
+            tempfile.mkdtemp(prefix=f"gpu-reclaimer-{options.label}-{stamp}-", dir=parent)
+        )
         # A unix socket's path is short (108 bytes): the keep socket lives in /tmp.
         self.socket_dir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-"))
         self._started = True
@@ -261,8 +262,9 @@ class Stack:
 
     def _start(self, binaries: Mapping[str, str]) -> None:
         options = self.options
-        init_node(self.node_dir, options.gpus, parse_size(options.gpu_memory),
-                  "NVIDIA H100 80GB HBM3")  # fmt: skip
+        init_node(
+            self.node_dir, options.gpus, parse_size(options.gpu_memory), "NVIDIA H100 80GB HBM3"
+        )
         self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
         # Created 0600 from the start: the token is never readable by others, even briefly.
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -277,11 +279,22 @@ class Stack:
             encoding="utf-8",
         )
 
-        self.services["exporter"] = Managed("exporter", _gpu_reclaimer(
-            "exporter", "--listen", f"127.0.0.1:{self.ports['exporter']}",
-            "--sim-dir", str(self.node_dir), "--node-name", options.node_name,
-            "--heartbeat-dir", str(self.heartbeat_dir),
-        ), self.logs_dir / "exporter.log", self.own_env)  # fmt: skip
+        self.services["exporter"] = Managed(
+            "exporter",
+            _gpu_reclaimer(
+                "exporter",
+                "--listen",
+                f"127.0.0.1:{self.ports['exporter']}",
+                "--sim-dir",
+                str(self.node_dir),
+                "--node-name",
+                options.node_name,
+                "--heartbeat-dir",
+                str(self.heartbeat_dir),
+            ),
+            self.logs_dir / "exporter.log",
+            self.own_env,
+        )
 
         self.actuator_config.parent.mkdir(parents=True, exist_ok=True)
         self.actuator_config.write_text(
@@ -289,10 +302,20 @@ class Stack:
             "# timings compressed like the rules. Reference: deploy/actuator.yml.\n"
             + yaml.safe_dump(self.policy(), sort_keys=False)
         )
-        self.services["actuator"] = Managed("actuator", _gpu_reclaimer(
-            "actuator", "--config", str(self.actuator_config),
-            "--listen", f"127.0.0.1:{self.ports['actuator']}", "--token-file", str(self.token_file),
-        ), self.logs_dir / "actuator.log", self.own_env)  # fmt: skip
+        self.services["actuator"] = Managed(
+            "actuator",
+            _gpu_reclaimer(
+                "actuator",
+                "--config",
+                str(self.actuator_config),
+                "--listen",
+                f"127.0.0.1:{self.ports['actuator']}",
+                "--token-file",
+                str(self.token_file),
+            ),
+            self.logs_dir / "actuator.log",
+            self.own_env,
+        )
 
         prom_config = render_deploy(
             options.repo_root,
@@ -304,26 +327,36 @@ class Stack:
             chat_url=f"{self.sink.url}/chat",
             token_file=self.token_file,
             runbook_base=self.runbook_url,
-            extra_scrape_configs=[{
-                "job_name": "prometheus",
-                "static_configs": [{"targets": [f"127.0.0.1:{self.ports['prometheus']}"]}],
-            }],
-        )  # fmt: skip
-        self.services["alertmanager"] = Managed("alertmanager", [
-            binaries["alertmanager"],
-            f"--config.file={prom_config.parent / 'alertmanager.yml'}",
-            f"--storage.path={self.run_dir / 'alertmanager-data'}",
-            f"--web.listen-address=127.0.0.1:{self.ports['alertmanager']}",
-            "--cluster.listen-address=",  # no gossip port: a single local instance
-            "--log.level=warn",
-        ], self.logs_dir / "alertmanager.log")  # fmt: skip
-        self.services["prometheus"] = Managed("prometheus", [
-            binaries["prometheus"],
-            f"--config.file={prom_config}",
-            f"--storage.tsdb.path={self.run_dir / 'prometheus-data'}",
-            f"--web.listen-address=127.0.0.1:{self.ports['prometheus']}",
-            "--log.level=warn",
-        ], self.logs_dir / "prometheus.log")  # fmt: skip
+            extra_scrape_configs=[
+                {
+                    "job_name": "prometheus",
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.ports['prometheus']}"]}],
+                }
+            ],
+        )
+        self.services["alertmanager"] = Managed(
+            "alertmanager",
+            [
+                binaries["alertmanager"],
+                f"--config.file={prom_config.parent / 'alertmanager.yml'}",
+                f"--storage.path={self.run_dir / 'alertmanager-data'}",
+                f"--web.listen-address=127.0.0.1:{self.ports['alertmanager']}",
+                "--cluster.listen-address=",  # no gossip port: a single local instance
+                "--log.level=warn",
+            ],
+            self.logs_dir / "alertmanager.log",
+        )
+        self.services["prometheus"] = Managed(
+            "prometheus",
+            [
+                binaries["prometheus"],
+                f"--config.file={prom_config}",
+                f"--storage.tsdb.path={self.run_dir / 'prometheus-data'}",
+                f"--web.listen-address=127.0.0.1:{self.ports['prometheus']}",
+                "--log.level=warn",
+            ],
+            self.logs_dir / "prometheus.log",
+        )
 
         # Start all, then wait for each: their start-up times overlap.
         for managed in self.services.values():
@@ -453,9 +486,19 @@ class Stack:
         """Start `gpu-reclaimer sim run` on this node. Its stdout is its log file (the log the
         exporter and actuator watch); `log=False` sends it to /dev/null: no log at all."""
         args = [
-            "sim", "run", "--dir", str(self.node_dir), "--gpu", str(gpu), "--memory", memory,
-            "--phases", phases, "--tick", _seconds(self.options.tick),
-        ]  # fmt: skip
+            "sim",
+            "run",
+            "--dir",
+            str(self.node_dir),
+            "--gpu",
+            str(gpu),
+            "--memory",
+            memory,
+            "--phases",
+            phases,
+            "--tick",
+            _seconds(self.options.tick),
+        ]
         if name:
             args += ["--name", name]
         if module:

@@ -64,8 +64,17 @@ def _case_text(case: dict | None, stack: Stack, now: float) -> str:
     return f"#{cid} {state}"
 
 
-COLUMNS = (("WORKLOAD", 19), ("COMMAND", 20), ("PID", 7), ("GPU", 4), ("HELD", 9),
-           ("PROMETHEUS", 25), ("ACTUATOR", 35), ("SIGNALS", 15), ("EXPECTED", 10))  # fmt: skip
+COLUMNS = (
+    ("WORKLOAD", 19),
+    ("COMMAND", 20),
+    ("PID", 7),
+    ("GPU", 4),
+    ("HELD", 9),
+    ("PROMETHEUS", 25),
+    ("ACTUATOR", 35),
+    ("SIGNALS", 15),
+    ("EXPECTED", 10),
+)
 
 
 def render(

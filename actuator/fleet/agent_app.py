@@ -51,18 +51,20 @@ def _error(code: int, message: str) -> Response:
     return _json({"error": message}, code)
 
 
-_ROUTES = Map([
-    Rule("/-/healthy", endpoint="healthy", methods=["GET"]),
-    Rule("/-/ready", endpoint="ready", methods=["GET"]),
-    Rule("/metrics", endpoint="metrics", methods=["GET"]),
-    Rule("/v1/node", endpoint="about", methods=["GET"]),
-    Rule("/v1/inspect", endpoint="inspect", methods=["POST"]),
-    Rule("/v1/alive", endpoint="alive", methods=["POST"]),
-    Rule("/v1/gpus/<uuid>/processes", endpoint="gpu_processes", methods=["GET"]),
-    Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
-    Rule("/v1/monitored", endpoint="monitored", methods=["GET"]),
-    Rule("/v1/signal", endpoint="send", methods=["POST"]),
-])  # fmt: skip
+_ROUTES = Map(
+    [
+        Rule("/-/healthy", endpoint="healthy", methods=["GET"]),
+        Rule("/-/ready", endpoint="ready", methods=["GET"]),
+        Rule("/metrics", endpoint="metrics", methods=["GET"]),
+        Rule("/v1/node", endpoint="about", methods=["GET"]),
+        Rule("/v1/inspect", endpoint="inspect", methods=["POST"]),
+        Rule("/v1/alive", endpoint="alive", methods=["POST"]),
+        Rule("/v1/gpus/<uuid>/processes", endpoint="gpu_processes", methods=["GET"]),
+        Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
+        Rule("/v1/monitored", endpoint="monitored", methods=["GET"]),
+        Rule("/v1/signal", endpoint="send", methods=["POST"]),
+    ]
+)
 
 
 class AgentApp:
@@ -77,17 +79,25 @@ class AgentApp:
         self.boot_id = procfs.boot_id()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SelfCollector("gpu_reclaimer_agent"))
-        info = Gauge("gpu_reclaimer_agent_info", "The node this agent serves.",
-                     ["node", "boot_id"], registry=self.registry)  # fmt: skip
+        info = Gauge(
+            "gpu_reclaimer_agent_info",
+            "The node this agent serves.",
+            ["node", "boot_id"],
+            registry=self.registry,
+        )
         info.labels(node.name, self.boot_id).set(1)
         self.requests_total = Counter(
-            "gpu_reclaimer_agent_requests_total", "Agent API requests by endpoint and code.",
-            ["endpoint", "code"], registry=self.registry,
-        )  # fmt: skip
+            "gpu_reclaimer_agent_requests_total",
+            "Agent API requests by endpoint and code.",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
         self.signals_total = Counter(
-            "gpu_reclaimer_agent_signals_total", "Signals this agent sent, by signal.",
-            ["signal"], registry=self.registry,
-        )  # fmt: skip
+            "gpu_reclaimer_agent_signals_total",
+            "Signals this agent sent, by signal.",
+            ["signal"],
+            registry=self.registry,
+        )
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = _Request(environ)

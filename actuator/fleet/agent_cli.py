@@ -44,9 +44,13 @@ def add_commands(commands: Any) -> None:
     )
     sub = certs.add_subparsers(dest="what", required=True)
     init = sub.add_parser("init", help="the CA and the actuator's client certificate")
-    init.add_argument("--dir", required=True, type=Path,
-                      help="where to write the CA and the actuator's client certificate "
-                      "(created; keep it private)")  # fmt: skip
+    init.add_argument(
+        "--dir",
+        required=True,
+        type=Path,
+        help="where to write the CA and the actuator's client certificate "
+        "(created; keep it private)",
+    )
     one = sub.add_parser("agent", help="a server certificate for one node's agent")
     one.add_argument("node", help="the node name (the exporter's `node` label)")
     one.add_argument("--dir", required=True, type=Path, help="where `certs init` wrote the CA")
@@ -60,9 +64,16 @@ def _agent_config(args: argparse.Namespace) -> Any:
 
     config = load_agent_config(args.config)
     node = config.node.model_copy(
-        update={k: v for k, v in (("sim_dir", args.sim_dir), ("name", args.node_name),
-                                  ("heartbeat_dir", args.heartbeat_dir)) if v is not None}
-    )  # fmt: skip
+        update={
+            k: v
+            for k, v in (
+                ("sim_dir", args.sim_dir),
+                ("name", args.node_name),
+                ("heartbeat_dir", args.heartbeat_dir),
+            )
+            if v is not None
+        }
+    )
     update: dict[str, Any] = {"node": node}
     if args.journal:
         update["journal"] = args.journal
@@ -105,8 +116,9 @@ def run_certs(args: argparse.Namespace) -> int:
         for ip in args.ip:
             ipaddress.ip_address(ip)
         if not (args.dir / "ca.key").exists():
-            log.error("%s: no CA here; run `gpu-reclaimer certs init --dir %s` first",
-                      args.dir, args.dir)  # fmt: skip
+            log.error(
+                "%s: no CA here; run `gpu-reclaimer certs init --dir %s` first", args.dir, args.dir
+            )
             return 2
         issued = certs.issue_agent(args.dir, args.node, dns=tuple(args.dns), ips=tuple(args.ip))
         print(f"agent certificate for {args.node}: {issued.cert} (key {issued.key})")

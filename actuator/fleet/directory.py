@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A host name (RFC 1123 labels), which is also what the exporter reports as `node`.
-NODE_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")  # fmt: skip
+NODE_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
 
 
 def valid_node_name(name: str) -> bool:
@@ -144,8 +146,9 @@ class AgentResolver:
 class NodeDirectory:
     """The reconciler's nodes: fixed ones (the local node, or test doubles) and agents."""
 
-    def __init__(self, fixed: Node | Mapping[str, Node] | None = None,
-                 agents: AgentResolver | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, fixed: Node | Mapping[str, Node] | None = None, agents: AgentResolver | None = None
+    ) -> None:
         if fixed is None:
             self.fixed: dict[str, Node] = {}
         elif isinstance(fixed, Mapping):
@@ -189,6 +192,9 @@ def build_agents(settings: AgentsSettings) -> AgentResolver:
             p.url, p.job, agent_port=p.agent_port, refresh=p.refresh, timeout=settings.timeout
         )
     return AgentResolver(
-        tls, static=settings.static, url_template=settings.url_template, prometheus=prometheus,
+        tls,
+        static=settings.static,
+        url_template=settings.url_template,
+        prometheus=prometheus,
         timeout=settings.timeout,
-    )  # fmt: skip
+    )

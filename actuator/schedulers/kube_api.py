@@ -117,9 +117,10 @@ class KubeApi:
     def pending_pods(self) -> bytes:
         """Every Pending pod in the cluster, as the API server's JSON (demand)."""
         raw = self._call(
-            self._core.list_pod_for_all_namespaces, field_selector="status.phase=Pending",
+            self._core.list_pod_for_all_namespaces,
+            field_selector="status.phase=Pending",
             _preload_content=False,
-        )  # fmt: skip
+        )
         return bytes(raw.data)
 
     def evict(self, pod: Pod, *, dry_run: bool = False) -> None:
@@ -133,10 +134,14 @@ class KubeApi:
         )
         try:
             self._call(
-                self._core.create_namespaced_pod_eviction, pod.name, pod.namespace, body,
-                dry_run="All" if dry_run else None, _preload_content=False,
+                self._core.create_namespaced_pod_eviction,
+                pod.name,
+                pod.namespace,
+                body,
+                dry_run="All" if dry_run else None,
+                _preload_content=False,
                 _content_type="application/json",
-            )  # fmt: skip
+            )
         except LookupError:
             raise KubeError(f"pod {pod.namespace}/{pod.name} is gone") from None
 
@@ -148,8 +153,12 @@ class KubeApi:
         )
         try:
             self._call(
-                self._core.delete_namespaced_pod, pod.name, pod.namespace, body=options,
-                _preload_content=False, _content_type="application/json",
-            )  # fmt: skip
+                self._core.delete_namespaced_pod,
+                pod.name,
+                pod.namespace,
+                body=options,
+                _preload_content=False,
+                _content_type="application/json",
+            )
         except LookupError:
             raise KubeError(f"pod {pod.namespace}/{pod.name} is gone") from None

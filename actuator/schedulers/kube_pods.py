@@ -86,7 +86,8 @@ class KubePods:
         if not (live.pod and live.namespace):
             return Reason.UNKNOWN_EVIDENCE, (
                 f"the process runs in pod UID {live.pod_uid}, which the kubelet names no "
-                "single pod for: not acted on")  # fmt: skip
+                "single pod for: not acted on"
+            )
         where = f"pod {live.namespace}/{live.pod}"
         try:
             pod = self.api.pod(live.namespace, live.pod)
@@ -116,8 +117,12 @@ class KubePods:
     def claim(self, case: Case, live: LiveState) -> None:
         action = self.action_for(live.namespace)
         if action != "signal":
-            case.pod = {"namespace": live.namespace, "name": live.pod, "uid": live.pod_uid,
-                        "action": action}  # fmt: skip
+            case.pod = {
+                "namespace": live.namespace,
+                "name": live.pod,
+                "uid": live.pod_uid,
+                "action": action,
+            }
 
     def owns(self, case: Case) -> bool:
         return case.pod is not None
@@ -127,8 +132,7 @@ class KubePods:
 
     def _pod(self, case: Case) -> Pod:
         assert case.pod is not None
-        return Pod(case.pod["namespace"], case.pod["name"], case.pod["uid"], case.node, "",
-                   False)  # fmt: skip
+        return Pod(case.pod["namespace"], case.pod["name"], case.pod["uid"], case.node, "", False)
 
     def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
         assert case.pod is not None
@@ -136,8 +140,12 @@ class KubePods:
         name = "EVICT" if action == "evict" else "DELETE"
         if dry_run:
             verb = "evict" if action == "evict" else "delete"
-            return self._step(case, "DELETE-NOW" if kill else name, True,
-                              f"would {verb} pod {pod.namespace}/{pod.name}")  # fmt: skip
+            return self._step(
+                case,
+                "DELETE-NOW" if kill else name,
+                True,
+                f"would {verb} pod {pod.namespace}/{pod.name}",
+            )
         try:
             if not kill:
                 if action == "evict":
@@ -160,8 +168,12 @@ class KubePods:
 
     @staticmethod
     def _step(case: Case, name: str, ok: bool, detail: str) -> Step:
-        return Step(name, ok, detail, {"event": Event.KUBE_RECLAIM, "pod": dict(case.pod or {}),
-                                       "step": name})  # fmt: skip
+        return Step(
+            name,
+            ok,
+            detail,
+            {"event": Event.KUBE_RECLAIM, "pod": dict(case.pod or {}), "step": name},
+        )
 
     def verify(self, case: Case) -> dict[str, object]:
         assert case.pod is not None

@@ -117,8 +117,11 @@ class PolicyObjects:
             return seen, _condition("False", "Invalid", error)
         if first is None or first[0] != key[1]:
             applies = f"GpuReclaimPolicy {key[0]}/{first[0]}" if first else "another policy"
-            return seen, _condition("False", "Shadowed", f"{applies} applies: the first by "
-                                    "name in a namespace is the one in force")  # fmt: skip
+            return seen, _condition(
+                "False",
+                "Shadowed",
+                f"{applies} applies: the first by name in a namespace is the one in force",
+            )
         message = "in force for the namespace's pods, after the cluster's own rules"
         if seen.spec.mode and gentler(seen.spec.mode, cluster_mode) != seen.spec.mode:
             message += f"; mode {seen.spec.mode} capped at the cluster's {cluster_mode}"
@@ -133,8 +136,10 @@ class PolicyObjects:
         return first
 
     def rules(self, cluster_mode: Mode) -> tuple[ProjectRule, ...]:
-        return tuple(to_rule(ns, name, spec, cluster_mode)
-                     for ns, (name, spec) in self._first_by_namespace().items())  # fmt: skip
+        return tuple(
+            to_rule(ns, name, spec, cluster_mode)
+            for ns, (name, spec) in self._first_by_namespace().items()
+        )
 
     def spec_for(self, namespace: str) -> PolicySpec | None:
         found = self._first_by_namespace().get(namespace)
@@ -180,9 +185,16 @@ def _seen(obj: dict[str, Any]) -> Seen:
 class PolicyWatch:
     """Keeps `objects` current from the API server (list, then watch; relist on 410)."""
 
-    def __init__(self, api_client: Any, objects: PolicyObjects, *, timeout: float = 10.0,
-                 watch_seconds: int = 300, backoff: float = 5.0,
-                 cluster_mode: Mode | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        api_client: Any,
+        objects: PolicyObjects,
+        *,
+        timeout: float = 10.0,
+        watch_seconds: int = 300,
+        backoff: float = 5.0,
+        cluster_mode: Mode | None = None,
+    ) -> None:
         from kubernetes import client
 
         self._api = client.CustomObjectsApi(api_client)
@@ -218,10 +230,14 @@ class PolicyWatch:
 
         stream = watch.Watch()
         for event in stream.stream(
-            self._api.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-            resource_version=version, timeout_seconds=self._watch_seconds,
+            self._api.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            PLURAL,
+            resource_version=version,
+            timeout_seconds=self._watch_seconds,
             _request_timeout=(self._timeout, self._watch_seconds + self._timeout),
-        ):  # fmt: skip
+        ):
             if stop.is_set():
                 stream.stop()
                 return
@@ -253,22 +269,35 @@ class PolicyWatch:
             if self._written.get(key) == (seen.uid, seen.generation, tuple(condition.items())):
                 continue
             when = current.get("lastTransitionTime") if same else None
-            condition = {**condition, "observedGeneration": seen.generation,
-                         "lastTransitionTime": when or time.strftime(
-                             "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+            condition = {
+                **condition,
+                "observedGeneration": seen.generation,
+                "lastTransitionTime": when or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             body = {"status": {"observedGeneration": seen.generation, "conditions": [condition]}}
             try:
                 self._api.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, key[0], PLURAL, key[1], body,
+                    GROUP,
+                    VERSION,
+                    key[0],
+                    PLURAL,
+                    key[1],
+                    body,
                     _content_type="application/merge-patch+json",
                     _request_timeout=self._timeout,
-                )  # fmt: skip
+                )
             except Exception as exc:  # a status is courtesy: never in the way of the watch
                 log.warning("GpuReclaimPolicy %s/%s: status not written: %s", *key, exc)
                 continue
-            self._written[key] = (seen.uid, seen.generation, tuple(
-                (k, v) for k, v in condition.items() if k in ("type", "status", "reason", "message")
-            ))  # fmt: skip
+            self._written[key] = (
+                seen.uid,
+                seen.generation,
+                tuple(
+                    (k, v)
+                    for k, v in condition.items()
+                    if k in ("type", "status", "reason", "message")
+                ),
+            )
 
 
 class NamespacePolicies:
@@ -296,9 +325,13 @@ class NamespacePolicies:
         return spec.notice.language if spec else None
 
 
-def start_watch(api_client: Any, objects: PolicyObjects, stop: threading.Event,
-                cluster_mode: Mode | None = None,
-                factory: Callable[..., PolicyWatch] = PolicyWatch) -> PolicyWatch:  # fmt: skip
+def start_watch(
+    api_client: Any,
+    objects: PolicyObjects,
+    stop: threading.Event,
+    cluster_mode: Mode | None = None,
+    factory: Callable[..., PolicyWatch] = PolicyWatch,
+) -> PolicyWatch:
     watcher = factory(api_client, objects, cluster_mode=cluster_mode)
     threading.Thread(target=watcher.run, args=(stop,), name="policy-watch", daemon=True).start()
     return watcher

@@ -45,7 +45,8 @@ class SlurmJobs:
         if job.partition in settings.exclude_partitions or job.account in settings.exclude_accounts:
             return Reason.PROTECTED, (
                 f"Slurm job {job_id}: partition {job.partition!r} / account {job.account!r} "
-                "is excluded")  # fmt: skip
+                "is excluded"
+            )
         if case.node not in job.nodes:
             return Reason.IDENTITY_MISMATCH, f"Slurm job {job_id} does not run on {case.node}"
         for node_name in job.nodes:
@@ -68,14 +69,20 @@ class SlurmJobs:
             if rank.key != case.target.key and not self._confirmed(rank):
                 return self.hold, (
                     f"job {job_id}: rank pid {rank.pid} on {node_name} is not confirmed "
-                    "idle: the job is kept")  # fmt: skip
+                    "idle: the job is kept"
+                )
         return None
 
     def _confirmed(self, rank: Target) -> bool:
         other = self.store.live_case_for(rank)
-        return other is not None and other.notified_mono is not None and (
-            other.state in (State.NOTIFIED, State.TERMINATING, State.KILLING)
-            or other.reason_code == self.hold)  # fmt: skip
+        return (
+            other is not None
+            and other.notified_mono is not None
+            and (
+                other.state in (State.NOTIFIED, State.TERMINATING, State.KILLING)
+                or other.reason_code == self.hold
+            )
+        )
 
     def claim(self, case: Case, live: LiveState) -> None:
         case.slurm_job = live.slurm_job
@@ -104,16 +111,26 @@ class SlurmJobs:
         assert case.slurm_job is not None
         name, sig = ("SCANCEL-KILL", "KILL") if kill else ("SCANCEL", None)
         if dry_run:
-            return Step(name, True, f"would cancel Slurm job {case.slurm_job}"
-                        + (" with SIGKILL" if kill else ""),
-                        {"event": Event.SLURM_CANCEL, "job": case.slurm_job, "signal": sig,
-                         "dry_run": True})  # fmt: skip
+            return Step(
+                name,
+                True,
+                f"would cancel Slurm job {case.slurm_job}" + (" with SIGKILL" if kill else ""),
+                {
+                    "event": Event.SLURM_CANCEL,
+                    "job": case.slurm_job,
+                    "signal": sig,
+                    "dry_run": True,
+                },
+            )
         try:
             ok, detail = self.cli.cancel(case.slurm_job, signal=sig)
         except SlurmError as exc:
             ok, detail = False, str(exc)
-        record: dict[str, object] = {"event": Event.SLURM_CANCEL, "job": case.slurm_job,
-                                     "signal": sig}  # fmt: skip
+        record: dict[str, object] = {
+            "event": Event.SLURM_CANCEL,
+            "job": case.slurm_job,
+            "signal": sig,
+        }
         return Step(name, ok, detail, record)
 
     def verify(self, case: Case) -> dict[str, object]:
@@ -122,8 +139,16 @@ class SlurmJobs:
         try:
             job = self.cli.job(case.slurm_job, fresh=True)
             gpus = {n: self.cli.gpus_allocated(n) for n in (job.nodes if job else ())}
-            return {"event": Event.SLURM_VERIFIED, "job": case.slurm_job,
-                    "state": job.state if job else "unknown", "gpus_allocated": gpus}  # fmt: skip
+            return {
+                "event": Event.SLURM_VERIFIED,
+                "job": case.slurm_job,
+                "state": job.state if job else "unknown",
+                "gpus_allocated": gpus,
+            }
         except SlurmError as exc:
-            return {"event": Event.SLURM_VERIFIED, "job": case.slurm_job, "state": "unknown",
-                    "error": str(exc)}  # fmt: skip
+            return {
+                "event": Event.SLURM_VERIFIED,
+                "job": case.slurm_job,
+                "state": "unknown",
+                "error": str(exc),
+            }

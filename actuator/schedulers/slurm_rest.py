@@ -44,9 +44,12 @@ class SlurmRest:
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": token}
         try:
             answer = self._session.request(
-                method, self.base + path, params=params or None, headers=headers,
+                method,
+                self.base + path,
+                params=params or None,
+                headers=headers,
                 timeout=self.timeout,
-            )  # fmt: skip
+            )
         except requests.RequestException as exc:
             raise SlurmError(f"slurmrestd: {exc}") from None
         try:
@@ -59,8 +62,9 @@ class SlurmRest:
 
     @staticmethod
     def _errors(body: dict[str, Any]) -> str:
-        return "; ".join(str(e.get("error") or e.get("description") or e)
-                         for e in body.get("errors") or [])  # fmt: skip
+        return "; ".join(
+            str(e.get("error") or e.get("description") or e) for e in body.get("errors") or []
+        )
 
     def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob | None:
         return self._jobs.job(job_id, self._read_job, fresh=fresh)

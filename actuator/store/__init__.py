@@ -38,9 +38,16 @@ __all__ = [
 
 
 class Store(
-    EpisodeQueries, CaseQueries, SignalQueries, CounterQueries, LeaseQueries, BreakerQueries,
-    KeepLinkQueries, KeepQueries, WaiterQueries,
-):  # fmt: skip
+    EpisodeQueries,
+    CaseQueries,
+    SignalQueries,
+    CounterQueries,
+    LeaseQueries,
+    BreakerQueries,
+    KeepLinkQueries,
+    KeepQueries,
+    WaiterQueries,
+):
     """The actuator's store on SQLite: every domain's queries over one Database."""
 
 

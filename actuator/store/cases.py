@@ -15,10 +15,26 @@ from actuator.store.lease import Fence, check_fence
 # Case fields kept in their own columns (queried or indexed); every other field of the
 # dataclass lives in the `data` JSON, so a new field needs no schema change.
 CASE_COLUMNS = (
-    "id", "state", "version", "node", "pid", "start_time", "start_ticks", "boot_id", "uuid",
-    "created", "updated", "term_at", "reason_code", "user", "freed_bytes", "created_mono",
-    "term_mono", "followup", "clock",
-)  # fmt: skip
+    "id",
+    "state",
+    "version",
+    "node",
+    "pid",
+    "start_time",
+    "start_ticks",
+    "boot_id",
+    "uuid",
+    "created",
+    "updated",
+    "term_at",
+    "reason_code",
+    "user",
+    "freed_bytes",
+    "created_mono",
+    "term_mono",
+    "followup",
+    "clock",
+)
 CASE_DATA_FIELDS = tuple(
     f.name for f in dataclasses.fields(Case) if f.name not in CASE_COLUMNS and f.name != "members"
 )
@@ -137,8 +153,14 @@ class CaseQueries(Database):
         The caller has already updated the case's other fields (timestamps, samples).
         """
         old_version = case.version
-        saved = (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
-                 case.ended_mono)  # fmt: skip
+        saved = (
+            case.state,
+            case.reason,
+            case.reason_code,
+            case.updated,
+            case.ended_at,
+            case.ended_mono,
+        )
         case.state = new_state
         case.reason = reason
         case.reason_code = reason_code
@@ -157,12 +179,24 @@ class CaseQueries(Database):
                     (case.id, now, str(new_state), reason, json.dumps(evidence, default=str)),
                 )
         except _Conflict:
-            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
-             case.ended_mono) = saved  # fmt: skip
+            (
+                case.state,
+                case.reason,
+                case.reason_code,
+                case.updated,
+                case.ended_at,
+                case.ended_mono,
+            ) = saved
             return None
         except BaseException:
-            (case.state, case.reason, case.reason_code, case.updated, case.ended_at,
-             case.ended_mono) = saved  # fmt: skip
+            (
+                case.state,
+                case.reason,
+                case.reason_code,
+                case.updated,
+                case.ended_at,
+                case.ended_mono,
+            ) = saved
             raise
         case.version = old_version + 1
         return case
@@ -236,8 +270,11 @@ class CaseQueries(Database):
             ]
             marks = ",".join("?" for _ in ids)
             if ids:
-                for table, column in (("timeline", "case_id"), ("signals", "case_id"),
-                                      ("cases", "id")):  # fmt: skip
+                for table, column in (
+                    ("timeline", "case_id"),
+                    ("signals", "case_id"),
+                    ("cases", "id"),
+                ):
                     conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
             conn.execute(
                 "DELETE FROM episodes WHERE processed = 1 AND last_seen < ? AND (case_id IS NULL "

@@ -109,8 +109,21 @@ class CounterQueries(Database):
 
 # Seconds from a case's opening to its process tree's exit (the shipped timings reclaim in
 # about 11 minutes; the demo's in seconds).
-TIME_TO_RECLAIM_BUCKETS = (5.0, 15.0, 30.0, 60.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0,
-                           7200.0, 21600.0, 86400.0)  # fmt: skip
+TIME_TO_RECLAIM_BUCKETS = (
+    5.0,
+    15.0,
+    30.0,
+    60.0,
+    300.0,
+    600.0,
+    900.0,
+    1200.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    21600.0,
+    86400.0,
+)
 
 
 # Seconds from demand appearing to its GPU being free (the grace, then SIGTERM's exit).

@@ -88,9 +88,12 @@ class EpisodeQueries(Database):
             if rejected:
                 bump(conn, "alerts_rejected", "", rejected)
         return Ingest(
-            received=len(alerts) + rejected, recorded=recorded, ignored=ignored,
-            rejected=rejected, duplicates=tuple(duplicates),
-        )  # fmt: skip
+            received=len(alerts) + rejected,
+            recorded=recorded,
+            ignored=ignored,
+            rejected=rejected,
+            duplicates=tuple(duplicates),
+        )
 
     def pending_episodes(self, limit: int = 500) -> list[Episode]:
         rows = self._read(

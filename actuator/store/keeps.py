@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actuator.store.database import Database
+from actuator.store.database import Database, Row
 
 
 @dataclass(frozen=True)
@@ -23,38 +23,58 @@ class AdvanceKeep:
     revoked: bool
 
 
-def _keep(row: object) -> AdvanceKeep:
+def _keep(row: Row) -> AdvanceKeep:
     r = row  # sqlite3.Row or psycopg's dict_row: both by column name
-    return AdvanceKeep(r["id"], r["node"], r["pid"], r["start_ticks"], r["boot_id"],  # type: ignore[index]
-                       r["uid"], r["until_ts"], r["created"], r["by_whom"],  # type: ignore[index]
-                       bool(r["revoked"]))  # type: ignore[index]  # fmt: skip
+    return AdvanceKeep(
+        r["id"],
+        r["node"],
+        r["pid"],
+        r["start_ticks"],
+        r["boot_id"],
+        r["uid"],
+        r["until_ts"],
+        r["created"],
+        r["by_whom"],
+        bool(r["revoked"]),
+    )
 
 
 class KeepQueries(Database):
-    def add_keep(self, node: str, pid: int, start_ticks: int, boot_id: str, uid: int,
-                 until: float, now: float, by: str) -> AdvanceKeep:  # fmt: skip
+    def add_keep(
+        self,
+        node: str,
+        pid: int,
+        start_ticks: int,
+        boot_id: str,
+        uid: int,
+        until: float,
+        now: float,
+        by: str,
+    ) -> AdvanceKeep:
         """Keep this process until `until`; an earlier active keep of it is replaced."""
         with self._tx() as conn:
             conn.execute(
                 "UPDATE keeps SET revoked = 1 WHERE node = ? AND pid = ? AND start_ticks = ? "
-                "AND boot_id = ? AND revoked = 0", (node, pid, start_ticks, boot_id),
-            )  # fmt: skip
+                "AND boot_id = ? AND revoked = 0",
+                (node, pid, start_ticks, boot_id),
+            )
             conn.execute(
                 "INSERT INTO keeps (node, pid, start_ticks, boot_id, uid, until_ts, created, "
                 "by_whom) VALUES (?,?,?,?,?,?,?,?)",
                 (node, pid, start_ticks, boot_id, uid, until, now, by),
-            )  # fmt: skip
+            )
         found = self.active_keep(node, pid, start_ticks, boot_id, now)
         assert found is not None
         return found
 
-    def active_keep(self, node: str, pid: int, start_ticks: int, boot_id: str,
-                    now: float) -> AdvanceKeep | None:  # fmt: skip
+    def active_keep(
+        self, node: str, pid: int, start_ticks: int, boot_id: str, now: float
+    ) -> AdvanceKeep | None:
         rows = self._read(
             "SELECT * FROM keeps WHERE node = ? AND pid = ? AND start_ticks = ? AND boot_id = ? "
             "AND revoked = 0 AND until_ts > ? ORDER BY id DESC LIMIT 1",
             (node, pid, start_ticks, boot_id, now),
-        )  # fmt: skip
+        )
         return _keep(rows[0]) if rows else None
 
     def list_keeps(self, node: str, now: float, uid: int | None = None) -> list[AdvanceKeep]:
@@ -67,6 +87,7 @@ class KeepQueries(Database):
 
     def revoke_keep(self, keep_id: int) -> bool:
         with self._tx() as conn:
-            done = conn.execute("UPDATE keeps SET revoked = 1 WHERE id = ? AND revoked = 0",
-                                (keep_id,))  # fmt: skip
+            done = conn.execute(
+                "UPDATE keeps SET revoked = 1 WHERE id = ? AND revoked = 0", (keep_id,)
+            )
             return bool(done.rowcount)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actuator.store.database import Database
+from actuator.store.database import Database, Row
 
 WAITING, SERVED, EXPIRED, LEFT = "waiting", "served", "expired", "left"
 
@@ -27,12 +27,12 @@ class Waiter:
     taken: bool = False  # a process has appeared on them since: the promise is kept
 
 
-def _waiter(r: object) -> Waiter:
-    row = r  # sqlite3.Row or psycopg's dict_row: both by column name
+def _waiter(row: Row) -> Waiter:
+    """sqlite3.Row or psycopg's dict_row: both by column name."""
     fields = [k for k in Waiter.__dataclass_fields__ if k not in ("given", "taken")]
-    values = {k: row[k] for k in fields}  # type: ignore[index]
-    given = tuple(g for g in str(row["given"]).split(",") if g)  # type: ignore[index]
-    return Waiter(**values, given=given, taken=bool(row["taken"]))  # type: ignore[index]
+    values = {k: row[k] for k in fields}
+    given = tuple(g for g in str(row["given"]).split(",") if g)
+    return Waiter(**values, given=given, taken=bool(row["taken"]))
 
 
 class WaiterQueries(Database):

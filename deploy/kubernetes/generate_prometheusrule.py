@@ -54,8 +54,9 @@ def rule_object(root: Path = ROOT) -> dict[str, Any]:
 
 
 def render(root: Path = ROOT) -> str:
-    body = yaml.dump(rule_object(root), Dumper=_Dumper, sort_keys=False, width=100,
-                     allow_unicode=True)  # fmt: skip
+    body = yaml.dump(
+        rule_object(root), Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True
+    )
     return HEADER.format(files=", ".join(f"alert-rules/{n}" for n in RULE_FILES)) + body
 
 

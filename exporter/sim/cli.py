@@ -200,8 +200,11 @@ def _run(args: argparse.Namespace) -> int:
     total = node.gpus[args.gpu].memory_total
     wanted = spec.memory + spec.children * spec.child_memory
     if wanted > total:
-        workers = (f" + {spec.children} x --child-memory {format_size(spec.child_memory)}"
-                   if spec.children else "")  # fmt: skip
+        workers = (
+            f" + {spec.children} x --child-memory {format_size(spec.child_memory)}"
+            if spec.children
+            else ""
+        )
         raise CommandError(
             f"--memory {format_size(spec.memory)}{workers} does not fit GPU {args.gpu} "
             f"({format_size(total)})"

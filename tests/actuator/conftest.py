@@ -83,18 +83,30 @@ class Workloads:
     ) -> Workload:
         """`cgroup`: a cgroup directory the process joins before it starts (a pod's)."""
         command = [
-            *gpu_reclaimer_command(), "sim", "run", "--dir", str(self.node_dir),
-            "--gpu", str(gpu), "--memory", memory, "--phases", phases, "--tick", "0.2",
+            *gpu_reclaimer_command(),
+            "sim",
+            "run",
+            "--dir",
+            str(self.node_dir),
+            "--gpu",
+            str(gpu),
+            "--memory",
+            memory,
+            "--phases",
+            phases,
+            "--tick",
+            "0.2",
             *options,
-        ]  # fmt: skip
+        ]
         if cgroup is not None:
             join = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
             command = ["sh", "-c", join, "sh", *command]
         # Neither stream is a file another process writes: pytest's captured stderr is a
         # regular file the test process logs to, and its writes would read as this
         # workload's log activity.
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         w = Workload(proc, 0.0, self.uuid(gpu))
         threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()
         self.started.append(w)

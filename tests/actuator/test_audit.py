@@ -69,8 +69,11 @@ def small_volume(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs the test mounts (root only; elsewhere this test is skipped)."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -127,15 +130,18 @@ def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
 
     actuator = actuator_factory(
         workloads.node_dir,
-        storage={"database": str(small_volume / "actuator.db"),
-                 "audit_log": str(small_volume / "audit.jsonl")},
-    )  # fmt: skip
+        storage={
+            "database": str(small_volume / "actuator.db"),
+            "audit_log": str(small_volume / "audit.jsonl"),
+        },
+    )
     w = workloads.spawn()
     filler = fill(small_volume)
 
     def ready_codes() -> set[int]:
-        return {actuator.session.get(actuator.url + "/-/ready", timeout=5).status_code
-                for _ in range(6)}  # fmt: skip
+        return {
+            actuator.session.get(actuator.url + "/-/ready", timeout=5).status_code for _ in range(6)
+        }
 
     assert ready_codes() == {503}  # every worker says so
     answer = actuator.post(payload(alert_for(w)))

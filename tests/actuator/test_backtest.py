@@ -33,10 +33,13 @@ PROCESSES: dict[int, tuple[int, str, int, Callable[[int], float]]] = {
 }
 
 
-def _samples(name: str, labels: str, value: Callable[[int], float] | float, start: int,
-             end: int) -> list[str]:  # fmt: skip
-    return [f"{name}{{{labels}}} {value(t - start) if callable(value) else value} {t}"
-            for t in range(start - 10 * M + OFFSET, end, 15)]  # fmt: skip
+def _samples(
+    name: str, labels: str, value: Callable[[int], float] | float, start: int, end: int
+) -> list[str]:
+    return [
+        f"{name}{{{labels}}} {value(t - start) if callable(value) else value} {t}"
+        for t in range(start - 10 * M + OFFSET, end, 15)
+    ]
 
 
 def _history(start: int, end: int) -> str:
@@ -53,9 +56,13 @@ def _history(start: int, end: int) -> str:
         add("gpu_exporter_device_up", "gauge", gpu, 1)
     for pid, (g, user, memory, util) in PROCESSES.items():
         proc = f'{INSTANCE},gpu="{g}",uuid="GPU-{g}",pid="{pid}"'
-        add("gpu_process_info", "gauge",
+        add(
+            "gpu_process_info",
+            "gauge",
             f'{proc},node="n1",user="{user}",project="p-{user}",command="python",'
-            f'start_ticks="{pid}00",boot_id="b1"', 1)  # fmt: skip
+            f'start_ticks="{pid}00",boot_id="b1"',
+            1,
+        )
         add("gpu_process_memory_used_bytes", "gauge", proc, memory * GiB)
         add("gpu_process_sm_utilization_ratio", "gauge", proc, util)
         add("gpu_process_cpu_seconds", "counter", proc, 100.0)
@@ -78,10 +85,21 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
 
 def backtest(prom: Server, start: int, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*gpu_reclaimer_command(), "backtest", "--prometheus", prom.url,
-         "--since", _iso(start), "--until", _iso(start + 120 * M), *args],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            *gpu_reclaimer_command(),
+            "backtest",
+            "--prometheus",
+            prom.url,
+            "--since",
+            _iso(start),
+            "--until",
+            _iso(start + 120 * M),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _iso(ts: int) -> str:
@@ -98,8 +116,14 @@ def test_a_lower_bar_for_utilisation_flags_the_15_percent_process(
     backfilled: tuple[Server, int],
 ) -> None:
     prom, start = backfilled
-    done = backtest(prom, start, "--threshold", "gpu_process:sm_utilization_ratio:max_window=0.2",
-                    "--format", "json")  # fmt: skip
+    done = backtest(
+        prom,
+        start,
+        "--threshold",
+        "gpu_process:sm_utilization_ratio:max_window=0.2",
+        "--format",
+        "json",
+    )
     assert "querying" in done.stderr  # progress
     rows = _processes(done, "GpuProcessIdle")
     # Idle at every step from minute 11 (the first 1m window of zeros) to minute 70; with
@@ -155,17 +179,29 @@ def test_clear_errors(backfilled: tuple[Server, int], tmp_path: Path) -> None:
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
     unreachable = subprocess.run(
-        [*gpu_reclaimer_command(), "backtest", "--prometheus", "http://127.0.0.1:9",
-         "--since", "1h", "--timeout", "2s"], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            *gpu_reclaimer_command(),
+            "backtest",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--since",
+            "1h",
+            "--timeout",
+            "2s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert unreachable.returncode == 2 and "cannot reach Prometheus" in unreachable.stderr
 
 
 def test_recording_rules_are_written_out_down_to_raw_series() -> None:
     rules = RuleSet.load(SHIPPED_RULES)
     expanded = rules.expanded(rules.alerts["GpuProcessIdle"].expr)
-    assert not {name for name in rules.records if f"{name}\n" in expanded or
-                expanded.endswith(name)}, "a recorded series was left in"  # fmt: skip
+    assert not {
+        name for name in rules.records if f"{name}\n" in expanded or expanded.endswith(name)
+    }, "a recorded series was left in"
     assert "gpu_process_sm_utilization_ratio[1m]" in expanded
     lowered = rules.with_thresholds({"gpu_process:sm_utilization_ratio:max_window": 0.2})
     assert "<= 0.2 # TUNE: util ratio" in lowered.expanded(lowered.alerts["GpuProcessIdle"].expr)

@@ -48,8 +48,13 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, C
     work = tmp_path_factory.mktemp("am")
     token = work / "token"
     token.write_text("decision-alerts-token-0123456789\n")
-    render_deploy(REPO, work / "run", scale=1 / 30, chat_url=f"http://127.0.0.1:"
-                  f"{server.server_address[1]}/chat", token_file=token)  # fmt: skip
+    render_deploy(
+        REPO,
+        work / "run",
+        scale=1 / 30,
+        chat_url=f"http://127.0.0.1:{server.server_address[1]}/chat",
+        token_file=token,
+    )
     try:
         with start_alertmanager(work / "run" / "deploy" / "alertmanager.yml", work) as am:
             yield am, chat
@@ -60,12 +65,22 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, C
 @pytest.mark.reliability(47, 48)
 def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
     am, chat = routed
-    alerts = DecisionAlerts([am.url], external_url="https://reclaimer.example.com",
-                            runbook_url="https://wiki.example.com/gpu-reclaimer",
-                            clock=time.time)  # fmt: skip
+    alerts = DecisionAlerts(
+        [am.url],
+        external_url="https://reclaimer.example.com",
+        runbook_url="https://wiki.example.com/gpu-reclaimer",
+        clock=time.time,
+    )
     # The alert's labels claim another command, GPU and project: the node's facts win.
-    facts = ProvenFacts(node="n", pid=4242, gpu_uuid="GPU-2", gpu_index=2, user="lilei",
-                        project="vision", program="python train\u202e.py\n<!channel>")  # fmt: skip
+    facts = ProvenFacts(
+        node="n",
+        pid=4242,
+        gpu_uuid="GPU-2",
+        gpu_index=2,
+        user="lilei",
+        project="vision",
+        program="python train\u202e.py\n<!channel>",
+    )
     case = make_case(
         id=7,
         state=State.NOTIFIED,
@@ -76,19 +91,37 @@ def test_decisions_reach_chat_with_the_labels_sres_route_on(routed) -> None:
         freed_bytes=8 << 30,
     )
     deadline = time.time() + 600
-    notice = Notice(kind="warning", case=7, facts=facts, alertname="GpuProcessIdle",
-                    since=deadline - 900, deadline=deadline, term_timeout=10,
-                    grace=600)  # fmt: skip
+    notice = Notice(
+        kind="warning",
+        case=7,
+        facts=facts,
+        alertname="GpuProcessIdle",
+        since=deadline - 900,
+        deadline=deadline,
+        term_timeout=10,
+        grace=600,
+    )
     assert alerts.scheduled(notice, case)
     assert alerts.reclaimed(case)
-    wait_until(lambda: {a["labels"]["alertname"] for a in chat.alerts()} >= {
-        "GpuReclaimScheduled", "GpuProcessReclaimed"}, 20)  # fmt: skip
+    wait_until(
+        lambda: (
+            {a["labels"]["alertname"] for a in chat.alerts()}
+            >= {"GpuReclaimScheduled", "GpuProcessReclaimed"}
+        ),
+        20,
+    )
     (scheduled,) = [a for a in chat.alerts() if a["labels"]["alertname"] == "GpuReclaimScheduled"]
     assert scheduled["labels"] | {"alertname": "x"} == {
-        "alertname": "x", "severity": "info", "node": "n", "gpu": "2", "user": "lilei",
-        "project": "vision", "case": "7", "pid": "4242",
+        "alertname": "x",
+        "severity": "info",
+        "node": "n",
+        "gpu": "2",
+        "user": "lilei",
+        "project": "vision",
+        "case": "7",
+        "pid": "4242",
         "case_url": "https://reclaimer.example.com/api/v1/cases/7",
-    }  # fmt: skip
+    }
     assert scheduled["annotations"]["runbook_url"] == "https://wiki.example.com/gpu-reclaimer"
     summary = scheduled["annotations"]["summary"]
     # one line, no bidi override, no live mention for the chat template downstream

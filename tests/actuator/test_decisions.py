@@ -112,15 +112,23 @@ def test_grace_period_then_sigterm():
 
 
 def test_release_now_skips_the_rest_of_the_grace_but_none_of_the_checks():
-    case = make_case(state=State.NOTIFIED, notified_at=T0, notified_mono=T0, cpu_seconds=10.0,
-                     cpu_at=T0, cpu_rate=0, release_requested_mono=T0 + 5)  # fmt: skip
+    case = make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+        release_requested_mono=T0 + 5,
+    )
     e = eff(grace=600.0)
     d = decide_live(case, make_live(T0 + 10), e, IDLE, LIMITS, GUARD, T0 + 10)
     assert d.action == Action.TERM and d.state == State.TERMINATING
     busy = decide_live(case, make_live(T0 + 10, sm_util=0.9), e, IDLE, LIMITS, GUARD, T0 + 10)
     assert busy.action != Action.TERM  # working again: the owner's click is no licence
-    observing = decide_live(case, make_live(T0 + 10), eff(Mode.NOTIFY, grace=600.0), IDLE,
-                            LIMITS, GUARD, T0 + 10)  # fmt: skip
+    observing = decide_live(
+        case, make_live(T0 + 10), eff(Mode.NOTIFY, grace=600.0), IDLE, LIMITS, GUARD, T0 + 10
+    )
     assert observing.action != Action.TERM
 
 
@@ -163,9 +171,14 @@ def test_limits_and_breaker_refuse():
 @pytest.mark.reliability(38)
 def test_a_deferred_case_waits_then_resumes_where_it_was():
     case = make_case(
-        state=State.DEFERRED, deferred_from="notified", notified_at=T0, notified_mono=T0,
-        cpu_seconds=10.0, cpu_at=T0, cpu_rate=0,
-    )  # fmt: skip
+        state=State.DEFERRED,
+        deferred_from="notified",
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+    )
     now = T0 + 700
     still = FleetState(unresolved=1, breaker_open=True)
     assert decide_live(case, make_live(now), eff(), IDLE, LIMITS, still, now).action == Action.WAIT
@@ -179,8 +192,14 @@ def test_a_deferred_case_waits_then_resumes_where_it_was():
 
 @pytest.mark.reliability(42)
 def test_waits_follow_the_boot_clock_not_the_wall_clock():
-    notified = make_case(state=State.NOTIFIED, notified_at=T0, notified_mono=5000.0,
-                         cpu_seconds=10.0, cpu_at=T0, cpu_rate=0)  # fmt: skip
+    notified = make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=5000.0,
+        cpu_seconds=10.0,
+        cpu_at=T0,
+        cpu_rate=0,
+    )
     e = eff(grace=600.0)
     # The wall clock jumps one hour ahead 1 s after the notice: the grace is still running.
     d = decide_live(notified, make_live(T0 + 3601), e, IDLE, LIMITS, GUARD, T0 + 3601, mono=5001.0)
@@ -200,8 +219,9 @@ def test_only_a_delivered_notice_starts_the_grace():
     from actuator.policy import Notice
 
     gate = Notice(retries=1, retry_interval=30)
-    case = make_case(state=State.NOTIFIED, notified_mono=None, cpu_seconds=10.0, cpu_at=T0,
-                     cpu_rate=0)  # fmt: skip
+    case = make_case(
+        state=State.NOTIFIED, notified_mono=None, cpu_seconds=10.0, cpu_at=T0, cpu_rate=0
+    )
     failed = after_notice(case, False, gate, T0, 100.0)
     assert failed.changed() == {"notice_attempts": 1, "next_notice_mono": 130.0}
     case = replace(case, **failed.changed())
@@ -210,12 +230,14 @@ def test_only_a_delivered_notice_starts_the_grace():
     step = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=131.0, notice=gate)
     assert step.action == Action.NOTIFY and step.code == "notice_retry"
     case = replace(case, notice_attempts=2, next_notice_mono=161.0)
-    gave_up = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0,
-                          notice=gate)  # fmt: skip
+    gave_up = decide_live(
+        case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0, notice=gate
+    )
     assert gave_up.state == State.REFUSED and gave_up.code == "notice_undelivered"
     longer = gate.model_copy(update={"undelivered": "extra_grace", "extra_grace": 3600.0})
-    extended = decide_live(case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0,
-                           notice=longer)  # fmt: skip
+    extended = decide_live(
+        case, make_live(), eff(), IDLE, LIMITS, GUARD, T0, mono=162.0, notice=longer
+    )
     assert extended.state == State.NOTIFIED and extended.updates.notice_extra_grace == 3600.0
     assert after_notice(case, True, gate, T0, 200.0).notified_mono == 200.0
 

@@ -22,8 +22,14 @@ E = eff(grace=600.0, reclaim_when=ReclaimWhen.DEMAND)
 
 
 def notified(**kw):
-    base = dict(state=State.NOTIFIED, notified_at=T0 - 7200, notified_mono=T0 - 7200,
-                cpu_seconds=10.0, cpu_at=T0 - 2, cpu_rate=0.0)  # fmt: skip
+    base = dict(
+        state=State.NOTIFIED,
+        notified_at=T0 - 7200,
+        notified_mono=T0 - 7200,
+        cpu_seconds=10.0,
+        cpu_at=T0 - 2,
+        cpu_rate=0.0,
+    )
     return make_case(**(base | kw))
 
 
@@ -43,8 +49,7 @@ def test_demand_starts_the_grace_with_a_second_notice():
     assert d.action == Action.NOTIFY and d.state == State.NOTIFIED and d.code == "demand"
     assert d.reason == CHOSEN.reason
     assert d.updates.demand_for == "slurm:4711" and d.updates.demand_mono == T0
-    waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0,
-                       demand_mono=T0)  # fmt: skip
+    waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0, demand_mono=T0)
     assert step(waiting, CHOSEN, now=T0 + 599).action == Action.WAIT
     term = step(waiting, CHOSEN, now=T0 + 600)
     assert term.action == Action.TERM and term.code == "demand"
@@ -52,8 +57,7 @@ def test_demand_starts_the_grace_with_a_second_notice():
 
 
 def test_demand_that_goes_away_or_turns_unknown_stops_the_escalation():
-    waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0,
-                       demand_mono=T0)  # fmt: skip
+    waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0, demand_mono=T0)
     gone = step(waiting, NOBODY, now=T0 + 300)
     assert gone.state == State.NOTIFIED and gone.code == "demand_gone"
     assert gone.updates.demand_mono is None and gone.updates.demand_for is None
@@ -63,8 +67,9 @@ def test_demand_that_goes_away_or_turns_unknown_stops_the_escalation():
 
 
 def test_demand_never_makes_a_working_process_reclaimable():
-    waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0 - 900,
-                       demand_mono=T0 - 900)  # fmt: skip
+    waiting = notified(
+        demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0 - 900, demand_mono=T0 - 900
+    )
     busy = step(waiting, CHOSEN, sm_util=0.9)
     assert busy.state == State.CANCELLED and busy.code == "activity"
     reused = step(waiting, CHOSEN, start_ticks=1)
@@ -72,8 +77,11 @@ def test_demand_never_makes_a_working_process_reclaimable():
 
 
 def test_observe_mode_under_demand_says_what_it_would_do():
-    d = step(make_case(cpu_seconds=10.0, cpu_at=T0 - 2, cpu_rate=0.0), None,
-             e=eff(Mode.OBSERVE, reclaim_when=ReclaimWhen.DEMAND))  # fmt: skip
+    d = step(
+        make_case(cpu_seconds=10.0, cpu_at=T0 - 2, cpu_rate=0.0),
+        None,
+        e=eff(Mode.OBSERVE, reclaim_when=ReclaimWhen.DEMAND),
+    )
     assert d.state == State.OBSERVED and "after someone needs its GPU" in d.reason
 
 

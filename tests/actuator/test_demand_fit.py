@@ -17,13 +17,25 @@ GIB = 1 << 30
 
 
 def idle(case: int, node: str = "n1", gpu: str = "", minutes: float = 30, **kw) -> Candidate:
-    return Candidate(case=case, node=node, gpu=gpu or f"GPU-{node}-{case}",
-                     memory_bytes=4 * GIB, idle_since=NOW - minutes * 60, **kw)  # fmt: skip
+    return Candidate(
+        case=case,
+        node=node,
+        gpu=gpu or f"GPU-{node}-{case}",
+        memory_bytes=4 * GIB,
+        idle_since=NOW - minutes * 60,
+        **kw,
+    )
 
 
 def job(key: str = "4711", gpus: int = 1, waited: float = 9, **kw) -> Request:
-    return Request(source="slurm", key=key, who=f"Slurm job {key} of bob", gpus=gpus,
-                   since=NOW - waited * 60, **kw)  # fmt: skip
+    return Request(
+        source="slurm",
+        key=key,
+        who=f"Slurm job {key} of bob",
+        gpus=gpus,
+        since=NOW - waited * 60,
+        **kw,
+    )
 
 
 def exclusive(*cands: Candidate, value: bool | None = True) -> dict[tuple[str, str], bool | None]:
@@ -148,9 +160,14 @@ _requests = st.lists(
 )
 
 
-@given(_candidates, _requests, st.dictionaries(
-    st.tuples(st.sampled_from(["n1", "n2"]), st.sampled_from(["GPU-a", "GPU-b", "GPU-c"])),
-    st.sampled_from([True, False, None])))  # fmt: skip
+@given(
+    _candidates,
+    _requests,
+    st.dictionaries(
+        st.tuples(st.sampled_from(["n1", "n2"]), st.sampled_from(["GPU-a", "GPU-b", "GPU-c"])),
+        st.sampled_from([True, False, None]),
+    ),
+)
 def test_choices_are_always_safe(cands, requests, ex):
     choices = plan(Demand(tuple(requests)), cands, ex, NOW)
     by_case = {c.case: c for c in cands}

@@ -44,8 +44,9 @@ def test_a_promql_queue_is_a_count_of_one_gpu_requests_in_its_pool(prometheus: s
     assert len(_queue(prometheus, 'label_replace(vector(2), "p", "x", "", "")').read()) == 2
 
 
-@pytest.mark.parametrize("query", ["vector(-1)", "vector(0.5)", "vector(1/0)", "vector(NaN)",
-                                   "sum(rate(", "vector(1e9)"])  # fmt: skip
+@pytest.mark.parametrize(
+    "query", ["vector(-1)", "vector(0.5)", "vector(1/0)", "vector(NaN)", "sum(rate(", "vector(1e9)"]
+)
 def test_nonsense_from_prometheus_is_unknown_demand(prometheus: str, query: str) -> None:
     with pytest.raises(DemandError):
         _queue(prometheus, query).read()
@@ -68,10 +69,18 @@ def _pod(name: str, gpus: str | None, *, reason: str = "Unschedulable", **spec) 
     return {
         "metadata": {"namespace": "ml", "name": name},
         "spec": {"containers": [container], **spec},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": reason,
-             "lastTransitionTime": "2026-12-02T06:00:00Z"}]},
-    }  # fmt: skip
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "lastTransitionTime": "2026-12-02T06:00:00Z",
+                }
+            ],
+        },
+    }
 
 
 def test_pending_pods_through_the_api_server(tmp_path: Path) -> None:
@@ -83,8 +92,14 @@ def test_pending_pods_through_the_api_server(tmp_path: Path) -> None:
         ]
         api = KubeApi.connect(str(server.kubeconfig()))
         (request,) = PendingPods(api).read()
-        assert request == Request(source="kubernetes", key="ml/train", who="pod ml/train",
-                                  gpus=2, nodes=("gpu-a-1",), since=1796191200.0)  # fmt: skip
+        assert request == Request(
+            source="kubernetes",
+            key="ml/train",
+            who="pod ml/train",
+            gpus=2,
+            nodes=("gpu-a-1",),
+            since=1796191200.0,
+        )
         assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending") in server.requests
         server.pending = [_pod("odd", "two")]
         with pytest.raises(DemandError):
@@ -96,20 +111,24 @@ def test_pending_pods_through_the_api_server(tmp_path: Path) -> None:
 def test_a_pod_bound_to_a_node_or_without_gpus_is_no_request() -> None:
     assert pod_request(_pod("bound", "1", nodeName="gpu-a-1")) is None
     init = _pod("init", "1")
-    init["spec"]["initContainers"] = [{"name": "warm", "resources": {"limits": {
-        "nvidia.com/gpu": "4"}}}]  # fmt: skip
+    init["spec"]["initContainers"] = [
+        {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "4"}}}
+    ]
     request = pod_request(init)
     assert request is not None and request.gpus == 4
 
 
-@pytest.mark.parametrize(("line", "gpus"), [
-    ("JobId=7 JobState=PENDING TresPerNode=gres:gpu:2 NumNodes=1", 2),
-    ("JobId=7 JobState=PENDING TresPerNode=gres/gpu:h100:1 NumNodes=1", 1),
-    ("JobId=7 JobState=PENDING TresPerJob=gres:gpu:4 NumNodes=1-1", 4),
-    ("JobId=7 JobState=PENDING TresPerJob=gres:gpu:4 NumNodes=2", 0),
-    ("JobId=7 JobState=PENDING TresPerNode=gres:shard:2 NumNodes=1", 0),
-    ("JobId=7 JobState=PENDING NumNodes=1", 0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "gpus"),
+    [
+        ("JobId=7 JobState=PENDING TresPerNode=gres:gpu:2 NumNodes=1", 2),
+        ("JobId=7 JobState=PENDING TresPerNode=gres/gpu:h100:1 NumNodes=1", 1),
+        ("JobId=7 JobState=PENDING TresPerJob=gres:gpu:4 NumNodes=1-1", 4),
+        ("JobId=7 JobState=PENDING TresPerJob=gres:gpu:4 NumNodes=2", 0),
+        ("JobId=7 JobState=PENDING TresPerNode=gres:shard:2 NumNodes=1", 0),
+        ("JobId=7 JobState=PENDING NumNodes=1", 0),
+    ],
+)
 def test_gpus_per_node_as_slurm_prints_them(line: str, gpus: int) -> None:
     assert gpus_per_node(parse_fields(line)) == gpus
 

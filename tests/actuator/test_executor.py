@@ -27,8 +27,9 @@ class Node:
     def __init__(self) -> None:
         self.signalled: list[tuple[str, bool]] = []
 
-    def signal_tree(self, target: Any, members: Any, sig: signal.Signals, *, dry_run: bool,
-                    key: str) -> list[SignalResult]:  # fmt: skip
+    def signal_tree(
+        self, target: Any, members: Any, sig: signal.Signals, *, dry_run: bool, key: str
+    ) -> list[SignalResult]:
         self.signalled.append((sig.name, dry_run))
         return [SignalResult(4242, sig.name, not dry_run, "ok")]
 
@@ -52,8 +53,12 @@ class Pods:
 
     def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> SchedulerStep:
         self.steps.append((kill, dry_run))
-        return SchedulerStep("EVICT", True, "would evict pod ml/yolo-0" if dry_run else "ok",
-                             {"event": "kube_reclaim"})  # fmt: skip
+        return SchedulerStep(
+            "EVICT",
+            True,
+            "would evict pod ml/yolo-0" if dry_run else "ok",
+            {"event": "kube_reclaim"},
+        )
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"unexpected Scheduler.{name}")
@@ -63,15 +68,27 @@ class Pods:
 def executor(tmp_path: Path) -> Executor:
     store = Store(str(tmp_path / "db"))
     store.init()
-    return Executor(store=store, audit=AuditLog(tmp_path / "audit.jsonl"),
-                    notifier=NullNotifier(), gate=Notice(), clock=lambda: T0,
-                    mono=lambda: T0, fence=lambda: Fence("h", T0, 5.0))  # fmt: skip
+    return Executor(
+        store=store,
+        audit=AuditLog(tmp_path / "audit.jsonl"),
+        notifier=NullNotifier(),
+        gate=Notice(),
+        clock=lambda: T0,
+        mono=lambda: T0,
+        fence=lambda: Fence("h", T0, 5.0),
+    )
 
 
-def _step(decision: Decision, scheduler: Any = None, node: Node | None = None,
-          **case: Any) -> Step:  # fmt: skip
-    return Step(make_case(state=decision.state or State.PENDING, **case), decision,
-                make_live(), eff(), node or Node(), scheduler, T0)  # fmt: skip
+def _step(decision: Decision, scheduler: Any = None, node: Node | None = None, **case: Any) -> Step:
+    return Step(
+        make_case(state=decision.state or State.PENDING, **case),
+        decision,
+        make_live(),
+        eff(),
+        node or Node(),
+        scheduler,
+        T0,
+    )
 
 
 def test_sigterm_goes_to_the_process_tree_or_through_the_scheduler_that_took_it(

@@ -48,8 +48,12 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
         shots = REPO / shots
     try:
         with slapd(tmp_path / "slapd") as ldap:
-            ldap.add_person(getpass.getuser(), displayName="李雷", mail="lilei@example.com",
-                            preferredLanguage="zh-CN")  # fmt: skip
+            ldap.add_person(
+                getpass.getuser(),
+                displayName="李雷",
+                mail="lilei@example.com",
+                preferredLanguage="zh-CN",
+            )
             password = tmp_path / "ldap-password"
             password.write_text(READER_PASSWORD)
             actuator = actuator_factory(
@@ -58,13 +62,22 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
                 defaults={"grace": "60s"},
                 notice={"required": True},
                 notifier={
-                    "ldap": {"url": ldap.url, "base": PEOPLE, "bind_dn": READER_DN,
-                             "password_file": str(password), "timezone": "Asia/Shanghai"},
-                    "email": {"host": "127.0.0.1", "port": smtp_port, "security": "none",
-                              "sender": "gpu-reclaimer@example.com"},
+                    "ldap": {
+                        "url": ldap.url,
+                        "base": PEOPLE,
+                        "bind_dn": READER_DN,
+                        "password_file": str(password),
+                        "timezone": "Asia/Shanghai",
+                    },
+                    "email": {
+                        "host": "127.0.0.1",
+                        "port": smtp_port,
+                        "security": "none",
+                        "sender": "gpu-reclaimer@example.com",
+                    },
                     "sre_contact": "GPU 运维",
                 },
-            )  # fmt: skip
+            )
             config = yaml.safe_load(actuator.config_file.read_text())
             config["notifier"]["public_url"] = actuator.url  # links point at this actuator
             actuator.config_file.write_text(yaml.safe_dump(config))

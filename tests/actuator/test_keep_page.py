@@ -61,10 +61,18 @@ def notified_case(rt: Runtime, **over: Any) -> int:
         cmdline="python t.py",
         memory_bytes=8 << 30,
     )
-    case = make_case(id=0, state=State.NOTIFIED, user="lilei", labels={"command": "forged.py",
-                     "gpu": "7"}, gpu_memory_bytes=8 << 30, notified_at=rt.clock(),
-                     notified_mono=rt.mono(), effective={"grace": 600}, facts=facts.to_json(),
-                     **over)  # fmt: skip
+    case = make_case(
+        id=0,
+        state=State.NOTIFIED,
+        user="lilei",
+        labels={"command": "forged.py", "gpu": "7"},
+        gpu_memory_bytes=8 << 30,
+        notified_at=rt.clock(),
+        notified_mono=rt.mono(),
+        effective={"grace": 600},
+        facts=facts.to_json(),
+        **over,
+    )
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
     return case.id
@@ -149,11 +157,10 @@ def test_tampered_expired_foreign_and_forged_posts_change_nothing(rt, client, cl
     assert client.get(f"/keep/{other}").status_code == 403  # not signed by us
     bad = [
         ({"csrf": "0" * 64, "action": "keep", "hours": "4"}, {}, 403),  # no page served it
-        ({"csrf": csrf, "action": "keep", "hours": "4"}, {"Origin": "https://evil.example"},
-         403),
+        ({"csrf": csrf, "action": "keep", "hours": "4"}, {"Origin": "https://evil.example"}, 403),
         ({"csrf": csrf, "action": "keep", "hours": "999"}, {}, 422),  # beyond keep_max
         ({"csrf": csrf, "action": "delete"}, {}, 422),
-    ]  # fmt: skip
+    ]
     for form, headers, status in bad:
         assert client.post(path, data=form, headers=headers).status_code == status, form
     assert rt.store.get_case(case_id).state == State.NOTIFIED
@@ -169,8 +176,7 @@ def test_tampered_expired_foreign_and_forged_posts_change_nothing(rt, client, cl
 def test_a_case_already_signalled_cannot_be_kept(rt, client):
     case_id = notified_case(rt, term_at=rt.clock())
     case = rt.store.get_case(case_id)
-    rt.store.transition(case, State.TERMINATING, reason="grace over", evidence={},
-                        now=rt.clock())  # fmt: skip
+    rt.store.transition(case, State.TERMINATING, reason="grace over", evidence={}, now=rt.clock())
     path = path_of(rt.links.url(case_id))
     page = client.get(path + "?lang=en").get_data(as_text=True)
     assert "can no longer be kept" in page and 'id="keep-1h"' not in page

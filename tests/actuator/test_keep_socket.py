@@ -35,16 +35,21 @@ FLOOD = (
 )
 
 
-def _keep_actuator(actuator_factory, workloads, request: pytest.FixtureRequest,  # type: ignore
-                   **policy: object):  # fmt: skip
+def _keep_actuator(
+    actuator_factory,
+    workloads,
+    request: pytest.FixtureRequest,  # type: ignore
+    **policy: object,
+):
     """An actuator serving a keep socket where another uid can reach it (pytest's own
     directories are private to root); (actuator, socket path) once the socket listens."""
     shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
     shared.chmod(0o755)
     request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
     sock = shared / "keep.sock"
-    actuator = actuator_factory(workloads.node_dir, defaults={"grace": "120s"},
-                                server={"keep_socket": str(sock)}, **policy)  # fmt: skip
+    actuator = actuator_factory(
+        workloads.node_dir, defaults={"grace": "120s"}, server={"keep_socket": str(sock)}, **policy
+    )
     wait_until(sock.exists, 20)
     return actuator, sock
 
@@ -55,8 +60,12 @@ def _notified(actuator, w) -> None:  # type: ignore[no-untyped-def]
 
 
 def _keep(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return subprocess.run(
+        [*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 # The stranger's client: one line of JSON, with the standard library only.
@@ -69,9 +78,15 @@ CLIENT = (
 
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    return subprocess.Popen([python, "-c", code, *args], user=65534, group=65534,
-                            extra_groups=[], stdout=subprocess.PIPE, text=True,
-                            cwd="/")  # fmt: skip
+    return subprocess.Popen(
+        [python, "-c", code, *args],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
 
 
 @pytest.mark.reliability(49)
@@ -108,8 +123,9 @@ def test_a_keep_asked_before_any_case_is_honoured_when_a_case_opens(
     """An owner starting a long evaluation keeps it in advance: bounded by keep_max, listed,
     revocable, audited, honoured by the case that opens for that very process; another
     uid cannot keep it."""
-    actuator, sock = _keep_actuator(actuator_factory, workloads, request,
-                                    notifier={"keep_max": "4h"})  # fmt: skip
+    actuator, sock = _keep_actuator(
+        actuator_factory, workloads, request, notifier={"keep_max": "4h"}
+    )
     kept, revoked = workloads.spawn(), workloads.spawn(gpu=1)
 
     def keep(*args: str) -> subprocess.CompletedProcess[str]:
@@ -141,8 +157,10 @@ def test_a_keep_asked_before_any_case_is_honoured_when_a_case_opens(
     other = actuator.wait_state(revoked, "notified", "snoozed", "refused", timeout=30)
     assert other["state"] == "notified", other
     assert kept.alive() and case["signals"] == []
-    events = [r["event"] for r in map(json.loads, (actuator.workdir / "audit.jsonl")
-              .read_text().splitlines())]  # fmt: skip
+    events = [
+        r["event"]
+        for r in map(json.loads, (actuator.workdir / "audit.jsonl").read_text().splitlines())
+    ]
     assert events.count("keep_ahead") == 2 and events.count("keep_revoked") == 1
 
 
@@ -162,9 +180,16 @@ def test_keep_on_the_node_knows_the_caller_from_the_kernel(
     assert done.returncode == 0, done.stderr
     assert f"process {w.pid} kept until" in done.stdout
     assert actuator.case_for(w)["state"] == "snoozed"
-    events = [r for r in (json.loads(line) for line in (actuator.workdir / "audit.jsonl")
-              .read_text().splitlines()) if r.get("event") == "keep_socket"]  # fmt: skip
-    assert [(e["uid"], e["result"]) for e in events] == [(65534, "refused: not the owner"),
-                                                         (0, "accepted")]  # fmt: skip
+    events = [
+        r
+        for r in (
+            json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text().splitlines()
+        )
+        if r.get("event") == "keep_socket"
+    ]
+    assert [(e["uid"], e["result"]) for e in events] == [
+        (65534, "refused: not the owner"),
+        (0, "accepted"),
+    ]
     no_case = _keep(sock, str(w.pid), "--release")
     assert no_case.returncode == 2 and "only a notified case" in no_case.stderr

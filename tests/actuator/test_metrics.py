@@ -44,8 +44,9 @@ def test_notices_and_time_to_reclaim_come_from_the_cases(tmp_path: Path) -> None
             continue
         case = store.transition(case, State.NOTIFIED, reason="idle", evidence={}, now=1001.0)
         case = store.transition(case, State.TERMINATING, reason="grace", evidence={}, now=1002.0)
-        store.transition(case, State.RECLAIMED, reason="exited", evidence={},
-                         now=1000.0 + durations[n])  # fmt: skip
+        store.transition(
+            case, State.RECLAIMED, reason="exited", evidence={}, now=1000.0 + durations[n]
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ActuatorCollector(store))
     assert registry.get_sample_value("gpu_reclaimer_notices_total") == 2
@@ -73,13 +74,18 @@ def test_the_endpoint_says_its_format_once_and_passes_promtool(tmp_path: Path) -
     assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     body = answer.get_data(as_text=True)
     names = set(re.findall(r"^# TYPE (\S+) ", body, re.MULTILINE))
-    brief = {"gpu_idle_detected_total", "gpu_released_success_total",
-             "gpu_release_failed_total", "gpu_memory_freed_bytes_total"}  # fmt: skip
+    brief = {
+        "gpu_idle_detected_total",
+        "gpu_released_success_total",
+        "gpu_release_failed_total",
+        "gpu_memory_freed_bytes_total",
+    }
     assert brief <= names
     assert all(n.startswith(("gpu_reclaimer_", "process_")) for n in names - brief), names
     assert 'gpu_reclaimer_build_info{python_version="' in body
     promtool = shutil.which("promtool")
     assert promtool, "promtool not found: `make setup` installs Debian's prometheus"
-    checked = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
-                             capture_output=True)  # fmt: skip
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=body, text=True, capture_output=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -59,8 +59,9 @@ def test_a_hanging_nvml_call_bounds_the_recheck_and_leaks_no_thread(workloads: W
         assert live.on_gpu is None and "did not answer" in " ".join(live.errors)
         time.sleep(0.01)
     assert threading.active_count() <= threads + 1  # the one stuck NVML worker, no pile-up
-    save_faults(workloads.node_dir, dataclasses.replace(load_faults(workloads.node_dir),
-                                                        hang_call=""))  # fmt: skip
+    save_faults(
+        workloads.node_dir, dataclasses.replace(load_faults(workloads.node_dir), hang_call="")
+    )
     assert wait_until(lambda: node.inspect(target).on_gpu is True, 10)
 
 
@@ -70,8 +71,10 @@ def test_a_pid_nvml_lists_but_proc_lacks_is_never_signalled(
 ) -> None:
     actuator = actuator_factory(workloads.node_dir)
     ghost = next(p for p in range(procfs.pid_max() - 1, 2, -1) if not Path(f"/proc/{p}").exists())
-    save_faults(workloads.node_dir, dataclasses.replace(
-        load_faults(workloads.node_dir), ghost_pids=((0, ghost, 2**30),)))  # fmt: skip
+    save_faults(
+        workloads.node_dir,
+        dataclasses.replace(load_faults(workloads.node_dir), ghost_pids=((0, ghost, 2**30),)),
+    )
     w = workloads.spawn()
     alert = alert_for(w)
     alert["labels"]["pid"] = str(ghost)
@@ -113,13 +116,16 @@ def test_a_stopped_target_gets_sigcont_after_sigterm_and_exits() -> None:
 @pytest.mark.reliability(32)
 def test_a_zombie_is_not_a_target_and_names_its_parent(tmp_path: Path) -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import subprocess, sys, time\n"
-         "child = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
-         "print(child.pid, flush=True)\n"
-         "time.sleep(600)\n"],
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
         stdout=subprocess.PIPE,
-    )  # fmt: skip
+    )
     try:
         assert parent.stdout is not None
         zombie = int(parent.stdout.readline())

@@ -40,27 +40,45 @@ from tests.support import free_port
 
 NOW = datetime(2026, 12, 1, 6, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # 14:00 in Shanghai
 GiB = 1024**3
-LILEI = Contact(name="李雷", email="lilei@example.com", wecom="lilei", dingtalk="lilei-dt",
-                feishu="ou_lilei", slack="U024LILEI", language="zh-CN",
-                timezone="Asia/Shanghai")  # fmt: skip
-BOB = Contact(name="Bob", email="bob@example.com", slack="U024BOB", language="en",
-              timezone="Europe/Berlin")  # fmt: skip
+LILEI = Contact(
+    name="李雷",
+    email="lilei@example.com",
+    wecom="lilei",
+    dingtalk="lilei-dt",
+    feishu="ou_lilei",
+    slack="U024LILEI",
+    language="zh-CN",
+    timezone="Asia/Shanghai",
+)
+BOB = Contact(
+    name="Bob", email="bob@example.com", slack="U024BOB", language="en", timezone="Europe/Berlin"
+)
 
 
 def notice(**over: Any) -> Notice:
     """A notice as the reconciler builds it from what the node proved (`facts` fields may be
     given directly: user, project, program, cmdline, ...)."""
     proven = {
-        "node": "gpu-node-3", "pid": 31337, "gpu_uuid": "GPU-2", "gpu_index": 2,
-        "program": "python train_yolo.py", "user": "lilei", "project": "vision",
+        "node": "gpu-node-3",
+        "pid": 31337,
+        "gpu_uuid": "GPU-2",
+        "gpu_index": 2,
+        "program": "python train_yolo.py",
+        "user": "lilei",
+        "project": "vision",
         "memory_bytes": 18 * GiB,
-    }  # fmt: skip
+    }
     names = {f.name for f in dataclasses.fields(ProvenFacts)}
     proven |= {k: over.pop(k) for k in list(over) if k in names}
     base: dict[str, Any] = {
-        "kind": "warning", "case": 42, "alertname": "GpuProcessIdle", "since": NOW - 7 * 60,
-        "deadline": NOW + 600, "term_timeout": 10.0, "grace": 600.0,
-    }  # fmt: skip
+        "kind": "warning",
+        "case": 42,
+        "alertname": "GpuProcessIdle",
+        "since": NOW - 7 * 60,
+        "deadline": NOW + 600,
+        "term_timeout": 10.0,
+        "grace": 600.0,
+    }
     return Notice(facts=ProvenFacts(**proven), **(base | over))
 
 
@@ -94,8 +112,7 @@ def test_a_directory_file_with_a_mistake_names_it(tmp_path: Path) -> None:
 
 
 def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
-    message = Renderer(sre="GPU 运维（企业微信群 GPU-help）").render(
-        notice(), LILEI, NOW)  # fmt: skip
+    message = Renderer(sre="GPU 运维（企业微信群 GPU-help）").render(notice(), LILEI, NOW)
     assert message.subject == (
         "[GPU 回收] gpu-node-3 GPU 2 上的 python train_yolo.py（PID 31337）将于 "
         "2026-12-01 14:10 被回收"
@@ -112,15 +129,16 @@ def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
 
 def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
     renderer = Renderer()
-    stalled = renderer.render(notice(alertname="GpuProcessStalled"),
-                              BOB, NOW)  # fmt: skip
+    stalled = renderer.render(notice(alertname="GpuProcessStalled"), BOB, NOW)
     assert stalled.subject.startswith("[GPU reclaim] python train_yolo.py (PID 31337)")
     assert "at 2026-12-01 07:10" in stalled.subject  # Berlin
     assert "heartbeat and log have not moved since 2026-12-01 06:53" in stalled.text
     assert "as in an NCCL hang" in stalled.text and "the GPU SRE team" in stalled.text
     done = renderer.render(notice(kind="reclaimed", freed_bytes=18 * GiB), BOB, NOW)
-    assert "was reclaimed" in done.subject and "18.0 GiB of GPU memory was freed (case 42)" \
-        in done.text  # fmt: skip
+    assert (
+        "was reclaimed" in done.subject
+        and "18.0 GiB of GPU memory was freed (case 42)" in done.text
+    )
     # A site template of the same name wins.
     site = tmp_path / "templates"
     site.mkdir()
@@ -129,8 +147,10 @@ def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
         "{{ deadline }}\n"
     )
     mine = Renderer(site).render(notice(), BOB, NOW)
-    assert mine.subject == "Site: case 42" and mine.text == "Ours: python train_yolo.py until " \
-        "2026-12-01 07:10\n"  # fmt: skip
+    assert (
+        mine.subject == "Site: case 42"
+        and mine.text == "Ours: python train_yolo.py until 2026-12-01 07:10\n"
+    )
 
 
 # -- email ------------------------------------------------------------------------------
@@ -148,10 +168,13 @@ class Inbox:
         return "250 Message accepted for delivery"
 
 
-def _authenticator(server: Any, session: Any, envelope: Any, mechanism: str,
-                   data: Any) -> AuthResult:  # fmt: skip
+def _authenticator(
+    server: Any, session: Any, envelope: Any, mechanism: str, data: Any
+) -> AuthResult:
     ok = isinstance(data, LoginPassword) and (data.login, data.password) == (
-        b"reclaimer", b"s3cret")  # fmt: skip
+        b"reclaimer",
+        b"s3cret",
+    )
     return AuthResult(success=ok, handled=False)
 
 
@@ -171,9 +194,15 @@ def smtp_server(certificate: tuple[Path, Path]) -> Iterator[tuple[Inbox, int, Pa
     context.load_cert_chain(cert, key)
     inbox = Inbox()
     port = free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port, tls_context=context,
-                            require_starttls=True, authenticator=_authenticator,
-                            auth_require_tls=True)  # fmt: skip
+    controller = Controller(
+        inbox,
+        hostname="127.0.0.1",
+        port=port,
+        tls_context=context,
+        require_starttls=True,
+        authenticator=_authenticator,
+        auth_require_tls=True,
+    )
     controller.start()
     try:
         yield inbox, port, cert
@@ -183,8 +212,15 @@ def smtp_server(certificate: tuple[Path, Path]) -> Iterator[tuple[Inbox, int, Pa
 
 def test_mail_goes_over_starttls_with_auth_as_text_and_html(smtp_server) -> None:
     inbox, port, cert = smtp_server
-    channel = EmailChannel("127.0.0.1", port, "gpu-reclaimer@example.com", security="starttls",
-                           username="reclaimer", password="s3cret", ca_file=str(cert))  # fmt: skip
+    channel = EmailChannel(
+        "127.0.0.1",
+        port,
+        "gpu-reclaimer@example.com",
+        security="starttls",
+        username="reclaimer",
+        password="s3cret",
+        ca_file=str(cert),
+    )
     message = Renderer().render(notice(), LILEI, NOW)
     result = channel.send(message, LILEI)
     assert result.delivered, result.detail
@@ -224,11 +260,18 @@ def test_mail_with_a_wrong_password_or_an_untrusted_certificate_is_not_delivered
 ) -> None:
     inbox, port, cert = smtp_server
     message = Renderer().render(notice(), LILEI, NOW)
-    wrong = EmailChannel("127.0.0.1", port, "r@example.com", username="reclaimer",
-                         password="guess", ca_file=str(cert)).send(message, LILEI)  # fmt: skip
+    wrong = EmailChannel(
+        "127.0.0.1",
+        port,
+        "r@example.com",
+        username="reclaimer",
+        password="guess",
+        ca_file=str(cert),
+    ).send(message, LILEI)
     assert not wrong.delivered and "SMTPAuthenticationError" in wrong.detail
-    untrusted = EmailChannel("127.0.0.1", port, "r@example.com", username="reclaimer",
-                             password="s3cret").send(message, LILEI)  # fmt: skip
+    untrusted = EmailChannel(
+        "127.0.0.1", port, "r@example.com", username="reclaimer", password="s3cret"
+    ).send(message, LILEI)
     assert not untrusted.delivered and "CERTIFICATE_VERIFY_FAILED" in untrusted.detail
     assert not inbox.messages
 
@@ -304,13 +347,17 @@ def test_slack_gets_block_kit_with_the_owner_mentioned() -> None:
 def test_the_owner_notifier_tries_each_channel_and_says_which_worked() -> None:
     directory = OwnerDirectory(users={"lilei": LILEI}, sre=Contact(slack="S0SRE"))
     with robot("wecom") as wecom, robot("dingtalk", "right") as ding:
-        channels = {"wecom": WeComChannel(wecom.url),
-                    "dingtalk": DingTalkChannel(ding.url, secret="wrong")}  # fmt: skip
+        channels = {
+            "wecom": WeComChannel(wecom.url),
+            "dingtalk": DingTalkChannel(ding.url, secret="wrong"),
+        }
         notifier = OwnerNotifier(directory, channels, Renderer(), clock=lambda: NOW)
         result = notifier.send(notice(), dry_run=False)
         assert result.delivered  # WeCom took it; DingTalk refused the signature
-        assert "wecom delivered" in result.detail and "dingtalk failed: errcode 310000" \
-            in result.detail  # fmt: skip
+        assert (
+            "wecom delivered" in result.detail
+            and "dingtalk failed: errcode 310000" in result.detail
+        )
         assert not notifier.send(notice(), dry_run=True).delivered  # nothing sent
         assert len(wecom.received) == 1
         nobody = notifier.send(notice(user="ghost", project="none"), dry_run=False)
@@ -347,18 +394,25 @@ def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
     from tests.support import wait_until
 
     owners = tmp_path / "owners.yml"
-    owners.write_text(f"users:\n  {getpass.getuser()}: {{name: 测试, wecom: tester, "
-                      "language: zh-CN, timezone: Asia/Shanghai}\n")  # fmt: skip
+    owners.write_text(
+        f"users:\n  {getpass.getuser()}: {{name: 测试, wecom: tester, "
+        "language: zh-CN, timezone: Asia/Shanghai}\n"
+    )
     with robot("wecom") as wecom:
         actuator = actuator_factory(
             workloads.node_dir,
             notice={"required": True},
-            notifier={"directory": str(owners), "wecom": {"url": wecom.url},
-                      "sre_contact": "GPU 运维"},
-        )  # fmt: skip
+            notifier={
+                "directory": str(owners),
+                "wecom": {"url": wecom.url},
+                "sre_contact": "GPU 运维",
+            },
+        )
         w = workloads.spawn()
-        assert actuator.post(payload(alert_for(w, command="python train.py", gpu="0")))\
-            .status_code == 200  # fmt: skip
+        assert (
+            actuator.post(payload(alert_for(w, command="python train.py", gpu="0"))).status_code
+            == 200
+        )
         case = actuator.wait_state(w, "reclaimed", "refused", "failed", timeout=30)
         assert case["state"] == "reclaimed", case
         wait_until(lambda: len(wecom.received) == 2, 10)
@@ -368,11 +422,14 @@ def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
     assert "train.py" not in warning and "train.py" not in followup
     assert warning.endswith("<@tester>") and f"工单号 {case['id']}" in warning
     assert "已被回收" in followup and f"工单号 {case['id']}" in followup
-    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text()
-             .splitlines()]  # fmt: skip
+    audit = [
+        json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text().splitlines()
+    ]
     (notified,) = [r for r in audit if r.get("to") == "notified"]
-    assert notified["alert_disagrees"]["command"] == {"alert": "python train.py",
-                                                      "node": "exporter.cli"}  # fmt: skip
+    assert notified["alert_disagrees"]["command"] == {
+        "alert": "python train.py",
+        "node": "exporter.cli",
+    }
     (sent,) = [r for r in audit if r.get("event") == "notice"]
     assert sent["delivered"] and "wecom delivered" in sent["detail"]
     (told,) = [r for r in audit if r.get("event") == "followup"]
@@ -387,10 +444,16 @@ def ldap_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.helpers.slapd import slapd
 
     with slapd(tmp_path_factory.mktemp("slapd")) as server:
-        server.add_person("lilei", displayName="李雷", mail="lilei@example.com",
-                          preferredLanguage="zh-CN", employeeNumber="lilei-wecom")  # fmt: skip
-        server.add_person("bob", displayName="Bob", mail="bob@example.com",
-                          preferredLanguage="en-US")  # fmt: skip
+        server.add_person(
+            "lilei",
+            displayName="李雷",
+            mail="lilei@example.com",
+            preferredLanguage="zh-CN",
+            employeeNumber="lilei-wecom",
+        )
+        server.add_person(
+            "bob", displayName="Bob", mail="bob@example.com", preferredLanguage="en-US"
+        )
         yield server
 
 
@@ -399,17 +462,25 @@ def _ldap_owners(url: str, **over: Any) -> Any:
     from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD
 
     settings: dict[str, Any] = dict(
-        bind_dn=READER_DN, password=READER_PASSWORD, attributes={"wecom": "employeeNumber"},
-        timezone="Asia/Shanghai", timeout=2.0,
-    )  # fmt: skip
+        bind_dn=READER_DN,
+        password=READER_PASSWORD,
+        attributes={"wecom": "employeeNumber"},
+        timezone="Asia/Shanghai",
+        timeout=2.0,
+    )
     return LdapOwners(url, PEOPLE, **(settings | over))
 
 
 def test_ldap_entries_become_contacts_in_their_language(ldap_server) -> None:
     owners = _ldap_owners(ldap_server.url)
     lilei = owners.lookup("lilei")
-    assert lilei == Contact(name="李雷", email="lilei@example.com", wecom="lilei-wecom",
-                            language="zh-CN", timezone="Asia/Shanghai")  # fmt: skip
+    assert lilei == Contact(
+        name="李雷",
+        email="lilei@example.com",
+        wecom="lilei-wecom",
+        language="zh-CN",
+        timezone="Asia/Shanghai",
+    )
     assert owners.lookup("bob").language == "en"  # en-US
     assert owners.lookup("nobody") is None
     assert owners.lookup("*") is None  # escaped: not a wildcard over every entry
@@ -440,8 +511,9 @@ def test_an_unreachable_ldap_falls_back_to_the_sre_route_and_says_why(tmp_path: 
             return Delivery(True, "accepted")
 
     channel = Sent()
-    notifier = OwnerNotifier(directory, {"email": channel}, Renderer(), clock=lambda: NOW,
-                             ldap=owners)  # fmt: skip
+    notifier = OwnerNotifier(
+        directory, {"email": channel}, Renderer(), clock=lambda: NOW, ldap=owners
+    )
     result = notifier.send(notice(user="hanmeimei", project="none"), dry_run=False)
     assert result.delivered and channel.to == ["sre@example.com"]
     assert "to sre GPU SRE (LDAP ldap://127.0.0.1" in result.detail
@@ -486,8 +558,9 @@ def test_who_is_warned_follows_what_the_node_proves_never_the_alert_labels(
         assert case["state"] == "reclaimed", case
         mentions = [r["markdown"]["content"].rsplit("\n", 1)[-1] for r in wecom.received]
     assert mentions and set(mentions) == {"<@vision-oncall>"}, mentions
-    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text()
-             .splitlines()]  # fmt: skip
+    audit = [
+        json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text().splitlines()
+    ]
     (notified,) = [r for r in audit if r.get("to") == "notified"]
     assert notified["alert_disagrees"]["project"] == {"alert": "victim", "node": "vision"}
     assert notified["alert_disagrees"]["gpu"] == {"alert": "7", "node": "0"}
@@ -521,8 +594,15 @@ def _outside_code(markdown_text: str) -> str:
 
 
 def _hostile_notice(text: str) -> Notice:
-    return notice(program=text, cmdline=text, project=text, user=text, pod=text,
-                  namespace=text, gpu_model=text)  # fmt: skip
+    return notice(
+        program=text,
+        cmdline=text,
+        project=text,
+        user=text,
+        pod=text,
+        namespace=text,
+        gpu_model=text,
+    )
 
 
 @pytest.mark.parametrize("hostile", HOSTILE, ids=lambda t: t[:20])
@@ -539,8 +619,15 @@ def test_untrusted_text_is_rendered_as_data_in_every_channel(
     message = Renderer().render(
         dataclasses.replace(_hostile_notice(hostile), kind=kind), hostile_contact, NOW
     )
-    everything = [message.subject, message.text, message.markdown, message.subject_markdown,
-                  message.slack, message.subject_slack, message.html]  # fmt: skip
+    everything = [
+        message.subject,
+        message.text,
+        message.markdown,
+        message.subject_markdown,
+        message.slack,
+        message.subject_slack,
+        message.html,
+    ]
     for rendered in everything:
         assert not any(c in untrusted.BIDI_CONTROLS for c in rendered)
         assert not any(unicodedata.category(c) == "Cc" and c != "\n" for c in rendered)
@@ -564,8 +651,11 @@ def test_untrusted_text_is_rendered_as_data_in_every_channel(
     # Every channel's request body, as sent.
     wecom = WeComChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
     content = wecom["markdown"]["content"]
-    assert re.findall(r"<@[^>]*>", content) == [f"<@{contact.wecom}>"] if contact.wecom else \
-        re.findall(r"<@[^>]*>", content) == []  # fmt: skip
+    assert (
+        re.findall(r"<@[^>]*>", content) == [f"<@{contact.wecom}>"]
+        if contact.wecom
+        else re.findall(r"<@[^>]*>", content) == []
+    )
     slack = SlackChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
     section = slack["blocks"][1]["text"]["text"]
     assert re.findall(r"<[^>]*>", section) == ([f"<@{contact.slack}>"] if contact.slack else [])

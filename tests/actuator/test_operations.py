@@ -33,8 +33,9 @@ def test_snooze_keeps_a_live_case_and_refuses_with_the_reason(tmp_path: Path) ->
 
 def test_nothing_changes_when_the_audit_record_cannot_be_written(tmp_path: Path) -> None:
     (tmp_path / "audit").mkdir()
-    rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),
-                                         "audit_log": str(tmp_path / "audit")})  # fmt: skip
+    rt = make_runtime(
+        tmp_path, storage={"database": str(tmp_path / "db"), "audit_log": str(tmp_path / "audit")}
+    )
     case_id = _case(rt, State.NOTIFIED)
     refused = snooze(rt, case_id, 60, "token", "")
     assert isinstance(refused, Refused) and refused.why == Why.AUDIT_UNAVAILABLE

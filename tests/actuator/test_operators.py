@@ -36,8 +36,15 @@ class Issuer:
 
     def token(self, *, key: Any = None, kid: str = "k1", **claims: Any) -> str:
         now = int(time.time())
-        body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "u-1", "iat": now, "exp": now + 300,
-                "preferred_username": "hanmeimei", "groups": ["gpu-sre"]} | claims  # fmt: skip
+        body = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": "u-1",
+            "iat": now,
+            "exp": now + 300,
+            "preferred_username": "hanmeimei",
+            "groups": ["gpu-sre"],
+        } | claims
         return jwt.encode(body, key or self.key, algorithm="RS256", headers={"kid": kid})
 
 
@@ -98,8 +105,10 @@ def test_roles_from_groups_and_the_audit_names_the_person(rt, issuer) -> None:
     # Resetting the breaker is an admin's.
     assert client.post("/api/v1/breaker/reset", headers=sre, json={}).status_code == 403
     admin = bearer(keys.token(preferred_username="lilei", groups=["gpu-admin"]))
-    assert client.post("/api/v1/breaker/reset", headers=admin, json={"reason": "checked"}) \
-        .status_code == 200  # fmt: skip
+    assert (
+        client.post("/api/v1/breaker/reset", headers=admin, json={"reason": "checked"}).status_code
+        == 200
+    )
     (reset,) = [a for a in audit(rt) if a["event"] == "breaker_reset"]
     assert reset["by"] == f"lilei (oidc {ISSUER})"
 
@@ -118,21 +127,40 @@ def test_bad_tokens_and_the_shared_token_are_refused_counted_and_audited(rt, iss
     for reason, token in refused.items():
         r = client.get("/api/v1/cases", headers=bearer(token))
         assert r.status_code == 401, (reason, r.json)
-    unsigned = jwt.encode({"iss": ISSUER, "aud": AUDIENCE, "sub": "x", "exp": now + 60,
-                           "iat": now}, key=None, algorithm="none")  # fmt: skip
+    unsigned = jwt.encode(
+        {"iss": ISSUER, "aud": AUDIENCE, "sub": "x", "exp": now + 60, "iat": now},
+        key=None,
+        algorithm="none",
+    )
     assert client.get("/api/v1/cases", headers=bearer(unsigned)).status_code == 401
     nobody = keys.token(groups=["students"])
     assert client.get("/api/v1/cases", headers=bearer(nobody)).status_code == 403  # no role
     assert client.get("/api/v1/audit", headers=bearer(TOKEN)).status_code == 403  # shared
     assert client.get("/api/v1/cases").status_code == 401
     # The shared token still delivers Alertmanager's alerts.
-    alerts = {"version": "4", "status": "firing", "receiver": "r", "groupKey": "g",
-              "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-              "externalURL": "http://am", "alerts": []}  # fmt: skip
+    alerts = {
+        "version": "4",
+        "status": "firing",
+        "receiver": "r",
+        "groupKey": "g",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://am",
+        "alerts": [],
+    }
     assert client.post("/api/v1/alerts", headers=bearer(TOKEN), json=alerts).status_code == 200
     failures = {a["reason"] for a in audit(rt) if a["event"] == "auth_failed"}
-    assert failures >= {"expired", "audience", "issuer", "key", "invalid", "role",
-                        "shared_token", "missing"}  # fmt: skip
+    assert failures >= {
+        "expired",
+        "audience",
+        "issuer",
+        "key",
+        "invalid",
+        "role",
+        "shared_token",
+        "missing",
+    }
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'gpu_reclaimer_auth_failures_total{reason="expired"} 1.0' in metrics
     assert not [a for a in audit(rt) if "eyJ" in json.dumps(a)]  # no token in the audit
@@ -167,8 +195,12 @@ def test_people_sign_in_with_their_directory_password_and_groups_give_roles(
     from tests.helpers.slapd import GROUPS, PEOPLE
 
     runtime = make_runtime(tmp_path)
-    ldap = LdapBindVerifier(directory.url, f"uid={{user}},{PEOPLE}", group_base=GROUPS,
-                            roles={"sre": ["gpu-sre"], "admin": ["gpu-admin"]})  # fmt: skip
+    ldap = LdapBindVerifier(
+        directory.url,
+        f"uid={{user}},{PEOPLE}",
+        group_base=GROUPS,
+        roles={"sre": ["gpu-sre"], "admin": ["gpu-admin"]},
+    )
     runtime.operators = Operators(ldap=ldap)
     client = create_app(runtime).test_client()
     case = make_case(id=0, state=State.NOTIFIED)
@@ -182,13 +214,19 @@ def test_people_sign_in_with_their_directory_password_and_groups_give_roles(
     assert snooze["by"] == f"wangfang (ldap {directory.url})"
     assert client.post("/api/v1/breaker/reset", headers=sre, json={}).status_code == 403
     admin = basic("zhaolei", "battery staple")
-    assert client.post("/api/v1/breaker/reset", headers=admin, json={"reason": "ok"}) \
-        .status_code == 200  # fmt: skip
+    assert (
+        client.post("/api/v1/breaker/reset", headers=admin, json={"reason": "ok"}).status_code
+        == 200
+    )
     # Refused: a wrong password, an empty one (an anonymous bind LDAP would let through), a
     # name that would change the DN, a person without a role, a bearer token here.
-    for headers, code in ((basic("wangfang", "wrong"), 401), (basic("wangfang", ""), 401),
-                          (basic("*)(uid=*", "x"), 401), (basic("student", "letmein"), 403),
-                          (bearer("some-token"), 401)):  # fmt: skip
+    for headers, code in (
+        (basic("wangfang", "wrong"), 401),
+        (basic("wangfang", ""), 401),
+        (basic("*)(uid=*", "x"), 401),
+        (basic("student", "letmein"), 403),
+        (bearer("some-token"), 401),
+    ):
         assert client.get("/api/v1/cases", headers=headers).status_code == code, headers
     reasons = [a["reason"] for a in audit(runtime) if a["event"] == "auth_failed"]
     assert reasons.count("password") == 1 and "role" in reasons and "scheme" in reasons

@@ -162,10 +162,21 @@ def test_check_config_refuses_an_unwritable_database(tmp_path):
     token.write_text("a-token-of-enough-bytes\n")
     token.chmod(0o600)
     result = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "actuator", "--config", str(config),
-         "--token-file", str(token), "--check-config"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "actuator",
+            "--config",
+            str(config),
+            "--token-file",
+            str(token),
+            "--check-config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2 and "storage.database" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -183,12 +194,17 @@ def test_a_node_pool_rule_applies_by_the_node_and_pools_have_their_own_limits() 
     from actuator.policy import Limits
 
     policy = Policy.model_validate(
-        {"mode": "observe",
-         "projects": [{"name": "dgx", "match": {"nodes": ["dgx-*"]}, "mode": "enforce",
-                       "grace": "2m"}],
-         "limits": {"terminations_per_node_per_hour": 10,
-                    "pools": [{"nodes": ["dgx-*"], "terminations_per_node_per_hour": 2}]}}
-    )  # fmt: skip
+        {
+            "mode": "observe",
+            "projects": [
+                {"name": "dgx", "match": {"nodes": ["dgx-*"]}, "mode": "enforce", "grace": "2m"}
+            ],
+            "limits": {
+                "terminations_per_node_per_hour": 10,
+                "pools": [{"nodes": ["dgx-*"], "terminations_per_node_per_hour": 2}],
+            },
+        }
+    )
     on_pool = resolve(policy, Facts(user="alice", node="dgx-07"))
     assert (on_pool.mode, on_pool.grace, on_pool.rule) == ("enforce", 120.0, "projects #1 (dgx)")
     assert resolve(policy, Facts(user="alice", node="a100-01")).mode == "observe"
@@ -199,10 +215,14 @@ def test_a_node_pool_rule_applies_by_the_node_and_pools_have_their_own_limits() 
 
 
 def test_a_rule_matches_a_slurm_jobs_partition_or_account_as_the_scheduler_says():
-    policy = Policy.model_validate({"projects": [
-        {"name": "long", "match": {"partitions": ["long"]}, "grace": "1h"},
-        {"name": "course", "match": {"accounts": ["cs101"]}, "protected": True},
-    ]})  # fmt: skip
+    policy = Policy.model_validate(
+        {
+            "projects": [
+                {"name": "long", "match": {"partitions": ["long"]}, "grace": "1h"},
+                {"name": "course", "match": {"accounts": ["cs101"]}, "protected": True},
+            ]
+        }
+    )
     assert resolve(policy, Facts(partition="long")).grace == 3600.0
     assert resolve(policy, Facts(partition="debug", account="cs101")).protected
     # Not a job (or Slurm unknown): no partition, no account, the defaults.
@@ -212,12 +232,17 @@ def test_a_rule_matches_a_slurm_jobs_partition_or_account_as_the_scheduler_says(
 
 
 def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path):
-    config = load_config(write(tmp_path, (
-        "defaults: {reclaim_when: demand}\n"
-        "projects:\n"
-        "  - {name: teaching, match: {groups: [students]}, reclaim_when: idle}\n"
-        "  - {name: claimed, match: {labels: [research]}, reclaim_when: demand}\n"
-    )))  # fmt: skip
+    config = load_config(
+        write(
+            tmp_path,
+            (
+                "defaults: {reclaim_when: demand}\n"
+                "projects:\n"
+                "  - {name: teaching, match: {groups: [students]}, reclaim_when: idle}\n"
+                "  - {name: claimed, match: {labels: [research]}, reclaim_when: demand}\n"
+            ),
+        )
+    )
     assert resolve(config, Facts(user="bob")).reclaim_when == "demand"
     teaching = resolve(config, Facts(user="ann", groups=("students",)))
     assert teaching.reclaim_when == "idle"
@@ -226,17 +251,22 @@ def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path)
     assert claimed.reclaim_when == "demand"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("demand: {slurm: true}\n", "configure slurm"),
-    ("demand: {kubernetes: true}\n", "configure kubernetes"),
-    ("demand: {pools: [{pool: a, nodes: [n], query: up}]}\n", "pools need prometheus"),
-    ("demand: {wait_list: true}\n", "server.keep_socket"),
-    ("slurm: {rest: {url: http://s, user: u, token_file: t}}\ndemand: {slurm: true}\n",
-     "slurm.rest is not"),
-    ("demand: {pools: [{pool: 'a b', nodes: [n], query: up}]}\nprometheus: x\n", "pool"),
-    ("server: {keep_socket: /" + "x" * 120 + "}\n", "at most 107 bytes"),
-    ("defaults: {reclaim_when: sometimes}\n", "reclaim_when"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("demand: {slurm: true}\n", "configure slurm"),
+        ("demand: {kubernetes: true}\n", "configure kubernetes"),
+        ("demand: {pools: [{pool: a, nodes: [n], query: up}]}\n", "pools need prometheus"),
+        ("demand: {wait_list: true}\n", "server.keep_socket"),
+        (
+            "slurm: {rest: {url: http://s, user: u, token_file: t}}\ndemand: {slurm: true}\n",
+            "slurm.rest is not",
+        ),
+        ("demand: {pools: [{pool: 'a b', nodes: [n], query: up}]}\nprometheus: x\n", "pool"),
+        ("server: {keep_socket: /" + "x" * 120 + "}\n", "at most 107 bytes"),
+        ("defaults: {reclaim_when: sometimes}\n", "reclaim_when"),
+    ],
+)
 def test_demand_settings_that_cannot_work_are_refused(tmp_path: Path, text: str, expected: str):
     with pytest.raises(ConfigError, match=expected):
         load_config(write(tmp_path, text))

@@ -58,9 +58,24 @@ def python(code: str, **kw) -> subprocess.Popen[bytes]:
 @pytest.mark.reliability(8)
 @pytest.mark.parametrize(
     "pid",
-    ["0", "1", "-1", "", "abc", "1e3", "\uff10\uff11\uff12", "\u00b2", "٤٢", "0042", "4242 ",
-     str(2**22), str(2**31), str(2**64), "9" * 5000],
-)  # fmt: skip
+    [
+        "0",
+        "1",
+        "-1",
+        "",
+        "abc",
+        "1e3",
+        "\uff10\uff11\uff12",
+        "\u00b2",
+        "٤٢",
+        "0042",
+        "4242 ",
+        str(2**22),
+        str(2**31),
+        str(2**64),
+        "9" * 5000,
+    ],
+)
 def test_class1_label_parsing_accepts_ascii_decimal_pids_in_range_only(pid: str) -> None:
     assert isinstance(parse_target(good_labels(pid=pid), {}, pid_max=2**22), str)
 
@@ -69,8 +84,13 @@ def test_class1_label_parsing_accepts_ascii_decimal_pids_in_range_only(pid: str)
 def test_class1_label_parsing_bounds_every_identity_label() -> None:
     assert not isinstance(parse_target(good_labels(), {}), str)
     assert isinstance(parse_target(good_labels(pid="40000"), {}, pid_max=32768), str)
-    for bad in ({"start_ticks": "\uff11"}, {"start_ticks": "0"}, {"boot_id": "not-a-boot-id"},
-                {"uuid": "GPU-0\n"}, {"node": ""}):  # fmt: skip
+    for bad in (
+        {"start_ticks": "\uff11"},
+        {"start_ticks": "0"},
+        {"boot_id": "not-a-boot-id"},
+        {"uuid": "GPU-0\n"},
+        {"node": ""},
+    ):
         assert isinstance(parse_target(good_labels(**bad), {}), str), bad
     for start in ("nan", "inf", "-5", "1e400"):
         assert isinstance(parse_target(good_labels(), {"start_time": start}), str), start
@@ -99,8 +119,21 @@ def test_class1_a_full_width_pid_of_a_real_process_is_refused(
 def test_class2_tree_a_wrapper_whose_child_holds_the_memory_is_not_on_the_gpu(
     workloads: Workloads,
 ) -> None:
-    inner = [*gpu_reclaimer_command(), "sim", "run", "--dir", str(workloads.node_dir), "--gpu",
-             "0", "--memory", "2GiB", "--phases", "idle", "--tick", "0.2"]  # fmt: skip
+    inner = [
+        *gpu_reclaimer_command(),
+        "sim",
+        "run",
+        "--dir",
+        str(workloads.node_dir),
+        "--gpu",
+        "0",
+        "--memory",
+        "2GiB",
+        "--phases",
+        "idle",
+        "--tick",
+        "0.2",
+    ]
     shell = subprocess.Popen(
         ["sh", "-c", " ".join(inner) + " & wait"], stdout=subprocess.DEVNULL, start_new_session=True
     )
@@ -160,10 +193,20 @@ def test_class3_our_processes_are_protected_by_identity_not_by_command_line(
     runtime = tmp_path / "runtime"
     env = {**os.environ, ownprocs.RUNTIME_DIR_ENV: str(runtime)}
     exporter = subprocess.Popen(
-        [*gpu_reclaimer_command(), "--log-level", "INFO", "exporter", "--listen",
-         "127.0.0.1:0", "--sim-dir", str(sim_node)],
-        env=env, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            *gpu_reclaimer_command(),
+            "--log-level",
+            "INFO",
+            "exporter",
+            "--listen",
+            "127.0.0.1:0",
+            "--sim-dir",
+            str(sim_node),
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     impostor = python("import time; time.sleep(600)  # gpu-reclaimer exporter")
     mentions = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)", "gpu-reclaimer", "exporter"]
@@ -294,8 +337,12 @@ def test_class6_identity_survives_a_wall_clock_step(workloads: Workloads, tmp_pa
     live = node.inspect(target)
     assert live.start_ticks == target.start_ticks and live.boot_id == target.boot_id
     assert live.start_time is not None and abs(live.start_time - target.start_time - 3600) < 1
-    case = replace(make_case(pid=w.pid, uid=live.uid), start_ticks=target.start_ticks,
-                   boot_id=target.boot_id, uuid=w.uuid)  # fmt: skip
+    case = replace(
+        make_case(pid=w.pid, uid=live.uid),
+        start_ticks=target.start_ticks,
+        boot_id=target.boot_id,
+        uuid=w.uuid,
+    )
     d = decide_live(case, live, eff(), Idle(cpu_window=1.0), LIMITS, GUARD, time.time())
     assert d.code != "identity_mismatch", d
 
@@ -313,8 +360,10 @@ def test_class7_no_sample_is_unknown_when_the_sample_join_fails(
     target = target_of(NODE, w.pid, w.uuid)
     assert wait_until(lambda: (node.inspect(target).sm_util or 0) > 0.5, 10)
     # Samples now name PIDs of another namespace: the busy job has "no sample".
-    save_faults(workloads.node_dir, replace(load_faults(workloads.node_dir),
-                                            util_pid_offsets=((0, 100000),)))  # fmt: skip
+    save_faults(
+        workloads.node_dir,
+        replace(load_faults(workloads.node_dir), util_pid_offsets=((0, 100000),)),
+    )
     time.sleep(0.5)
     live = node.inspect(target)
     assert live.sm_util is None and live.util_unknown == "pid_mismatch"

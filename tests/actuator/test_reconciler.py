@@ -101,17 +101,33 @@ class ScriptedNotifier:
 
 def idle_live(clock: ManualClock, pid: int, **over: Any) -> LiveState:
     base: dict[str, Any] = dict(
-        sampled_at=clock.wall, exists=True, start_ticks=TICKS, boot_id=BOOT, uid=1001,
-        user="alice", gpu_found=True, on_gpu=True, gpu_memory_bytes=2 << 30, sm_util=0.0,
-        cpu_seconds=10.0, members=(Member(pid, TICKS, 1001),),
-    )  # fmt: skip
+        sampled_at=clock.wall,
+        exists=True,
+        start_ticks=TICKS,
+        boot_id=BOOT,
+        uid=1001,
+        user="alice",
+        gpu_found=True,
+        on_gpu=True,
+        gpu_memory_bytes=2 << 30,
+        sm_util=0.0,
+        cpu_seconds=10.0,
+        members=(Member(pid, TICKS, 1001),),
+    )
     base.update(over)
     return LiveState(**base)
 
 
 def labels(pid: int) -> dict[str, str]:
-    return {"alertname": "GpuProcessIdle", "reclaim": "true", "node": NODE, "pid": str(pid),
-            "uuid": "GPU-0", "start_ticks": str(TICKS), "boot_id": BOOT}  # fmt: skip
+    return {
+        "alertname": "GpuProcessIdle",
+        "reclaim": "true",
+        "node": NODE,
+        "pid": str(pid),
+        "uuid": "GPU-0",
+        "start_ticks": str(TICKS),
+        "boot_id": BOOT,
+    }
 
 
 class Harness:
@@ -126,26 +142,41 @@ class Harness:
                     "idle": {"cpu_window": "1s", "rearm_after": "300s"},
                     "protect": {"protect_root": False, "protected_uid_below": 0},
                     "reconciler": {"lease_ttl": "10s", "stall_after": "30s"},
-                    "storage": {"database": database or str(tmp_path / "db"),
-                                "audit_log": str(tmp_path / "audit.jsonl")},
+                    "storage": {
+                        "database": database or str(tmp_path / "db"),
+                        "audit_log": str(tmp_path / "audit.jsonl"),
+                    },
                 },
                 policy,
             )
-        )  # fmt: skip
+        )
         self.store = open_store(self.config.storage.database)
         self.store.init()
         self.audit = AuditLog(self.config.storage.audit_log)
         self.node = ScriptedNode(self.clock)
         self.notifier = ScriptedNotifier()
-        self.runtime = Runtime(self.config, self.store, self.audit, TOKEN,
-                               clock=lambda: self.clock.wall, mono=lambda: self.clock.mono,
-                               started_mono=self.clock.mono)  # fmt: skip
+        self.runtime = Runtime(
+            self.config,
+            self.store,
+            self.audit,
+            TOKEN,
+            clock=lambda: self.clock.wall,
+            mono=lambda: self.clock.mono,
+            started_mono=self.clock.mono,
+        )
         self.client = create_app(self.runtime).test_client()
 
     def reconciler(self, holder: str = "r1") -> Reconciler:
-        return Reconciler(self.config, self.store, self.audit, {NODE: self.node}, self.notifier,
-                          clock=lambda: self.clock.wall, mono=lambda: self.clock.mono,
-                          holder=holder)  # fmt: skip
+        return Reconciler(
+            self.config,
+            self.store,
+            self.audit,
+            {NODE: self.node},
+            self.notifier,
+            clock=lambda: self.clock.wall,
+            mono=lambda: self.clock.mono,
+            holder=holder,
+        )
 
     def fire(self, *pids: int, status: str = "firing") -> None:
         alerts = [alert(labels=labels(p), fingerprint=f"fp{p}", status=status) for p in pids]
@@ -162,8 +193,9 @@ class Harness:
         return case.state
 
     def cases(self, pid: int) -> list[Any]:
-        return sorted((c for c in self.store.list_cases(limit=100) if c.pid == pid),
-                      key=lambda c: c.id)  # fmt: skip
+        return sorted(
+            (c for c in self.store.list_cases(limit=100) if c.pid == pid), key=lambda c: c.id
+        )
 
     def events(self) -> list[dict[str, Any]]:
         return self.audit.tail(1000)
@@ -329,8 +361,10 @@ def test_unknown_fields_are_accepted_and_truncation_resolves_nothing(
     r = h.reconciler()
     h.run(r, ticks=3)
     # A later delivery without it (truncated away) is not a resolution.
-    assert h.client.post("/api/v1/alerts", json=body(truncatedAlerts=1),
-                         headers=AUTH).status_code == 200  # fmt: skip
+    assert (
+        h.client.post("/api/v1/alerts", json=body(truncatedAlerts=1), headers=AUTH).status_code
+        == 200
+    )
     h.run(r, ticks=2)
     assert h.cases(101)[0].state == State.NOTIFIED
 
@@ -392,8 +426,15 @@ def test_a_node_slow_to_answer_does_not_hold_the_other_nodes_up(
     on_slow = alert(labels={**labels(102), "node": "a-slow-node"}, fingerprint="fp102")
     assert h.client.post("/api/v1/alerts", json=body(on_slow), headers=AUTH).status_code == 200
     h.fire(101)  # after the slow node's case: in turn, it would wait behind it
-    r = Reconciler(h.config, h.store, h.audit, {NODE: h.node, "a-slow-node": slow}, h.notifier,
-                   clock=lambda: h.clock.wall, mono=lambda: h.clock.mono)  # fmt: skip
+    r = Reconciler(
+        h.config,
+        h.store,
+        h.audit,
+        {NODE: h.node, "a-slow-node": slow},
+        h.notifier,
+        clock=lambda: h.clock.wall,
+        mono=lambda: h.clock.mono,
+    )
     ticking = threading.Thread(target=r.tick)
     ticking.start()
     try:

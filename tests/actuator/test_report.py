@@ -22,8 +22,10 @@ OFFSET = 7
 
 
 def _series(name: str, labels: str, value, start: int, end: int) -> list[str]:  # type: ignore[no-untyped-def]
-    return [f"{name}{{{labels}}} {value(t) if callable(value) else value} {t}"
-            for t in range(start + OFFSET, end, 15)]  # fmt: skip
+    return [
+        f"{name}{{{labels}}} {value(t) if callable(value) else value} {t}"
+        for t in range(start + OFFSET, end, 15)
+    ]
 
 
 def _history(s: int) -> str:
@@ -31,30 +33,40 @@ def _history(s: int) -> str:
     before, start, end = s - 7200, s, s + 7200
     gpu = [f'{EXPORTER},gpu="{i}",uuid="GPU-{i}"' for i in (0, 1)]
     info = {
-        100: ("0", "alice", "vision"), 200: ("1", "bob", "nlp"), 201: ("1", "bob", "nlp"),
+        100: ("0", "alice", "vision"),
+        200: ("1", "bob", "nlp"),
+        201: ("1", "bob", "nlp"),
         300: ("0", "carol", "speech"),
-    }  # fmt: skip
+    }
     families: dict[str, list[str]] = {
-        "gpu_info": [], "gpu_utilization_ratio": [], "gpu_process_info": [],
-        "gpu_process:idle_condition": [], "gpu_released_success_total": [],
+        "gpu_info": [],
+        "gpu_utilization_ratio": [],
+        "gpu_process_info": [],
+        "gpu_process:idle_condition": [],
+        "gpu_released_success_total": [],
         "gpu_memory_freed_bytes_total": [],
-    }  # fmt: skip
+    }
     for i, labels in enumerate(gpu):
         families["gpu_info"] += _series(
             "gpu_info", f'{labels},name="H100",driver_version="550",node="n1"', 1, before, end
         )
         util = (0.8, 0.2)[i]
         families["gpu_utilization_ratio"] += _series(
-            "gpu_utilization_ratio", labels, lambda t, u=util: 0.1 if t < start else u, before,
+            "gpu_utilization_ratio",
+            labels,
+            lambda t, u=util: 0.1 if t < start else u,
+            before,
             end,
-        )  # fmt: skip
+        )
     for pid, (g, user, project) in info.items():
         labels = f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"'
         families["gpu_process_info"] += _series(
             "gpu_process_info",
             f'{labels},node="n1",user="{user}",project="{project}",command="python"',
-            1, before, end,
-        )  # fmt: skip
+            1,
+            before,
+            end,
+        )
     idle = [  # pid, memory, from, to
         (100, 4 * GiB, start, start + 3600),
         (200, 2 * GiB, start + 1800, start + 3600),
@@ -64,17 +76,26 @@ def _history(s: int) -> str:
     for pid, memory, a, b in idle:
         g = info[pid][0]
         families["gpu_process:idle_condition"] += _series(
-            "gpu_process:idle_condition", f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
-            memory, a, b,
-        )  # fmt: skip
+            "gpu_process:idle_condition",
+            f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
+            memory,
+            a,
+            b,
+        )
     families["gpu_released_success_total"] += _series(
-        "gpu_released_success_total", ACTUATOR, lambda t: 0 if t < start + 3600 else 1,
-        before, end,
-    )  # fmt: skip
+        "gpu_released_success_total",
+        ACTUATOR,
+        lambda t: 0 if t < start + 3600 else 1,
+        before,
+        end,
+    )
     families["gpu_memory_freed_bytes_total"] += _series(
-        "gpu_memory_freed_bytes_total", ACTUATOR, lambda t: 0 if t < start + 3600 else 4 * GiB,
-        before, end,
-    )  # fmt: skip
+        "gpu_memory_freed_bytes_total",
+        ACTUATOR,
+        lambda t: 0 if t < start + 3600 else 4 * GiB,
+        before,
+        end,
+    )
     lines = []
     for name, samples in families.items():
         kind = "counter" if name.endswith("_total") else "gauge"
@@ -95,8 +116,10 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
 def report(prom: Server, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*gpu_reclaimer_command(), "report", "--prometheus", prom.url, *args],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _iso(ts: int) -> str:
@@ -105,8 +128,19 @@ def _iso(ts: int) -> str:
 
 def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     prom, start = backfilled
-    done = report(prom, "--since", _iso(start), "--until", _iso(start + 7200), "--format",
-                  "json", "--price-per-gpu-hour", "10", "--currency", "CNY")  # fmt: skip
+    done = report(
+        prom,
+        "--since",
+        _iso(start),
+        "--until",
+        _iso(start + 7200),
+        "--format",
+        "json",
+        "--price-per-gpu-hour",
+        "10",
+        "--currency",
+        "CNY",
+    )
     assert done.returncode == 0, done.stderr
     assert "querying" in done.stderr  # progress
     got = json.loads(done.stdout)
@@ -130,8 +164,17 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
 
 def test_compare_to_the_period_before(backfilled: tuple[Server, int]) -> None:
     prom, start = backfilled
-    done = report(prom, "--since", _iso(start), "--until", _iso(start + 7200),
-                  "--compare-to", "2h", "--format", "json")  # fmt: skip
+    done = report(
+        prom,
+        "--since",
+        _iso(start),
+        "--until",
+        _iso(start + 7200),
+        "--compare-to",
+        "2h",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     before = got["compare_to"]
@@ -139,8 +182,17 @@ def test_compare_to_the_period_before(backfilled: tuple[Server, int]) -> None:
     assert before["avg_utilisation"] == pytest.approx(0.1)
     assert before["reclaims"] == 0
     assert [g["name"] for g in before["groups"] if g["by"] == "user"] == ["carol"]
-    table = report(prom, "--since", _iso(start), "--until", _iso(start + 7200),
-                   "--compare-to", "2h", "--format", "markdown")  # fmt: skip
+    table = report(
+        prom,
+        "--since",
+        _iso(start),
+        "--until",
+        _iso(start + 7200),
+        "--compare-to",
+        "2h",
+        "--format",
+        "markdown",
+    )
     assert "| idle GPU-hours | 1.50 | 2.00 | -25 % |" in table.stdout, table.stdout
 
 
@@ -149,9 +201,11 @@ def test_clear_errors(backfilled: tuple[Server, int]) -> None:
     empty = report(prom, "--since", _iso(start - 86400 * 3), "--until", _iso(start - 86400 * 2))
     assert empty.returncode == 2 and "no GPU data between" in empty.stderr
     down = subprocess.run(
-        [*gpu_reclaimer_command(), "report", "--prometheus", "http://127.0.0.1:9", "--since",
-         "1h"], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [*gpu_reclaimer_command(), "report", "--prometheus", "http://127.0.0.1:9", "--since", "1h"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert down.returncode == 2 and "cannot reach Prometheus" in down.stderr
     assert "Traceback" not in down.stderr + empty.stderr
     backwards = report(prom, "--since", _iso(start + 10), "--until", _iso(start))

@@ -44,15 +44,19 @@ def test_an_oversized_body_is_refused_before_it_is_read(
     actuator: Actuator = actuator_factory(workloads.node_dir, mode="observe")
     big = b'{"version": "4", "alerts": [' + b" " * (2 * 2**20) + b"]}"
     answer = actuator.session.post(
-        actuator.url + "/api/v1/alerts", data=big,
-        headers={"Content-Type": "application/json"}, timeout=10,
-    )  # fmt: skip
+        actuator.url + "/api/v1/alerts",
+        data=big,
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
     assert answer.status_code == 413
     assert actuator.metric("gpu_reclaimer_webhook_requests_total", code="413") == 1
     with socket.create_connection(("127.0.0.1", actuator.port), timeout=5) as s:
         # No Content-Length, chunked: the limit counts what arrives.
-        s.sendall(b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                  b"Content-Type: application/json\r\n\r\n")  # fmt: skip
+        s.sendall(
+            b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\n"
+        )
         chunk = b" " * 65536
         try:
             for _ in range(40):

@@ -69,11 +69,28 @@ def test_a_write_fenced_by_a_lost_lease_changes_nothing(database):
     assert store.acquire_lease("a", mono=100, ttl=10)
     assert store.acquire_lease("b", mono=111, ttl=10)  # a was slow: b took over
     with pytest.raises(LeaseLost):
-        store.transition(case, State.NOTIFIED, reason="r", evidence={}, now=1, mono=112,
-                         fence=Fence("a", 112, 10))  # fmt: skip
+        store.transition(
+            case,
+            State.NOTIFIED,
+            reason="r",
+            evidence={},
+            now=1,
+            mono=112,
+            fence=Fence("a", 112, 10),
+        )
     assert store.get_case(case.id).state == State.PENDING and case.state == State.PENDING
-    assert store.transition(case, State.NOTIFIED, reason="r", evidence={}, now=1, mono=112,
-                            fence=Fence("b", 112, 10)) is not None  # fmt: skip
+    assert (
+        store.transition(
+            case,
+            State.NOTIFIED,
+            reason="r",
+            evidence={},
+            now=1,
+            mono=112,
+            fence=Fence("b", 112, 10),
+        )
+        is not None
+    )
     assert store.progress()[0] == "b"
 
 
@@ -108,8 +125,11 @@ def test_a_new_connection_never_lets_another_process_delete_the_live_log(tmp_pat
     )
     subprocess.run([sys.executable, "-c", other_process, str(path)], check=True)
     first.count("after")
-    fresh = ("import sqlite3, sys; print(sorted(r[0] for r in sqlite3.connect(sys.argv[1])"
-             ".execute('SELECT name FROM counters')))")  # fmt: skip
-    seen = subprocess.run([sys.executable, "-c", fresh, str(path)], check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    fresh = (
+        "import sqlite3, sys; print(sorted(r[0] for r in sqlite3.connect(sys.argv[1])"
+        ".execute('SELECT name FROM counters')))"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", fresh, str(path)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     assert seen == str(sorted(["before", "from a second connection", "other", "after"]))

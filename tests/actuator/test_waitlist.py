@@ -44,20 +44,34 @@ def test_free_gpus_are_offered_first_come_first():
     offers = assign([two, one, memory], gpus)
     # Two whole GPUs are not free: the one-GPU waiter goes ahead; memory fits beside job 7.
     assert {w: [g.uuid for g in given] for w, given in offers.items()} == {
-        2: ["GPU-0"], 3: ["GPU-1"]}  # fmt: skip
+        2: ["GPU-0"],
+        3: ["GPU-1"],
+    }
     assert assign([memory], [FreeGpu(0, "GPU-0", 4 * GIB, False)]) == {}
 
 
-@pytest.mark.parametrize("request_", [{"gpus": 0}, {"gpus": 1, "memory": 5}, {"gpus": 99},
-                                      {"gpus": "x"}, {"gpus": 1, "seconds": 1e9},
-                                      {"memory": -1}])  # fmt: skip
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"gpus": 0},
+        {"gpus": 1, "memory": 5},
+        {"gpus": 99},
+        {"gpus": "x"},
+        {"gpus": 1, "seconds": 1e9},
+        {"memory": -1},
+    ],
+)
 def test_a_wait_request_that_makes_no_sense_is_refused(request_):
     assert isinstance(parse_wait(request_), str)
 
 
 def _wait(sock: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*gpu_reclaimer_command(), "wait", *args, "--socket", str(sock)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [*gpu_reclaimer_command(), "wait", *args, "--socket", str(sock)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # A stranger's `wait`: the standard library only, as uid 65534.
@@ -69,8 +83,12 @@ STRANGER = (
 
 
 def _listed(sock: Path) -> str:
-    done = subprocess.run([*gpu_reclaimer_command(), "wait", "--list", "--socket", str(sock)],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [*gpu_reclaimer_command(), "wait", "--list", "--socket", str(sock)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -86,9 +104,12 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     shared.chmod(0o755)
     request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
     sock = shared / "keep.sock"
-    actuator = actuator_factory(node, server={"keep_socket": str(sock)},
-                                defaults={"reclaim_when": "demand", "grace": "1s"},
-                                demand={"wait_list": True, "interval": "0.2s"})  # fmt: skip
+    actuator = actuator_factory(
+        node,
+        server={"keep_socket": str(sock)},
+        defaults={"reclaim_when": "demand", "grace": "1s"},
+        demand={"wait_list": True, "interval": "0.2s"},
+    )
     wait_until(sock.exists, 20)
     assert actuator.post(payload(alert_for(idle))).status_code == 200
     wait_until(lambda: (actuator.case_for(idle) or {}).get("state") == "notified", 20)
@@ -108,9 +129,15 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     assert busy.proc.poll() is None  # never a candidate
 
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    stranger = subprocess.Popen([python, "-c", STRANGER, str(sock)], user=65534, group=65534,
-                                extra_groups=[], stdout=subprocess.PIPE, text=True,
-                                cwd="/")  # fmt: skip
+    stranger = subprocess.Popen(
+        [python, "-c", STRANGER, str(sock)],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
     assert stranger.stdout is not None
     queued = json.loads(stranger.stdout.readline())
     assert queued["ok"] and queued["position"] == 1

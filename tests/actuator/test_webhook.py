@@ -113,8 +113,9 @@ def test_bad_input_codes_change_nothing(client, rt):
 )
 def test_a_bad_alert_never_costs_the_good_ones_of_its_payload(client, rt, bad):
     good = alert(fingerprint="good")
-    r = client.post("/api/v1/alerts", json=body(alert(**{"fingerprint": "bad", **bad}), good),
-                    headers=AUTH)  # fmt: skip
+    r = client.post(
+        "/api/v1/alerts", json=body(alert(**{"fingerprint": "bad", **bad}), good), headers=AUTH
+    )
     assert r.status_code == 200, r.json
     assert (r.json["recorded"], r.json["rejected"]) == (1, 1)
     assert [e.fingerprint for e in rt.store.pending_episodes()] == ["good"]
@@ -159,8 +160,9 @@ def test_cases_filter_by_pid_and_refuse_unknown_parameters(client, rt):
 
 def test_ready_reports_unwritable_audit(tmp_path):
     (tmp_path / "dir").mkdir()
-    rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),
-                                          "audit_log": str(tmp_path / "dir")})  # fmt: skip
+    rt = make_runtime(
+        tmp_path, storage={"database": str(tmp_path / "db"), "audit_log": str(tmp_path / "dir")}
+    )
     r = create_app(rt).test_client().get("/-/ready")
     assert r.status_code == 503 and "audit log" in r.json["reasons"][0]
 
@@ -170,14 +172,18 @@ def test_an_api_error_path_answers_a_reason_never_500(tmp_path):
     """The audit log made unreadable (a directory): every GET path answers 4xx with a
     reason, or 503 while the dependency is away; none answers 500."""
     (tmp_path / "dir").mkdir()
-    rt = make_runtime(tmp_path, storage={"database": str(tmp_path / "db"),
-                                          "audit_log": str(tmp_path / "dir")})  # fmt: skip
+    rt = make_runtime(
+        tmp_path, storage={"database": str(tmp_path / "db"), "audit_log": str(tmp_path / "dir")}
+    )
     app = create_app(rt)
     client = app.test_client()
     r = client.get("/api/v1/audit", headers=AUTH)
     assert r.status_code == 503 and "audit log" in r.json["error"], r.json
-    paths = {rule.rule.replace("<int:case_id>", "1").replace("<token>", "x")
-             for rule in app.url_map.iter_rules() if "GET" in rule.methods}  # fmt: skip
+    paths = {
+        rule.rule.replace("<int:case_id>", "1").replace("<token>", "x")
+        for rule in app.url_map.iter_rules()
+        if "GET" in rule.methods
+    }
     for path in sorted(p for p in paths if "<" not in p):
         answer = client.get(path, headers=AUTH)
         assert answer.status_code != 500, (path, answer.data[:300])
@@ -261,8 +267,9 @@ def test_snooze_survives_a_reconciler_tick_between_read_and_write(client, rt):
         return found
 
     rt.store.get_case = get_then_tick  # type: ignore[method-assign]
-    r = client.post(f"/api/v1/cases/{case.id}/snooze", json={"duration": "1h", "by": "alice"},
-                    headers=AUTH)  # fmt: skip
+    r = client.post(
+        f"/api/v1/cases/{case.id}/snooze", json={"duration": "1h", "by": "alice"}, headers=AUTH
+    )
     assert r.status_code == 200, r.json
     assert r.json["state"] == "snoozed"
     assert ticks["left"] == 0  # the conflicts really happened
@@ -278,24 +285,27 @@ def test_the_records_say_who_really_acted(client, rt, tmp_path):
     case = make_case(id=0, state=State.NOTIFIED)
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
-    r = client.post(f"/api/v1/cases/{case.id}/snooze",
-                    json={"duration": "1h", "by": "the-ceo"}, headers=AUTH)  # fmt: skip
+    r = client.post(
+        f"/api/v1/cases/{case.id}/snooze", json={"duration": "1h", "by": "the-ceo"}, headers=AUTH
+    )
     assert r.status_code == 200, r.json
     (snooze,) = [rec for rec in rt.audit.tail(20) if rec["event"] == "snooze"]
     assert snooze["by"] == "token (the shared bearer token), said 'the-ceo'", snooze
-    reset = client.post("/api/v1/breaker/reset", json={"by": "root", "reason": "test"},
-                        headers=AUTH)  # fmt: skip
+    reset = client.post(
+        "/api/v1/breaker/reset", json={"by": "root", "reason": "test"}, headers=AUTH
+    )
     assert reset.status_code == 200, reset.json
     (record,) = [rec for rec in rt.audit.tail(20) if rec["event"] == "breaker_reset"]
     assert record["by"].startswith("token (the shared bearer token)"), record
 
     # A wrong or missing shared token is audited (never the token itself).
-    assert client.get("/api/v1/cases", headers={"Authorization": "Bearer guess"}).status_code \
-        == 403  # fmt: skip
+    assert client.get("/api/v1/cases", headers={"Authorization": "Bearer guess"}).status_code == 403
     assert client.post("/api/v1/alerts", json=body(alert())).status_code == 401
     failed = [rec for rec in rt.audit.tail(50) if rec["event"] == "auth_failed"]
     assert [(f["reason"], f["path"]) for f in failed] == [
-        ("invalid", "/api/v1/cases"), ("missing", "/api/v1/alerts")]  # fmt: skip
+        ("invalid", "/api/v1/cases"),
+        ("missing", "/api/v1/alerts"),
+    ]
     assert "guess" not in json.dumps(failed)
 
     # The same payload twice: the second delivery is recorded as a duplicate.
@@ -325,8 +335,10 @@ def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
     config = load_config_text(tmp_path, f"storage: {{database: {too_long}}}\n")
     with pytest.raises(ConfigError, match=r"storage.database: .* cannot be written: .*too long"):
         check_storage(config)
-    fine = load_config_text(tmp_path, f"storage: {{database: {tmp_path}/a/b/actuator.db, "
-                            f"audit_log: {tmp_path}/a/audit.jsonl}}\n")  # fmt: skip
+    fine = load_config_text(
+        tmp_path,
+        f"storage: {{database: {tmp_path}/a/b/actuator.db, audit_log: {tmp_path}/a/audit.jsonl}}\n",
+    )
     check_storage(fine)
     assert not (tmp_path / "a").exists()  # the check leaves nothing behind
 
@@ -340,8 +352,19 @@ def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
     storage = f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
     path.write_text(enforce + storage)
     result = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "actuator", "--config", str(path),
-         "--token-file", str(token), "--check-config"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "actuator",
+            "--config",
+            str(path),
+            "--token-file",
+            str(token),
+            "--check-config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "can never signal" in result.stdout + result.stderr, result

@@ -32,31 +32,73 @@ BUSY = 3.0  # every "goes idle" workload works this long first
 
 # key -> (Stack.spawn options, expected outcome)
 SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
-    "idle_training": ({"name": "yolo", "phases": f"busy={BUSY:g}s,idle", "memory": "6GiB"},
-                      "reclaimed"),
-    "busy_training": ({"name": "yolo", "phases": "busy", "memory": "12GiB", "heartbeat": True},
-                      "untouched"),
+    "idle_training": (
+        {"name": "yolo", "phases": f"busy={BUSY:g}s,idle", "memory": "6GiB"},
+        "reclaimed",
+    ),
+    "busy_training": (
+        {"name": "yolo", "phases": "busy", "memory": "12GiB", "heartbeat": True},
+        "untouched",
+    ),
     # 24 GiB over 10 min grows ~150 MiB per 4 s window, above the 64 MiB "loading" threshold.
-    "loading_model": ({"name": "train-llm", "phases": "load=10m,busy", "memory": "24GiB",
-                       "gpu": 1}, "untouched"),
+    "loading_model": (
+        {"name": "train-llm", "phases": "load=10m,busy", "memory": "24GiB", "gpu": 1},
+        "untouched",
+    ),
     # GPU-idle but burning a CPU core; writes no log (a log that never moves would make it
     # look stalled, which is what a real stuck job with a dead log is).
-    "dataloader_stall": ({"name": "train-dl", "phases": "idle", "cpu": True, "memory": "4GiB",
-                          "gpu": 1, "log": False}, "untouched"),
-    "tensorboard": ({"name": "tensorboard", "phases": "idle", "memory": "1GiB", "gpu": 1},
-                    "protected"),
-    "jupyter_server": ({"name": "jupyter-lab", "phases": "idle", "memory": "512MiB", "gpu": 1},
-                       "protected"),
-    "notebook_kernel": ({"module": "ipykernel_launcher", "phases": f"busy={BUSY:g}s,idle",
-                         "memory": "8GiB", "gpu": 1}, "reclaimed"),
+    "dataloader_stall": (
+        {
+            "name": "train-dl",
+            "phases": "idle",
+            "cpu": True,
+            "memory": "4GiB",
+            "gpu": 1,
+            "log": False,
+        },
+        "untouched",
+    ),
+    "tensorboard": (
+        {"name": "tensorboard", "phases": "idle", "memory": "1GiB", "gpu": 1},
+        "protected",
+    ),
+    "jupyter_server": (
+        {"name": "jupyter-lab", "phases": "idle", "memory": "512MiB", "gpu": 1},
+        "protected",
+    ),
+    "notebook_kernel": (
+        {
+            "module": "ipykernel_launcher",
+            "phases": f"busy={BUSY:g}s,idle",
+            "memory": "8GiB",
+            "gpu": 1,
+        },
+        "reclaimed",
+    ),
     # Idle until cued (CUES): it works again once its notice is out, inside the grace.
-    "resumes_in_grace": ({"name": "yolo", "memory": "4GiB",
-                          "phases": f"busy={BUSY:g}s,idle=cue,busy"}, "cancelled"),
-    "ignores_sigterm": ({"name": "train-ddp", "phases": f"busy={BUSY:g}s,idle",
-                         "memory": "10GiB", "ignore_sigterm": True}, "killed"),
-    "hung_nccl": ({"name": "train-ddp", "phases": f"busy={BUSY:g}s,hang", "memory": "16GiB",
-                   "heartbeat": True}, "stalled"),
-}  # fmt: skip
+    "resumes_in_grace": (
+        {"name": "yolo", "memory": "4GiB", "phases": f"busy={BUSY:g}s,idle=cue,busy"},
+        "cancelled",
+    ),
+    "ignores_sigterm": (
+        {
+            "name": "train-ddp",
+            "phases": f"busy={BUSY:g}s,idle",
+            "memory": "10GiB",
+            "ignore_sigterm": True,
+        },
+        "killed",
+    ),
+    "hung_nccl": (
+        {
+            "name": "train-ddp",
+            "phases": f"busy={BUSY:g}s,hang",
+            "memory": "16GiB",
+            "heartbeat": True,
+        },
+        "stalled",
+    ),
+}
 
 # key -> the case state whose arrival cues the workload into its next phase
 CUES: dict[str, str] = {"resumes_in_grace": "notified"}
@@ -111,10 +153,13 @@ def diagnose(stack: Stack, workload: Workload | None = None) -> str:
         parts.append(f"workload log tail:\n{workload.managed.log_tail(10)}")
     try:
         alerts = stack.prometheus_api("/api/v1/alerts")["alerts"]
-        parts.append("alerts: " + ", ".join(
-            f"{a['labels'].get('alertname')}/{a['labels'].get('pid', '-')}/{a['state']}"
-            for a in alerts
-        ))  # fmt: skip
+        parts.append(
+            "alerts: "
+            + ", ".join(
+                f"{a['labels'].get('alertname')}/{a['labels'].get('pid', '-')}/{a['state']}"
+                for a in alerts
+            )
+        )
     except Exception as exc:
         parts.append(f"alerts: unavailable ({exc})")
     for name, managed in stack.services.items():
@@ -292,9 +337,13 @@ class FaultRun:
             self.marks["exporter_back"] = time.time()
             # 3. Healthy again: the loop must work, so the silence above was the gate's doing.
             self.seen["final"] = self._until(
-                lambda: (c := case_for(stack, self.workload.pid))
-                and c["state"] in {"reclaimed", "failed"} and c, 90,
-            )  # fmt: skip
+                lambda: (
+                    (c := case_for(stack, self.workload.pid))
+                    and c["state"] in {"reclaimed", "failed"}
+                    and c
+                ),
+                90,
+            )
         except BaseException as exc:
             self.error = exc
         finally:

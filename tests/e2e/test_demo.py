@@ -16,8 +16,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def test_demo_check_reaches_every_expected_outcome(system_tools: None, tmp_path: Path) -> None:
-    command = [*gpu_reclaimer_command(), "demo", "--check", "--timeout", "150",
-               "--workdir", str(tmp_path)]  # fmt: skip
+    command = [
+        *gpu_reclaimer_command(),
+        "demo",
+        "--check",
+        "--timeout",
+        "150",
+        "--workdir",
+        str(tmp_path),
+    ]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )

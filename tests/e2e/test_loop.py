@@ -73,8 +73,10 @@ def test_idle_training_is_notified_then_reclaimed(loop: MainLoop) -> None:
 
     # The owner got the notice, and the memory is gone from the simulated GPU and the exporter.
     # (the demo's owner is on a WeCom-format robot: markdown naming the PID and the case)
-    notices = [str((r.body or {}).get("markdown", {}).get("content", ""))
-               for r in stack.sink.posts("/notice")]  # fmt: skip
+    notices = [
+        str((r.body or {}).get("markdown", {}).get("content", ""))
+        for r in stack.sink.posts("/notice")
+    ]
     mine = [n for n in notices if f"PID {w.pid}" in n and f"工单号 {case['id']}" in n]
     assert any("是否仍在进行" in n for n in mine), notices  # the warning
     assert any("已被回收" in n for n in mine), notices  # and the follow-up
@@ -207,8 +209,9 @@ def test_nothing_is_signalled_while_nvml_fails_or_the_exporter_is_down(faults: F
     # The faults took effect: the health alerts fired (to chat; never to the actuator).
     nvml_down = _first_firing(faults, "GpuNvmlDown", marks["nvml_missing"], marks["nvml_back"])
     assert nvml_down is not None, diagnose(stack, w)
-    down = _first_firing(faults, "GpuExporterDown", marks["exporter_killed"],
-                         marks["exporter_back"])  # fmt: skip
+    down = _first_firing(
+        faults, "GpuExporterDown", marks["exporter_killed"], marks["exporter_back"]
+    )
     assert down is not None, diagnose(stack, w)
     # The idle process was pending before each fault; nothing fired or was signalled during
     # them, nor before the windows refilled after the exporter came back.

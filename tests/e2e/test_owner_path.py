@@ -38,20 +38,34 @@ def test_one_job_is_kept_from_the_mail_link_the_other_is_reclaimed_with_a_follow
     controller.start()
     try:
         with slapd(tmp_path / "slapd") as ldap:
-            ldap.add_person(getpass.getuser(), displayName="李雷", mail="lilei@example.com",
-                            preferredLanguage="zh-CN")  # fmt: skip
+            ldap.add_person(
+                getpass.getuser(),
+                displayName="李雷",
+                mail="lilei@example.com",
+                preferredLanguage="zh-CN",
+            )
             password = tmp_path / "ldap-password"
             password.write_text(READER_PASSWORD)
             policy = {
                 "defaults": {"grace": "30s"},
                 "notifier": {
-                    "directory": None, "wecom": None,  # the owner comes from LDAP, by mail
-                    "ldap": {"url": ldap.url, "base": PEOPLE, "bind_dn": READER_DN,
-                             "password_file": str(password), "timezone": "Asia/Shanghai"},
-                    "email": {"host": "127.0.0.1", "port": smtp_port, "security": "none",
-                              "sender": "gpu-reclaimer@example.com"},
+                    "directory": None,
+                    "wecom": None,  # the owner comes from LDAP, by mail
+                    "ldap": {
+                        "url": ldap.url,
+                        "base": PEOPLE,
+                        "bind_dn": READER_DN,
+                        "password_file": str(password),
+                        "timezone": "Asia/Shanghai",
+                    },
+                    "email": {
+                        "host": "127.0.0.1",
+                        "port": smtp_port,
+                        "security": "none",
+                        "sender": "gpu-reclaimer@example.com",
+                    },
                 },
-            }  # fmt: skip
+            }
             options = StackOptions(workdir=tmp_path, policy=policy, grace=30.0)
             with Stack(options) as stack, chromium() as browser:
                 stack.wait_scraped()

@@ -36,8 +36,9 @@ def test_the_same_seed_plans_the_same_day() -> None:
 def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
     system_tools: None, tmp_path: Path
 ) -> None:
-    options = StackOptions(workdir=tmp_path, scale=SCALE, gpus=2, grace=600 * SCALE,
-                           term_timeout=1.0, label="day")  # fmt: skip
+    options = StackOptions(
+        workdir=tmp_path, scale=SCALE, gpus=2, grace=600 * SCALE, term_timeout=1.0, label="day"
+    )
     observe = run_day(options, JOBS, HOURS, "observe")
     demand = run_day(options, JOBS, HOURS, "demand")
     report = table([observe, demand], seed=0, scale=SCALE)

@@ -80,8 +80,10 @@ def test_alertmanager_timings_are_compressed_with_the_rules(tmp_path: Path) -> N
     am = yaml.safe_load(config.read_text())
     route = am["route"]
     assert (route["group_wait"], route["group_interval"], route["repeat_interval"]) == (
-        "1s", "2s", "16m",
-    )  # fmt: skip
+        "1s",
+        "2s",
+        "16m",
+    )
     reclaim = next(r for r in route["routes"] if r["receiver"] == "gpu-reclaimer-actuator")
     assert reclaim["repeat_interval"] == "1m"
     assert am["global"]["resolve_timeout"] == "20s"

@@ -84,11 +84,15 @@ def test_normal_fleet(sim_node: Path, spawn_workload, tmp_path: Path) -> None:
     assert scraper.info(busy.pid)["command"] == "yolo"
     assert info["user"] and info["uid"] == str(psutil.Process(idle.pid).uids().real)
     # CPU-bound while GPU-idle: its CPU counter moves, the idle kernel's does not.
-    before = {p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
-              for p, g in ((cpu, 1), (idle, 0))}  # fmt: skip
+    before = {
+        p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
+        for p, g in ((cpu, 1), (idle, 0))
+    }
     time.sleep(1.5)
-    after = {p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
-             for p, g in ((cpu, 1), (idle, 0))}  # fmt: skip
+    after = {
+        p: scraper.process("gpu_process_cpu_seconds_total", p.pid, g)
+        for p, g in ((cpu, 1), (idle, 0))
+    }
     assert after[cpu] - before[cpu] > 0.5
     assert after[idle] - before[idle] < 0.2
 
@@ -212,15 +216,28 @@ def test_samples_naming_other_pids_make_every_process_of_that_gpu_unknown(
     busy = spawn_workload(memory="6GiB", phases="busy")
     other = spawn_workload(gpu=1, memory="2GiB", phases="busy")
     scraper = Scraper(sim_node)
-    wait_until(lambda: (scraper.samples(), scraper.process(
-        "gpu_process_sm_utilization_ratio", busy.pid))[1], 5)  # fmt: skip
+    wait_until(
+        lambda: (scraper.samples(), scraper.process("gpu_process_sm_utilization_ratio", busy.pid))[
+            1
+        ],
+        5,
+    )
     _fault(sim_node, util_pid_offsets=((0, 100000),))
     scraper.samples()
     assert scraper.process("gpu_process_sm_utilization_ratio", busy.pid) is None  # never 0
-    assert scraper.value("gpu_exporter_process_utilization_supported", gpu=0,
-                         uuid=scraper.uuids[0]) == 0  # fmt: skip
-    assert scraper.value("gpu_exporter_process_utilization_unknown", gpu=0,
-                         uuid=scraper.uuids[0], reason="pid_mismatch") == 1  # fmt: skip
+    assert (
+        scraper.value("gpu_exporter_process_utilization_supported", gpu=0, uuid=scraper.uuids[0])
+        == 0
+    )
+    assert (
+        scraper.value(
+            "gpu_exporter_process_utilization_unknown",
+            gpu=0,
+            uuid=scraper.uuids[0],
+            reason="pid_mismatch",
+        )
+        == 1
+    )
     # The other GPU's join still holds.
     assert (scraper.process("gpu_process_sm_utilization_ratio", other.pid, gpu=1) or 0) > 0.5
 
@@ -235,8 +252,15 @@ def test_invalid_pids_from_the_binding_are_rejected(sim_node: Path, spawn_worklo
         assert scraper.process("gpu_process_memory_used_bytes", pid) is None
     assert scraper.process("gpu_process_memory_used_bytes", idle.pid) == 2 * GiB
     assert scraper.process("gpu_process_sm_utilization_ratio", idle.pid) is None
-    assert scraper.value("gpu_exporter_process_utilization_unknown", gpu=0,
-                         uuid=scraper.uuids[0], reason="invalid_pid") == 1  # fmt: skip
+    assert (
+        scraper.value(
+            "gpu_exporter_process_utilization_unknown",
+            gpu=0,
+            uuid=scraper.uuids[0],
+            reason="invalid_pid",
+        )
+        == 1
+    )
 
 
 def test_a_busy_device_without_busy_listed_processes_is_unknown() -> None:

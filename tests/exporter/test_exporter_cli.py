@@ -20,10 +20,19 @@ from tests.support import REPO, GiB, free_port, gpu_reclaimer_command, wait_unti
 def exporter_url(sim_node: Path, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
-        [*gpu_reclaimer_command(), "exporter", "--listen", f"127.0.0.1:{port}",
-         "--sim-dir", str(sim_node), "--heartbeat-dir", str(tmp_path / "hb"),
-         "--node-name", "gpu-node-1"],
-    )  # fmt: skip
+        [
+            *gpu_reclaimer_command(),
+            "exporter",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--sim-dir",
+            str(sim_node),
+            "--heartbeat-dir",
+            str(tmp_path / "hb"),
+            "--node-name",
+            "gpu-node-1",
+        ],
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _get(url + "/metrics"), timeout=15)
@@ -71,8 +80,12 @@ def test_busy_idle_and_cpu_bound_workloads_over_http(exporter_url: str, spawn_wo
     idle.wait()
 
     def leftovers(metrics: dict) -> list[str]:
-        return [n for n, samples in metrics.items() for lbl, _ in samples
-                if lbl.get("pid") == str(idle.pid)]  # fmt: skip
+        return [
+            n
+            for n, samples in metrics.items()
+            for lbl, _ in samples
+            if lbl.get("pid") == str(idle.pid)
+        ]
 
     after = wait_until(lambda: (m := scrape(exporter_url)) and not leftovers(m) and m, timeout=5)
     assert pids(after, "gpu_process_info") == {busy.pid, cpu.pid}
@@ -87,8 +100,9 @@ def test_landing_page_and_unknown_path(exporter_url: str) -> None:
 def test_nvml_missing_keeps_serving(sim_node: Path, exporter_url: str) -> None:
     subprocess.run(
         [*gpu_reclaimer_command(), "sim", "fault", str(sim_node), "--nvml-missing", "on"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
     metrics = wait_until(
         lambda: (m := scrape(exporter_url))["gpu_exporter_nvml_up"][0][1] == 0 and m
     )
@@ -99,26 +113,34 @@ def test_nvml_missing_keeps_serving(sim_node: Path, exporter_url: str) -> None:
 def test_clear_errors(tmp_path: Path) -> None:
     missing = subprocess.run(
         [*gpu_reclaimer_command(), "exporter", "--sim-dir", str(tmp_path / "absent")],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert missing.returncode != 0 and "sim init" in missing.stderr
     config = tmp_path / "exporter.yml"
     config.write_text("listen: ':9838'\nbogus_key: 1\n")
     bad = subprocess.run(
         [*gpu_reclaimer_command(), "exporter", "--config", str(config)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode != 0 and "exporter.yml" in bad.stderr and "bogus_key" in bad.stderr
     slow = subprocess.run(
         [*gpu_reclaimer_command(), "exporter", "--nvml-timeout", "10", "--listen", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert slow.returncode != 0 and "--nvml-timeout (nvml_timeout_seconds)" in slow.stderr
     assert "Traceback" not in slow.stderr
     negative = subprocess.run(
         [*gpu_reclaimer_command(), "exporter", "--nvml-timeout", "-1", "--listen", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert negative.returncode == 2 and "must not be negative" in negative.stderr
 
 
@@ -146,10 +168,18 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [*gpu_reclaimer_command(), "exporter", "--sim-dir", str(node),
-             "--listen", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            [
+                *gpu_reclaimer_command(),
+                "exporter",
+                "--sim-dir",
+                str(node),
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert result.returncode != 0 and "cannot listen" in result.stderr
 
 
@@ -161,8 +191,10 @@ def test_help_explains_the_commands() -> None:
         assert command in result.stdout
     sim_help = subprocess.run(
         [*gpu_reclaimer_command(), "sim", "run", "--help"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "--phases" in sim_help.stdout and "hang" in sim_help.stdout
 
 
@@ -181,20 +213,26 @@ def test_probes_and_self_metrics_as_prometheus_exporters_have_them(
     # Probes answer without an NVML scrape: even with NVML gone they say the process serves.
     subprocess.run(
         [*gpu_reclaimer_command(), "sim", "fault", str(sim_node), "--nvml-missing", "on"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
     for path, text in (("/-/healthy", "ok"), ("/-/ready", "ready")):
         answer = requests.get(exporter_url + path, timeout=5)
         assert answer.status_code == 200 and answer.text.strip() == text
     body = requests.get(exporter_url + "/metrics", timeout=5).text
     info = [line for line in body.splitlines() if line.startswith("gpu_exporter_build_info{")]
     assert len(info) == 1 and 'version="' in info[0] and info[0].endswith(" 1.0")
-    for name in ("process_cpu_seconds_total", "process_open_fds", "process_start_time_seconds",
-                 "process_resident_memory_bytes"):  # fmt: skip
+    for name in (
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "process_resident_memory_bytes",
+    ):
         assert f"\n{name} " in body, name
     promtool = shutil.which("promtool")
     assert promtool, "promtool not found: `make setup` installs Debian's prometheus"
     # The exposition passes Prometheus' own lint.
-    checked = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
-                             capture_output=True)  # fmt: skip
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=body, text=True, capture_output=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -41,8 +41,9 @@ def _library(families: list[Family], *, openmetrics: bool = False) -> bytes:
 
 
 def _awkward_families() -> list[Family]:
-    info = Family("x_info", "gauge", 'Identity "quoted", back\\slash\nnewline.',
-                  ("zeta", "alpha", "pid"))  # fmt: skip
+    info = Family(
+        "x_info", "gauge", 'Identity "quoted", back\\slash\nnewline.', ("zeta", "alpha", "pid")
+    )
     info.add(('a"b', "c\\d", "1"), 1)
     info.add(("line\nbreak", "用户", "2"), 1)
     info.add(("", "", "3"), 1)
@@ -113,8 +114,12 @@ def test_promtool_finds_the_exposition_clean(sim_node: Path, spawn_workload, tmp
     collector = _scrape_collector(sim_node)
     wait_until(lambda: b"gpu_process_info{" in collector.exposition(), timeout=20)
     body = collector.exposition()
-    done = subprocess.run([require_binary("promtool"), "check", "metrics"], input=body,
-                          capture_output=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [require_binary("promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
 
 

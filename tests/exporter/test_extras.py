@@ -27,8 +27,11 @@ def test_the_exporter_serves_with_the_core_dependencies_only(sim_node: Path) -> 
     port = free_port()
     exporter = subprocess.Popen(
         [*BARE, "exporter", "--sim-dir", str(sim_node), "--listen", f"127.0.0.1:{port}"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/metrics", timeout=30)
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -47,8 +50,11 @@ def test_a_command_that_needs_an_extra_says_which(tmp_path: Path) -> None:
     token.chmod(0o600)
     done = subprocess.run(
         [*BARE, "actuator", "--config", str(config), "--token-file", str(token)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "extra" in done.stderr and "pip install 'gpu-reclaimer[" in done.stderr, done.stderr

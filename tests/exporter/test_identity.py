@@ -218,8 +218,9 @@ def test_pod_name_and_namespace_from_the_kubelet_and_project(tmp_path: Path, spa
     # is asked again after `unnamed_retry`, not on every scrape.
     now = [0.0]
     failing = Kubelet(fail=True)
-    cache = IdentityCache(mapping, proc_root=tmp_path / "proc", pods=failing,
-                          unnamed_retry=10, clock=lambda: now[0])  # fmt: skip
+    cache = IdentityCache(
+        mapping, proc_root=tmp_path / "proc", pods=failing, unnamed_retry=10, clock=lambda: now[0]
+    )
     for at in (0.0, 5.0, 11.0):
         now[0] = at
         identity = cache.get(*key(child.pid), "GPU-a")

@@ -19,10 +19,18 @@ def test_options_are_read_anywhere_and_in_any_case(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("GPU_RECLAIMER_LOG_LEVEL", raising=False)
     monkeypatch.delenv("GPU_RECLAIMER_LOG_FORMAT", raising=False)
     assert split_log_options(["exporter", "--log-level", "debug", "--listen", ":1"]) == (
-        ["exporter", "--listen", ":1"], "DEBUG", "text")  # fmt: skip
+        ["exporter", "--listen", ":1"],
+        "DEBUG",
+        "text",
+    )
     assert split_log_options(["--log-format=JSON", "sim", "status", "x"])[1:] == ("INFO", "json")
     assert split_log_options(["sim", "run", "--", "--log-level", "x"])[0] == [
-        "sim", "run", "--", "--log-level", "x"]  # fmt: skip
+        "sim",
+        "run",
+        "--",
+        "--log-level",
+        "x",
+    ]
     monkeypatch.setenv("GPU_RECLAIMER_LOG_LEVEL", "warning")
     assert split_log_options(["exporter"])[1] == "WARNING"
     for bad in (["--log-level", "verbose"], ["--log-format", "xml"], ["--log-level"]):
@@ -45,18 +53,38 @@ def test_the_actuator_logs_one_json_format_gunicorns_lines_included(tmp_path: Pa
     token.chmod(0o600)
     config = tmp_path / "actuator.yml"
     port = free_port()
-    config.write_text(f"server: {{listen: '127.0.0.1:{port}', workers: 1}}\n"
-                      f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
-                      f"node: {{sim_dir: {tmp_path}/node}}\n")  # fmt: skip
-    subprocess.run([sys.executable, "-m", "exporter.cli", "sim", "init", str(tmp_path / "node")],
-                   check=True, capture_output=True, cwd=REPO)  # fmt: skip
+    config.write_text(
+        f"server: {{listen: '127.0.0.1:{port}', workers: 1}}\n"
+        f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
+        f"node: {{sim_dir: {tmp_path}/node}}\n"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "sim", "init", str(tmp_path / "node")],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+    )
     log = tmp_path / "actuator.log"
     with log.open("wb") as out:
         actuator = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "actuator", "--config", str(config),
-             "--token-file", str(token), "--log-format", "json", "--log-level", "info"],
-            stdout=out, stderr=out, cwd=REPO,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "exporter.cli",
+                "actuator",
+                "--config",
+                str(config),
+                "--token-file",
+                str(token),
+                "--log-format",
+                "json",
+                "--log-level",
+                "info",
+            ],
+            stdout=out,
+            stderr=out,
+            cwd=REPO,
+        )
     try:
         wait_http(f"http://127.0.0.1:{port}/-/healthy", timeout=60)
         time.sleep(0.5)

@@ -21,9 +21,24 @@ def test_init_fault_and_status(tmp_path: Path) -> None:
     gpus = load_node(node).gpus
     assert [g.index for g in gpus] == [0, 1, 2, 3] and gpus[0].memory_total == 40 * GiB
     assert len({g.uuid for g in gpus}) == 4
-    result = sim("fault", str(node), "--lose-gpu", "2", "--no-process-util", "1",
-                 "--ghost", "0:4000000:1GiB", "--hang", "nvmlDeviceGetCount",
-                 "--hang-seconds", "5", "--nvml-missing", "on", "--leak", "on")  # fmt: skip
+    result = sim(
+        "fault",
+        str(node),
+        "--lose-gpu",
+        "2",
+        "--no-process-util",
+        "1",
+        "--ghost",
+        "0:4000000:1GiB",
+        "--hang",
+        "nvmlDeviceGetCount",
+        "--hang-seconds",
+        "5",
+        "--nvml-missing",
+        "on",
+        "--leak",
+        "on",
+    )
     assert result.returncode == 0, result.stderr
     faults = load_faults(node)
     assert faults.lost_gpus == (2,) and faults.process_util_unsupported == (1,)
@@ -39,18 +54,19 @@ def test_init_fault_and_status(tmp_path: Path) -> None:
 
 
 def test_clear_errors_for_bad_input(tmp_path: Path) -> None:
-    missing = sim("run", "--dir", str(tmp_path / "nope"), "--gpu", "0", "--memory", "1GiB",
-                  "--phases", "idle")  # fmt: skip
+    missing = sim(
+        "run", "--dir", str(tmp_path / "nope"), "--gpu", "0", "--memory", "1GiB", "--phases", "idle"
+    )
     assert missing.returncode != 0 and "sim init" in missing.stderr
     node = tmp_path / "node"
     sim("init", str(node), "--gpus", "1")
     bad_gpu = sim("run", "--dir", str(node), "--gpu", "3", "--memory", "1GiB", "--phases", "idle")
     assert bad_gpu.returncode != 0 and "GPUs 0..0" in bad_gpu.stderr
-    bad_phase = sim("run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB",
-                    "--phases", "nap=1s,idle")  # fmt: skip
+    bad_phase = sim(
+        "run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--phases", "nap=1s,idle"
+    )
     assert bad_phase.returncode != 0 and "unknown phase" in bad_phase.stderr
-    bad_size = sim("run", "--dir", str(node), "--gpu", "0", "--memory", "lots",
-                   "--phases", "idle")  # fmt: skip
+    bad_size = sim("run", "--dir", str(node), "--gpu", "0", "--memory", "lots", "--phases", "idle")
     assert bad_size.returncode != 0 and "invalid size" in bad_size.stderr
 
 
@@ -64,11 +80,27 @@ def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:
         (("fault", absent, "--lose-gpu", "0"), "gpu-reclaimer sim fault: error: "),
         (("fault", str(node), "--lose-gpu", "9"), "--lose-gpu 9: the node has GPUs 0..1"),
         (("fault", str(node), "--ghost", "5:4000000:1GiB"), "--ghost 5"),
-        (("run", "--dir", str(node), "--gpu", "0", "--memory", "200GiB", "--phases", "idle"),
-         "does not fit GPU 0 (80.0 GiB)"),
-        (("run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--phases", "idle",
-          "--module", "not a module"), "not a Python module name"),
-    ]  # fmt: skip
+        (
+            ("run", "--dir", str(node), "--gpu", "0", "--memory", "200GiB", "--phases", "idle"),
+            "does not fit GPU 0 (80.0 GiB)",
+        ),
+        (
+            (
+                "run",
+                "--dir",
+                str(node),
+                "--gpu",
+                "0",
+                "--memory",
+                "1GiB",
+                "--phases",
+                "idle",
+                "--module",
+                "not a module",
+            ),
+            "not a Python module name",
+        ),
+    ]
     for args, message in cases:
         done = sim(*args)
         assert done.returncode == 2, (args, done.stderr)
@@ -81,17 +113,37 @@ def test_a_dotted_module_runs_as_python_m(tmp_path: Path) -> None:
     node = tmp_path / "node"
     sim("init", str(node), "--gpus", "1")
     child = subprocess.Popen(
-        [*gpu_reclaimer_command(), "sim", "run", "--dir", str(node), "--gpu", "0", "--memory",
-         "1GiB", "--phases", "idle", "--module", "tensorboard.main"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            *gpu_reclaimer_command(),
+            "sim",
+            "run",
+            "--dir",
+            str(node),
+            "--gpu",
+            "0",
+            "--memory",
+            "1GiB",
+            "--phases",
+            "idle",
+            "--module",
+            "tensorboard.main",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         import psutil
 
         from tests.support import wait_until
 
-        wait_until(lambda: psutil.Process(child.pid).cmdline()[1:3] == ["-m", "tensorboard.main"]
-                   and read_procs(node), timeout=20)  # fmt: skip
+        wait_until(
+            lambda: (
+                psutil.Process(child.pid).cmdline()[1:3] == ["-m", "tensorboard.main"]
+                and read_procs(node)
+            ),
+            timeout=20,
+        )
         assert child.poll() is None
     finally:
         child.kill()

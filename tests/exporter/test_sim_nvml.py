@@ -154,8 +154,15 @@ def test_phase_program() -> None:
     assert phase_at(phases, 5).phase.name == "load"
     assert phase_at(phases, 30).phase.name == "busy"
     assert phase_at(phases, 10_000).phase.name == "idle"
-    for bad in ("", "sleep=1s", "busy,idle", "busy=abc,idle", "done,busy", "busy=1s,done=1s",
-                "busy=cue"):  # fmt: skip
+    for bad in (
+        "",
+        "sleep=1s",
+        "busy,idle",
+        "busy=abc,idle",
+        "done,busy",
+        "busy=1s,done=1s",
+        "busy=cue",
+    ):
         with pytest.raises(ValueError):
             parse_phases(bad)
 

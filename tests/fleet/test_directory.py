@@ -17,9 +17,20 @@ TLS = ClientTls("ca.pem", "actuator.pem", "actuator.key")
 
 @pytest.mark.parametrize(
     "forged",
-    ["evil.example:443/x", "a/b", "node a", "node@evil", "", "-node", "x" * 300, "ノード",
-     "node-a.", "node-a?x=1", "node-a#"],
-)  # fmt: skip
+    [
+        "evil.example:443/x",
+        "a/b",
+        "node a",
+        "node@evil",
+        "",
+        "-node",
+        "x" * 300,
+        "ノード",
+        "node-a.",
+        "node-a?x=1",
+        "node-a#",
+    ],
+)
 def test_a_node_name_that_is_not_a_host_name_never_makes_a_url(forged: str) -> None:
     resolver = AgentResolver(TLS, url_template="https://{node}:9837")
     assert resolver.get(forged) is None
@@ -38,8 +49,11 @@ def test_the_static_map_comes_first_then_the_template() -> None:
 def test_agents_are_found_beside_the_exporters_prometheus_scrapes(tmp_path: Path) -> None:
     now = int(time.time())
     lines = ["# TYPE gpu_info gauge"]
-    for node, instance in (("node-a", "10.1.2.3:9838"), ("node-b", "gpu-b.dc:9838"),
-                           ("evil/x", "10.9.9.9:9838")):  # fmt: skip
+    for node, instance in (
+        ("node-a", "10.1.2.3:9838"),
+        ("node-b", "gpu-b.dc:9838"),
+        ("evil/x", "10.9.9.9:9838"),
+    ):
         for ts in range(now - 120, now, 15):
             lines.append(
                 f'gpu_info{{job="gpu-exporter",instance="{instance}",node="{node}",gpu="0",'

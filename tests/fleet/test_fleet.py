@@ -129,7 +129,11 @@ def test_a_case_whose_agent_is_down_waits_is_deferred_and_resumes(fleet: Fleet) 
 def _ended(actuator: Actuator, fingerprint: str) -> dict | None:
     for c in actuator.cases(limit=1000):
         if c["fingerprint"] == fingerprint and c["state"] in {
-            "refused", "cancelled", "reclaimed", "failed"}:  # fmt: skip
+            "refused",
+            "cancelled",
+            "reclaimed",
+            "failed",
+        }:
             return actuator.get(f"/api/v1/cases/{c['id']}")
     return None
 
@@ -156,13 +160,19 @@ def test_the_agent_acts_only_on_its_own_node_and_each_step_once(fleet: Fleet) ->
     agent = fleet.agents["node-b"]
     w = fleet.workloads["node-b"].spawn("--ignore-sigterm", memory="1GiB")
     client = session(fleet.certs)
-    target = {"node": "node-b", "pid": w.pid, "start_ticks": w.start_ticks,
-              "boot_id": alert_for(w)["labels"]["boot_id"], "uuid": w.uuid,
-              "start_time": w.start_time}  # fmt: skip
+    target = {
+        "node": "node-b",
+        "pid": w.pid,
+        "start_ticks": w.start_ticks,
+        "boot_id": alert_for(w)["labels"]["boot_id"],
+        "uuid": w.uuid,
+        "start_time": w.start_time,
+    }
     member = {"pid": w.pid, "start_ticks": w.start_ticks, "uid": None}
     step = {"key": "case-9999", "target": target, "members": [member], "signal": "SIGTERM"}
-    elsewhere = client.post(agent.url + "/v1/signal", timeout=5,
-                            json={**step, "target": {**target, "node": "node-a"}})  # fmt: skip
+    elsewhere = client.post(
+        agent.url + "/v1/signal", timeout=5, json={**step, "target": {**target, "node": "node-a"}}
+    )
     assert elsewhere.status_code == 403, elsewhere.text
     before = _sigterms(client, agent)
     first = client.post(agent.url + "/v1/signal", json=step, timeout=5).json()
@@ -197,8 +207,11 @@ def test_a_node_whose_clock_differs_is_read_on_the_actuator_s_clock(fleet: Fleet
     from actuator.live import target_of
 
     w = fleet.workloads["node-b"].spawn(memory="1GiB")
-    tls = ClientTls(str(fleet.certs / "ca.pem"), str(fleet.certs / "actuator.pem"),
-                    str(fleet.certs / "actuator.key"))  # fmt: skip
+    tls = ClientTls(
+        str(fleet.certs / "ca.pem"),
+        str(fleet.certs / "actuator.pem"),
+        str(fleet.certs / "actuator.key"),
+    )
     ahead = 3600.0  # this actuator's clock is an hour ahead of the node's
     node = RemoteNode("node-b", fleet.agents["node-b"].url, tls, clock=lambda: time.time() + ahead)
     target = target_of("node-b", w.pid, w.uuid)
@@ -225,10 +238,14 @@ def test_a_silent_agent_costs_one_timeout_then_fails_fast(fleet: Fleet) -> None:
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # accepts connections into the backlog, never answers
     try:
-        tls = ClientTls(str(fleet.certs / "ca.pem"), str(fleet.certs / "actuator.pem"),
-                        str(fleet.certs / "actuator.key"))  # fmt: skip
-        node = RemoteNode("node-z", f"https://127.0.0.1:{silent.getsockname()[1]}", tls,
-                          timeout=1.0)  # fmt: skip
+        tls = ClientTls(
+            str(fleet.certs / "ca.pem"),
+            str(fleet.certs / "actuator.pem"),
+            str(fleet.certs / "actuator.key"),
+        )
+        node = RemoteNode(
+            "node-z", f"https://127.0.0.1:{silent.getsockname()[1]}", tls, timeout=1.0
+        )
         began = time.monotonic()
         with pytest.raises(NodeUnreachable, match="Timeout"):
             node.alive([Member(1, 1)])

@@ -36,11 +36,14 @@ def test_prometheus_and_alertmanager_drive_the_central_actuator_to_node_b(
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
     prom_config = render_deploy(
-        REPO, tmp_path / "run", scale=SCALE,
+        REPO,
+        tmp_path / "run",
+        scale=SCALE,
         exporters=[f"{h}:{exporter_port}" for h in HOSTS.values()],
-        actuator=f"127.0.0.1:{actuator_port}", alertmanagers=[f"127.0.0.1:{am_port}"],
+        actuator=f"127.0.0.1:{actuator_port}",
+        alertmanagers=[f"127.0.0.1:{am_port}"],
         token_file=token,
-    )  # fmt: skip
+    )
     with contextlib.ExitStack() as stack:
         workloads, agents = {}, []
         for name, host in HOSTS.items():
@@ -50,12 +53,23 @@ def test_prometheus_and_alertmanager_drive_the_central_actuator_to_node_b(
             agent = Agent(name, sim, directory, tmp_path, port=agent_port, host=host).start()
             stack.callback(agent.kill)
             agents.append(agent)
-            stack.enter_context(background(
-                [*gpu_reclaimer_command(), "exporter", "--listen", f"{host}:{exporter_port}",
-                 "--sim-dir", str(sim), "--node-name", name,
-                 "--heartbeat-dir", str(tmp_path / f"heartbeats-{name}")],
-                tmp_path / f"exporter-{name}.log",
-            ))  # fmt: skip
+            stack.enter_context(
+                background(
+                    [
+                        *gpu_reclaimer_command(),
+                        "exporter",
+                        "--listen",
+                        f"{host}:{exporter_port}",
+                        "--sim-dir",
+                        str(sim),
+                        "--node-name",
+                        name,
+                        "--heartbeat-dir",
+                        str(tmp_path / f"heartbeats-{name}"),
+                    ],
+                    tmp_path / f"exporter-{name}.log",
+                )
+            )
             wait_http(f"http://{host}:{exporter_port}/metrics")
         # A healthy job shows progress (here heartbeats): busy SMs alone, with nothing
         # written, is what the Stalled rule looks for.
@@ -64,24 +78,39 @@ def test_prometheus_and_alertmanager_drive_the_central_actuator_to_node_b(
             "--heartbeat", "--heartbeat-dir", beats, phases="busy", memory="2GiB"
         )
         idle_on_b = workloads["node-b"].spawn(memory="3GiB")
-        am = stack.enter_context(start_alertmanager(
-            tmp_path / "run" / "deploy" / "alertmanager.yml", tmp_path / "am", port=am_port
-        ))  # fmt: skip
+        am = stack.enter_context(
+            start_alertmanager(
+                tmp_path / "run" / "deploy" / "alertmanager.yml", tmp_path / "am", port=am_port
+            )
+        )
         prom = stack.enter_context(start_prometheus(prom_config, tmp_path / "prom"))
-        config = merge_config(FAST_POLICY, {
-            "node": {"name": "central"},
-            "server": {"listen": f"127.0.0.1:{actuator_port}", "token_file": str(token)},
-            "storage": {"database": str(tmp_path / "actuator.db"),
-                        "audit_log": str(tmp_path / "audit.jsonl")},
-            "agents": {"tls": client_tls(directory),
-                       "prometheus": {"url": prom.url, "job": "gpu-exporter",
-                                      "agent_port": agent_port, "refresh": "2s"}},
-        })  # fmt: skip
+        config = merge_config(
+            FAST_POLICY,
+            {
+                "node": {"name": "central"},
+                "server": {"listen": f"127.0.0.1:{actuator_port}", "token_file": str(token)},
+                "storage": {
+                    "database": str(tmp_path / "actuator.db"),
+                    "audit_log": str(tmp_path / "audit.jsonl"),
+                },
+                "agents": {
+                    "tls": client_tls(directory),
+                    "prometheus": {
+                        "url": prom.url,
+                        "job": "gpu-exporter",
+                        "agent_port": agent_port,
+                        "refresh": "2s",
+                    },
+                },
+            },
+        )
         (tmp_path / "actuator.yml").write_text(yaml.safe_dump(config))
-        stack.enter_context(background(
-            [*gpu_reclaimer_command(), "actuator", "--config", str(tmp_path / "actuator.yml")],
-            tmp_path / "actuator.log",
-        ))  # fmt: skip
+        stack.enter_context(
+            background(
+                [*gpu_reclaimer_command(), "actuator", "--config", str(tmp_path / "actuator.yml")],
+                tmp_path / "actuator.log",
+            )
+        )
         url = f"http://127.0.0.1:{actuator_port}"
         wait_http(f"{url}/-/healthy")
         session = requests.Session()
@@ -100,8 +129,9 @@ def test_prometheus_and_alertmanager_drive_the_central_actuator_to_node_b(
         try:
             case = wait_until(reclaimed, 120, 0.5)
         except AssertionError as exc:
-            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}"
-                             for p in tmp_path.glob("*.log"))  # fmt: skip
+            logs = "\n".join(
+                f"--- {p.name}\n{p.read_text()[-1500:]}" for p in tmp_path.glob("*.log")
+            )
             raise AssertionError(f"{exc}\nalertmanager: {am.log_tail()}\n{logs}") from None
         assert case["state"] == "reclaimed", case
         assert case["target"]["node"] == "node-b" and case["alertname"] == "GpuProcessIdle"

@@ -147,8 +147,9 @@ def grafana_regex(value: str) -> str:
 def all_values(dashboard: dict[str, Any]) -> dict[str, str]:
     """Every query variable at "All" (its allValue, `.*`), custom ones at their default."""
     values = {v["name"]: v["allValue"] for v in variables(dashboard) if v["type"] == "query"}
-    values |= {v["name"]: v["current"]["value"] for v in variables(dashboard)
-               if v["type"] == "custom"}  # fmt: skip
+    values |= {
+        v["name"]: v["current"]["value"] for v in variables(dashboard) if v["type"] == "custom"
+    }
     return values
 
 
@@ -403,9 +404,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     def workload(phases: str, *options: str, gpu: int, memory: str = "4GiB") -> list[str]:
         return [
-            *cli, "sim", "run", "--dir", str(node_dir), "--gpu", str(gpu), "--memory", memory,
-            "--phases", phases, "--tick", "0.2", *options,
-        ]  # fmt: skip
+            *cli,
+            "sim",
+            "run",
+            "--dir",
+            str(node_dir),
+            "--gpu",
+            str(gpu),
+            "--memory",
+            memory,
+            "--phases",
+            phases,
+            "--tick",
+            "0.2",
+            *options,
+        ]
 
     def registered(pid: int) -> bool:
         return any(p.pid == pid for p in read_procs(node_dir))
@@ -414,13 +427,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     projects.write_text(f"default_project: {PROJECT}\n")
     exporter_port, actuator_port = free_port(), free_port()
     exporter_cmd = [
-        *cli, "exporter", "--listen", f"127.0.0.1:{exporter_port}", "--sim-dir", str(node_dir),
-        "--heartbeat-dir", str(heartbeats), "--node-name", NODE,
-        "--projects", str(projects),
-    ]  # fmt: skip
+        *cli,
+        "exporter",
+        "--listen",
+        f"127.0.0.1:{exporter_port}",
+        "--sim-dir",
+        str(node_dir),
+        "--heartbeat-dir",
+        str(heartbeats),
+        "--node-name",
+        NODE,
+        "--projects",
+        str(projects),
+    ]
     actuator_cmd = [
-        *cli, "actuator", "--config", str(_actuator_config(tmp, node_dir, actuator_port)),
-    ]  # fmt: skip
+        *cli,
+        "actuator",
+        "--config",
+        str(_actuator_config(tmp, node_dir, actuator_port)),
+    ]
     prom_config = render_deploy(
         REPO,
         tmp / "run",
@@ -492,8 +517,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             )
             os.kill(pids["flip"], signal.SIGUSR1)  # now hang
             # The idle and hung processes' alerts are pending.
-            for alertname, name in (("GpuProcessIdle", "idle"), ("GpuProcessStalled", "hang"),
-                                    ("GpuProcessStalled", "flip")):  # fmt: skip
+            for alertname, name in (
+                ("GpuProcessIdle", "idle"),
+                ("GpuProcessStalled", "hang"),
+                ("GpuProcessStalled", "flip"),
+            ):
                 wait_until(
                     lambda a=alertname, n=name: _instant(
                         prom, f'ALERTS{{alertname="{a}", pid="{pids[n]}"}}'
@@ -537,8 +565,13 @@ def _check_dashboard(stack: Stack, path: Path, values: dict[str, str]) -> list[s
 
 def _concrete_fleet_values(stack: Stack) -> dict[str, str]:
     (info,) = _instant(stack.prom, f'gpu_process_info{{pid="{stack.pids["idle"]}"}}')
-    return {"node": NODE, "gpu": "1", "user": grafana_regex(info["metric"]["user"]),
-            "project": PROJECT, "utc_offset": "8"}  # fmt: skip
+    return {
+        "node": NODE,
+        "gpu": "1",
+        "user": grafana_regex(info["metric"]["user"]),
+        "project": PROJECT,
+        "utc_offset": "8",
+    }
 
 
 def test_fleet_variables_resolve_to_the_simulated_node(stack: Stack) -> None:
@@ -694,12 +727,14 @@ def test_the_previews_run_exactly_the_dashboards_queries(stack: Stack, tmp_path:
     previews = _previews_module()
     end = time.time()
     # The stack's history is under a minute: panels' minimum intervals (up to 5m) at 1/300.
-    queries = previews.render(PrometheusConnect(stack.prom.url), end - stack.range_s(), end,
-                              tmp_path, 1, 1 / 300)  # fmt: skip
+    queries = previews.render(
+        PrometheusConnect(stack.prom.url), end - stack.range_s(), end, tmp_path, 1, 1 / 300
+    )
     for name, titles in previews.PREVIEWS.items():
         panels = {p["title"]: p for p in query_panels(load(GRAFANA / "dashboards" / name))}
-        expected = [(t, target["refId"], target["expr"]) for t in titles
-                    for target in panels[t]["targets"]]  # fmt: skip
+        expected = [
+            (t, target["refId"], target["expr"]) for t in titles for target in panels[t]["targets"]
+        ]
         assert [(q.panel, q.ref, q.expr) for q in queries if q.panel in titles] == expected
         png = tmp_path / name.replace(".json", ".png")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

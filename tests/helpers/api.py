@@ -34,20 +34,34 @@ def make_runtime(tmp_path: Path, **config: Any) -> Runtime:
 def alert(**over: Any) -> dict[str, Any]:
     a = {
         "status": "firing",
-        "labels": {"alertname": "GpuProcessIdle", "reclaim": "true", "node": "n1",
-                   "pid": "4242", "uuid": "GPU-0"},
+        "labels": {
+            "alertname": "GpuProcessIdle",
+            "reclaim": "true",
+            "node": "n1",
+            "pid": "4242",
+            "uuid": "GPU-0",
+        },
         "annotations": {"start_time": "1700000000.5"},
         "startsAt": "2026-01-01T00:00:00Z",
         "endsAt": "0001-01-01T00:00:00Z",
         "fingerprint": "abc123",
-    }  # fmt: skip
+    }
     a.update(over)
     return a
 
 
 def body(*alerts: dict[str, Any], **over: Any) -> dict[str, Any]:
-    b = {"version": "4", "groupKey": "g", "truncatedAlerts": 0, "status": "firing",
-         "receiver": "reclaim", "groupLabels": {}, "commonLabels": {},
-         "commonAnnotations": {}, "externalURL": "http://am", "alerts": list(alerts)}  # fmt: skip
+    b = {
+        "version": "4",
+        "groupKey": "g",
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "reclaim",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://am",
+        "alerts": list(alerts),
+    }
     b.update(over)
     return b

@@ -19,21 +19,43 @@ LIMITS = Limits(terminations_per_node_per_hour=2, terminations_per_minute=1)
 
 def make_case(**kw: Any) -> Case:
     base = dict(
-        id=1, state=State.PENDING, version=0, node="n", pid=4242, start_time=T0 - 3600,
-        uuid="GPU-0", start_ticks=TICKS, boot_id=BOOT, alertname="GpuProcessIdle",
-        fingerprint="f", starts_ts=T0 - 60,
-        labels={}, annotations={}, created=T0 - 1, updated=T0 - 1,
-    )  # fmt: skip
+        id=1,
+        state=State.PENDING,
+        version=0,
+        node="n",
+        pid=4242,
+        start_time=T0 - 3600,
+        uuid="GPU-0",
+        start_ticks=TICKS,
+        boot_id=BOOT,
+        alertname="GpuProcessIdle",
+        fingerprint="f",
+        starts_ts=T0 - 60,
+        labels={},
+        annotations={},
+        created=T0 - 1,
+        updated=T0 - 1,
+    )
     base.update(kw)
     return Case(**base)
 
 
 def make_live(now: float = T0, **kw: Any) -> LiveState:
     base = dict(
-        sampled_at=now, exists=True, start_ticks=TICKS, boot_id=BOOT, start_time=T0 - 3600,
-        uid=1001, user="alice", gpu_found=True, on_gpu=True, gpu_memory_bytes=4 << 30,
-        sm_util=0.0, cpu_seconds=10.0, members=(Member(4242, TICKS, 1001),),
-    )  # fmt: skip
+        sampled_at=now,
+        exists=True,
+        start_ticks=TICKS,
+        boot_id=BOOT,
+        start_time=T0 - 3600,
+        uid=1001,
+        user="alice",
+        gpu_found=True,
+        on_gpu=True,
+        gpu_memory_bytes=4 << 30,
+        sm_util=0.0,
+        cpu_seconds=10.0,
+        members=(Member(4242, TICKS, 1001),),
+    )
     base.update(kw)
     return LiveState(**base)
 
@@ -48,8 +70,9 @@ GUARD = FleetState(unresolved=1)
 
 def decide_live(case, live, e, idle, limits, guard, now, *args, mono=None, **kw):
     """Here the boot-time clock reads the same as the wall clock (tests step them apart)."""
-    return _decide_live(case, live, e, idle, limits, guard, now, *args,
-                        mono=now if mono is None else mono, **kw)  # fmt: skip
+    return _decide_live(
+        case, live, e, idle, limits, guard, now, *args, mono=now if mono is None else mono, **kw
+    )
 
 
 def decide_signalled(case, alive, listed, e, now, mono=None):

@@ -16,8 +16,11 @@ def crd_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
 def _openapi_to_jsonschema(node: Any) -> Any:
     """OpenAPI v3 structural schema -> JSON Schema: int-or-string, as the API server reads it."""
     if isinstance(node, dict):
-        out = {k: _openapi_to_jsonschema(v) for k, v in node.items()
-               if not k.startswith("x-kubernetes-")}  # fmt: skip
+        out = {
+            k: _openapi_to_jsonschema(v)
+            for k, v in node.items()
+            if not k.startswith("x-kubernetes-")
+        }
         if isinstance(out.get("pattern"), str) and "(?i)" in out["pattern"][1:]:
             # Go's regexp takes `^(?i)...`; Python's wants global flags first.
             out["pattern"] = "(?i)" + out["pattern"].replace("(?i)", "")

@@ -68,19 +68,36 @@ class Agent:
     def start(self) -> Agent:
         # Tests run as root: lower the protection explicitly (the shipped default protects root).
         config = self.workdir / f"agent-{self.node}.yml"
-        config.write_text(yaml.safe_dump({"protect": {"protect_root": False,
-                                                      "protected_uid_below": 0},
-                                          "node": self.node_settings}))  # fmt: skip
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "protect": {"protect_root": False, "protected_uid_below": 0},
+                    "node": self.node_settings,
+                }
+            )
+        )
         command = [
-            *gpu_reclaimer_command(), "agent", "--config", str(config),
-            "--listen", f"{self.host}:{self.port}",
-            "--sim-dir", str(self.sim_dir), "--node-name", self.node,
-            "--heartbeat-dir", str(self.workdir / f"heartbeats-{self.node}"),
-            "--tls-cert", str(self.certs / f"agent-{self.node}.pem"),
-            "--tls-key", str(self.certs / f"agent-{self.node}.key"),
-            "--client-ca", str(self.certs / "ca.pem"),
-            "--journal", str(self.workdir / f"agent-{self.node}.db"),
-        ]  # fmt: skip
+            *gpu_reclaimer_command(),
+            "agent",
+            "--config",
+            str(config),
+            "--listen",
+            f"{self.host}:{self.port}",
+            "--sim-dir",
+            str(self.sim_dir),
+            "--node-name",
+            self.node,
+            "--heartbeat-dir",
+            str(self.workdir / f"heartbeats-{self.node}"),
+            "--tls-cert",
+            str(self.certs / f"agent-{self.node}.pem"),
+            "--tls-key",
+            str(self.certs / f"agent-{self.node}.key"),
+            "--client-ca",
+            str(self.certs / "ca.pem"),
+            "--journal",
+            str(self.workdir / f"agent-{self.node}.db"),
+        ]
         (self.workdir / f"heartbeats-{self.node}").mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)

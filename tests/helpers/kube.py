@@ -164,8 +164,15 @@ def _body() -> dict[str, Any] | None:
 
 
 def _status(code: int, reason: str, message: str, **details: Any) -> Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}  # fmt: skip
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return Response(json.dumps(body), status=code, mimetype="application/json")
@@ -203,14 +210,28 @@ class ApiServer:
 
     def kubeconfig(self) -> Path:
         path = self.workdir / "kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
-            "clusters": [{"name": "stand-in", "cluster": {
-                "server": self.url, "certificate-authority": str(self.ca)}}],
-            "users": [{"name": "gpu-reclaimer", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "stand-in", "context": {
-                "cluster": "stand-in", "user": "gpu-reclaimer"}}],
-        }))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "stand-in",
+                    "clusters": [
+                        {
+                            "name": "stand-in",
+                            "cluster": {"server": self.url, "certificate-authority": str(self.ca)},
+                        }
+                    ],
+                    "users": [{"name": "gpu-reclaimer", "user": {"token": TOKEN}}],
+                    "contexts": [
+                        {
+                            "name": "stand-in",
+                            "context": {"cluster": "stand-in", "user": "gpu-reclaimer"},
+                        }
+                    ],
+                }
+            )
+        )
         return path
 
     # -- what tests set up ---------------------------------------------------------------
@@ -236,12 +257,18 @@ class ApiServer:
             self.revision += 1
             old = self.policies.get((namespace, name))
             generation = (old["metadata"]["generation"] + 1) if old else 1
-            obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuReclaimPolicy",
-                   "metadata": {"name": name, "namespace": namespace,
-                                "uid": old["metadata"]["uid"] if old else str(uuidlib.uuid4()),
-                                "generation": generation,
-                                "resourceVersion": str(self.revision)},
-                   "spec": spec}  # fmt: skip
+            obj = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "GpuReclaimPolicy",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": old["metadata"]["uid"] if old else str(uuidlib.uuid4()),
+                    "generation": generation,
+                    "resourceVersion": str(self.revision),
+                },
+                "spec": spec,
+            }
             if old and "status" in old:
                 obj["status"] = old["status"]
             self.policies[(namespace, name)] = obj
@@ -296,10 +323,17 @@ class ApiServer:
         }
         if pod.deleted_at:
             meta["deletionTimestamp"] = pod.deleted_at
-        return {"kind": "Pod", "apiVersion": "v1", "metadata": meta,
-                "spec": {"nodeName": pod.node, "containers": [{"name": pod.container}],
-                         "terminationGracePeriodSeconds": pod.grace_seconds},
-                "status": {"phase": "Running"}}  # fmt: skip
+        return {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "spec": {
+                "nodeName": pod.node,
+                "containers": [{"name": pod.container}],
+                "terminationGracePeriodSeconds": pod.grace_seconds,
+            },
+            "status": {"phase": "Running"},
+        }
 
     def _app(self) -> Flask:
         app = Flask("kube-api-stand-in")
@@ -345,21 +379,38 @@ class ApiServer:
             options = body.get("deleteOptions") or {}
             wanted = (options.get("preconditions") or {}).get("uid")
             if wanted and wanted != pod.uid:
-                return _status(409, "Conflict", f"Precondition failed: UID in precondition: "
-                               f"{wanted}, UID in object meta: {pod.uid}")  # fmt: skip
+                return _status(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: "
+                    f"{wanted}, UID in object meta: {pod.uid}",
+                )
             dry_run = request.args.get("dryRun") == "All" or "All" in options.get("dryRun", [])
             pod.evictions.append({"dry_run": dry_run, "uid": wanted})
             if pod.pdb_blocks:
-                cause = {"reason": "DisruptionBudget", "message": "The disruption budget "
-                         "serving-pdb needs 1 healthy pods and has 1 currently"}  # fmt: skip
+                cause = {
+                    "reason": "DisruptionBudget",
+                    "message": "The disruption budget "
+                    "serving-pdb needs 1 healthy pods and has 1 currently",
+                }
                 message = "Cannot evict pod as it would violate the pod's disruption budget."
                 return _status(429, "TooManyRequests", message, causes=[cause])
             if not dry_run and not pod.deleted_at:
                 pod.deleted_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 self._terminate(pod, pod.grace_seconds)
-            return Response(json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                        "status": "Success", "code": 201}),
-                            status=201, mimetype="application/json")  # fmt: skip
+            return Response(
+                json.dumps(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "code": 201,
+                    }
+                ),
+                status=201,
+                mimetype="application/json",
+            )
 
         @app.delete("/api/v1/namespaces/<ns>/pods/<name>")
         def delete_pod(ns: str, name: str) -> Response:
@@ -371,8 +422,12 @@ class ApiServer:
                 return _status(415, "UnsupportedMediaType", f"{request.mimetype} is not served")
             wanted = (options.get("preconditions") or {}).get("uid")
             if wanted and wanted != pod.uid:
-                return _status(409, "Conflict", f"Precondition failed: UID in precondition: "
-                               f"{wanted}, UID in object meta: {pod.uid}")  # fmt: skip
+                return _status(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: "
+                    f"{wanted}, UID in object meta: {pod.uid}",
+                )
             grace = options.get("gracePeriodSeconds")
             pod.deletions.append({"grace": grace, "uid": wanted})
             pod.deleted_at = pod.deleted_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -383,8 +438,11 @@ class ApiServer:
         def patch_status(ns: str, name: str) -> Response:
             # Custom resources take JSON merge patches, not strategic ones (as the API server).
             if request.mimetype != "application/merge-patch+json":
-                return _status(415, "UnsupportedMediaType", f"{request.mimetype} is not "
-                               "supported for custom resources")  # fmt: skip
+                return _status(
+                    415,
+                    "UnsupportedMediaType",
+                    f"{request.mimetype} is not supported for custom resources",
+                )
             patch = request.get_json(force=True)
             with self._lock:
                 obj = self.policies.get((ns, name))
@@ -409,9 +467,12 @@ class ApiServer:
                 timeout = float(request.args.get("timeoutSeconds") or 30)
                 return Response(self._watch(since, timeout), mimetype="application/json")
             with self._lock:
-                body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuReclaimPolicyList",
-                        "metadata": {"resourceVersion": str(self.revision)},
-                        "items": list(self.policies.values())}  # fmt: skip
+                body = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "GpuReclaimPolicyList",
+                    "metadata": {"resourceVersion": str(self.revision)},
+                    "items": list(self.policies.values()),
+                }
             return Response(json.dumps(body), mimetype="application/json")
 
         return app

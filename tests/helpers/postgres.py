@@ -63,19 +63,50 @@ def postgres_server(base: Path) -> Iterator[PgServer]:
                 parent.chmod(mode | 0o001)
     # uid, gid and groups all dropped: with root's gid left, a 0701 root-owned parent would
     # deny through its group bits.
-    run_as: dict[str, Any] = {"user": user, "group": user, "extra_groups": []} if (
-        os.geteuid() == 0) else {}  # fmt: skip
+    run_as: dict[str, Any] = (
+        {"user": user, "group": user, "extra_groups": []} if (os.geteuid() == 0) else {}
+    )
     subprocess.run(
-        [pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-         "--no-instructions"], check=True, capture_output=True, cwd=base, **run_as,
-    )  # fmt: skip
+        [
+            pg_bin("initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=base,
+        **run_as,
+    )
     port = free_port()
-    options = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={data} "
-               "-c fsync=on -c max_connections=200 -c shared_buffers=64MB")  # fmt: skip
+    options = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={data} "
+        "-c fsync=on -c max_connections=200 -c shared_buffers=64MB"
+    )
     started = subprocess.run(
-        [pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "postgres.log"),
-         "-w", "-t", "60", "start"], capture_output=True, text=True, cwd=base, **run_as,
-    )  # fmt: skip
+        [
+            pg_bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(base / "postgres.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=base,
+        **run_as,
+    )
     if started.returncode != 0:
         log = (base / "postgres.log").read_text(errors="replace")[-2000:]
         raise AssertionError(f"pg_ctl start failed: {started.stderr}\n{log}")
@@ -84,5 +115,6 @@ def postgres_server(base: Path) -> Iterator[PgServer]:
     finally:
         subprocess.run(
             [pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-            capture_output=True, **run_as,
-        )  # fmt: skip
+            capture_output=True,
+            **run_as,
+        )

@@ -189,9 +189,18 @@ def backfilled_prometheus(work: Path, openmetrics: str) -> Iterator[Server]:
     data = work / "history.om"
     data.write_text(openmetrics)
     done = subprocess.run(
-        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(data),
-         str(work / "prom" / "data")], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            require_binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(data),
+            str(work / "prom" / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     config = work / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 15s\n")

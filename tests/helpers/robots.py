@@ -52,8 +52,9 @@ class Robot:
     def _wecom(self, query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any, str]:
         if not query.get("key"):
             return 200, {"errcode": 93000, "errmsg": "invalid webhook url"}, "no key"
-        content = body.get("markdown", {}).get("content") if body.get("msgtype") == "markdown" \
-            else None  # fmt: skip
+        content = (
+            body.get("markdown", {}).get("content") if body.get("msgtype") == "markdown" else None
+        )
         if not isinstance(content, str) or not content:
             return 200, {"errcode": 40008, "errmsg": "invalid message type"}, "not markdown"
         if len(content.encode()) > 4096:
@@ -65,9 +66,11 @@ class Robot:
             return 200, {"errcode": 300001, "errmsg": "token is not exist"}, "no token"
         if self.secret:
             ts = query.get("timestamp", "")
-            expected = base64.b64encode(hmac.new(self.secret.encode(),
-                                                 f"{ts}\n{self.secret}".encode(),
-                                                 hashlib.sha256).digest()).decode()  # fmt: skip
+            expected = base64.b64encode(
+                hmac.new(
+                    self.secret.encode(), f"{ts}\n{self.secret}".encode(), hashlib.sha256
+                ).digest()
+            ).decode()
             fresh = ts.isdigit() and abs(time.time() * 1000 - int(ts)) < 3600_000
             if not fresh or query.get("sign") != expected:
                 return 200, {"errcode": 310000, "errmsg": "sign not match"}, "bad sign"
@@ -85,8 +88,15 @@ class Robot:
             expected = base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
             fresh = ts.isdigit() and abs(time.time() - int(ts)) < 3600
             if not fresh or body.get("sign") != expected:
-                return 200, {"code": 19021, "msg": "sign match fail or timestamp is not within "
-                             "one hour from current time"}, "bad sign"  # fmt: skip
+                return (
+                    200,
+                    {
+                        "code": 19021,
+                        "msg": "sign match fail or timestamp is not within "
+                        "one hour from current time",
+                    },
+                    "bad sign",
+                )
         posts = body.get("content", {}).get("post", {}) if body.get("msg_type") == "post" else {}
         if not posts:
             return 200, {"code": 19002, "msg": "params error, msg_type need"}, "not post"
@@ -133,8 +143,9 @@ def robot(service: str, secret: str | None = None) -> Iterator[Robot]:
             status, reply = state.answer(query, body)
             data = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain" if isinstance(reply, str)
-                             else "application/json")  # fmt: skip
+            self.send_header(
+                "Content-Type", "text/plain" if isinstance(reply, str) else "application/json"
+            )
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -52,8 +52,9 @@ def _root(url: str) -> ldap3.Connection:
 
 
 def _binary() -> str:
-    found = shutil.which("slapd") or ("/usr/sbin/slapd" if Path("/usr/sbin/slapd").exists()
-                                      else None)  # fmt: skip
+    found = shutil.which("slapd") or (
+        "/usr/sbin/slapd" if Path("/usr/sbin/slapd").exists() else None
+    )
     if found is None:
         pytest.fail("slapd not found: `make setup` installs Debian's slapd package")
     return found
@@ -84,8 +85,9 @@ access to * by dn.exact="{READER_DN}" read by * none
 """)
     url = f"ldap://127.0.0.1:{free_port()}"
     log = (workdir / "slapd.log").open("wb")
-    process = subprocess.Popen([_binary(), "-f", str(conf), "-h", f"{url}/", "-d", "0"],
-                               stdout=log, stderr=log)  # fmt: skip
+    process = subprocess.Popen(
+        [_binary(), "-f", str(conf), "-h", f"{url}/", "-d", "0"], stdout=log, stderr=log
+    )
     server = Slapd(url, process)
     try:
 
@@ -102,8 +104,11 @@ access to * by dn.exact="{READER_DN}" read by * none
             conn.add(SUFFIX, ["dcObject", "organization"], {"o": "Example", "dc": "example"})
             conn.add(PEOPLE, ["organizationalUnit"], {"ou": "people"})
             conn.add(GROUPS, ["organizationalUnit"], {"ou": "groups"})
-            conn.add(READER_DN, ["person"], {"cn": "reclaimer", "sn": "reader",
-                                            "userPassword": READER_PASSWORD})  # fmt: skip
+            conn.add(
+                READER_DN,
+                ["person"],
+                {"cn": "reclaimer", "sn": "reader", "userPassword": READER_PASSWORD},
+            )
         yield server
     finally:
         server.stop()

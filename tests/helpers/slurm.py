@@ -52,14 +52,20 @@ class Slurm:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def run(self, *argv: str) -> str:
-        done = subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
-                              timeout=30)  # fmt: skip
+        done = subprocess.run(list(argv), capture_output=True, text=True, env=self.env, timeout=30)
         assert done.returncode == 0, f"{argv}: {done.stderr}"
         return done.stdout
 
     def sbatch(self, script: str, *options: str) -> str:
-        out = self.run(_binary("sbatch"), "--parsable", "-o", str(self.base / "job-%j.out"),
-                       *options, "--wrap", script)  # fmt: skip
+        out = self.run(
+            _binary("sbatch"),
+            "--parsable",
+            "-o",
+            str(self.base / "job-%j.out"),
+            *options,
+            "--wrap",
+            script,
+        )
         return out.strip().split(";")[0]
 
     def job_state(self, job: str) -> str:
@@ -85,14 +91,27 @@ def _munge(base: Path) -> Iterator[None]:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     proc = subprocess.Popen(
-        [_binary("munged"), "--foreground", "--force", f"--key-file={key}",
-         f"--socket={MUNGE_SOCKET}", f"--pid-file={base / 'munged.pid'}",
-         f"--log-file={base / 'munged.log'}", f"--seed-file={base / 'munge.seed'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            _binary("munged"),
+            "--foreground",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={MUNGE_SOCKET}",
+            f"--pid-file={base / 'munged.pid'}",
+            f"--log-file={base / 'munged.log'}",
+            f"--seed-file={base / 'munge.seed'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wait_until(lambda: subprocess.run("munge -n | unmunge", shell=True,
-                                          capture_output=True).returncode == 0, 15)  # fmt: skip
+        wait_until(
+            lambda: (
+                subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode
+                == 0
+            ),
+            15,
+        )
         yield
     finally:
         proc.terminate()
@@ -158,25 +177,35 @@ PartitionName=long Nodes={node} MaxTime=INFINITE State=UP
     cluster = Slurm(conf, node, base)
     with _munge(base):
         daemons = [
-            subprocess.Popen([_binary("slurmctld"), "-D", "-i", "-f", str(conf)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-            subprocess.Popen([_binary("slurmd"), "-D", "-f", str(conf), "-N", node], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        ]  # fmt: skip
+            subprocess.Popen(
+                [_binary("slurmctld"), "-D", "-i", "-f", str(conf)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+            subprocess.Popen(
+                [_binary("slurmd"), "-D", "-f", str(conf), "-N", node],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+        ]
         try:
 
             def idle() -> bool:
                 for d in daemons:
                     assert d.poll() is None, cluster.logs()
-                done = subprocess.run([_binary("sinfo"), "-h", "-o", "%T"], env=env,
-                                      capture_output=True, text=True)  # fmt: skip
+                done = subprocess.run(
+                    [_binary("sinfo"), "-h", "-o", "%T"], env=env, capture_output=True, text=True
+                )
                 return done.returncode == 0 and done.stdout.strip() == "idle"
 
             wait_until(idle, 60, 0.5)
             yield cluster
         finally:
-            subprocess.run([_binary("scancel"), "--full", "-u", "root"], env=env,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [_binary("scancel"), "--full", "-u", "root"], env=env, capture_output=True
+            )
             with contextlib.suppress(AssertionError):  # the jobs end (KillWait=2)
                 wait_until(lambda: not _squeue(env), 15, 0.5)
             for d in daemons:  # a test cluster: its state need not be saved
@@ -207,8 +236,13 @@ def _kill_step_daemons(conf: str) -> None:
 def slurmrestd(cluster: Slurm, user: str = "root") -> Iterator[tuple[str, Path]]:
     """slurmrestd on a loopback port with JWT auth (the cluster was started with
     `JWT_CONF`), and a token file for `user`: (url, token file)."""
-    done = subprocess.run([_binary("scontrol"), "token", f"username={user}", "lifespan=7200"],
-                          env=cluster.env, capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [_binary("scontrol"), "token", f"username={user}", "lifespan=7200"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0 and "SLURM_JWT=" in done.stdout, done.stderr
     token = cluster.base / "slurm-token"
     token.write_text(done.stdout.strip().split("=", 1)[1] + "\n")
@@ -224,10 +258,22 @@ def slurmrestd(cluster: Slurm, user: str = "root") -> Iterator[tuple[str, Path]]
     conf.chmod(0o644)
     # Only the slurmctld plugin (the slurmdbd one needs a database); never as root.
     proc = subprocess.Popen(
-        [_binary("slurmrestd"), "-f", str(conf), "-a", "rest_auth/jwt",
-         "-s", "openapi/v0.0.38", "-u", "nobody", f"127.0.0.1:{port}"],
-        env={**cluster.env, "SLURM_JWT": "daemon"}, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            _binary("slurmrestd"),
+            "-f",
+            str(conf),
+            "-a",
+            "rest_auth/jwt",
+            "-s",
+            "openapi/v0.0.38",
+            "-u",
+            "nobody",
+            f"127.0.0.1:{port}",
+        ],
+        env={**cluster.env, "SLURM_JWT": "daemon"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
 

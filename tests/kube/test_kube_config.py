@@ -18,8 +18,11 @@ def _check(tmp_path: Path, kubernetes: dict[str, object]) -> subprocess.Complete
     env.pop("KUBERNETES_SERVICE_HOST", None)
     return subprocess.run(
         [*gpu_reclaimer_command(), "actuator", "--config", str(config), "--check-config"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_an_unusable_kubeconfig_is_named_at_start(tmp_path: Path) -> None:

@@ -63,9 +63,20 @@ def test_every_resource_validates_against_its_schema() -> None:
             _validate_custom(doc)
         else:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    assert kinds >= {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                     "ClusterRoleBinding", "ConfigMap", "DaemonSet", "StatefulSet", "Service",
-                     "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"}  # fmt: skip
+    assert kinds >= {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "StatefulSet",
+        "Service",
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+        "PrometheusRule",
+    }
 
 
 def test_the_validators_catch_a_broken_manifest() -> None:
@@ -74,8 +85,12 @@ def test_the_validators_catch_a_broken_manifest() -> None:
     broken = {**daemonset, "spec": {**daemonset["spec"], "selecter": {}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
-    bad = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-           "metadata": {"name": "x", "namespace": "y"}, "spec": {"action": "nuke"}}  # fmt: skip
+    bad = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "x", "namespace": "y"},
+        "spec": {"action": "nuke"},
+    }
     with pytest.raises(jsonschema.ValidationError):
         _validate_custom(bad)
     (rule,) = [d for d in _resources() if d["kind"] == "PrometheusRule"]
@@ -132,13 +147,22 @@ def test_the_settings_in_the_config_maps_load() -> None:
 
 def test_rbac_is_least_privilege() -> None:
     (role,) = [d for d in _resources() if d["kind"] == "ClusterRole"]
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert granted == {
-        ("", "pods", "get"), ("", "pods", "delete"), ("", "pods/eviction", "create"),
-        (GROUP, PLURAL, "get"), (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),
+        ("", "pods", "get"),
+        ("", "pods", "delete"),
+        ("", "pods/eviction", "create"),
+        (GROUP, PLURAL, "get"),
+        (GROUP, PLURAL, "list"),
+        (GROUP, PLURAL, "watch"),
         (GROUP, f"{PLURAL}/status", "patch"),
-    }  # fmt: skip
+    }
     accounts = {d["metadata"]["name"]: d for d in _resources() if d["kind"] == "ServiceAccount"}
     assert accounts["gpu-reclaimer-node"]["automountServiceAccountToken"] is False
 

@@ -31,21 +31,25 @@ def cgroups() -> Iterator[list[PodCgroup]]:
 def _in_pod(sim: Path, gpu: int, cgroup: PodCgroup) -> subprocess.Popen[bytes]:
     """A simulated GPU workload that joins the pod's cgroup before it starts, as a
     container's process is born in it."""
-    run = (f"{sys.executable} -m exporter.cli sim run --dir {sim} --gpu {gpu} --memory 1GiB "
-           f"--phases idle --tick 0.2")  # fmt: skip
+    run = (
+        f"{sys.executable} -m exporter.cli sim run --dir {sim} --gpu {gpu} --memory 1GiB "
+        f"--phases idle --tick 0.2"
+    )
     return subprocess.Popen(
         ["sh", "-c", f"echo $$ > {cgroup.path}/cgroup.procs && exec {run}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _info(url: str) -> dict[str, dict[str, str]]:
     text = requests.get(url + "/metrics", timeout=5).text
     return {
         s.labels["pid"]: s.labels
-        for f in text_string_to_metric_families(text) if f.name == "gpu_process_info"
+        for f in text_string_to_metric_families(text)
+        if f.name == "gpu_process_info"
         for s in f.samples
-    }  # fmt: skip
+    }
 
 
 def test_the_exporter_names_each_pod_process_pod_and_namespace(
@@ -65,18 +69,44 @@ def test_the_exporter_names_each_pod_process_pod_and_namespace(
         ]
         procs = [_in_pod(sim, 0, train), _in_pod(sim, 1, shared_a)]
         bare = subprocess.Popen(
-            [*gpu_reclaimer_command(), "sim", "run", "--dir", str(sim), "--gpu", "2",
-             "--memory", "1GiB", "--phases", "idle", "--tick", "0.2"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                *gpu_reclaimer_command(),
+                "sim",
+                "run",
+                "--dir",
+                str(sim),
+                "--gpu",
+                "2",
+                "--memory",
+                "1GiB",
+                "--phases",
+                "idle",
+                "--tick",
+                "0.2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs.append(bare)
         port = free_port()
         exporter = subprocess.Popen(
-            [*gpu_reclaimer_command(), "exporter", "--sim-dir", str(sim), "--listen",
-             f"127.0.0.1:{port}", "--node-name", "node-1", "--heartbeat-dir", str(tmp_path),
-             "--pod-resources-socket", str(kubelet.socket_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                *gpu_reclaimer_command(),
+                "exporter",
+                "--sim-dir",
+                str(sim),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--node-name",
+                "node-1",
+                "--heartbeat-dir",
+                str(tmp_path),
+                "--pod-resources-socket",
+                str(kubelet.socket_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             wait_until(lambda: len(read_procs(sim)) == 3, 30)
             url = f"http://127.0.0.1:{port}"

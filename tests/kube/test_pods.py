@@ -32,9 +32,15 @@ class Site:
     inbox: Inbox
 
     def pod(
-        self, gpu: int, namespace: str, name: str, *, shared: bool = False,
-        options: tuple[str, ...] = (), **spec: Any,
-    ) -> tuple[Workload, PodSpec]:  # fmt: skip
+        self,
+        gpu: int,
+        namespace: str,
+        name: str,
+        *,
+        shared: bool = False,
+        options: tuple[str, ...] = (),
+        **spec: Any,
+    ) -> tuple[Workload, PodSpec]:
         """A pod whose one container runs a simulated GPU workload on `gpu`."""
         cgroup = pod_cgroup()
         self.cgroups.append(cgroup)
@@ -75,16 +81,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         policy = {
             # Owners are told by e-mail; the grace does not wait for it (notice.required
             # is off in these tests, as in tests/actuator).
-            "notifier": {"directory": str(owners),
-                         "email": {"host": "127.0.0.1", "port": smtp_port, "security": "none",
-                                   "sender": "gpu-reclaimer@example.com"}},
+            "notifier": {
+                "directory": str(owners),
+                "email": {
+                    "host": "127.0.0.1",
+                    "port": smtp_port,
+                    "security": "none",
+                    "sender": "gpu-reclaimer@example.com",
+                },
+            },
             "node": {"pod_resources_socket": str(kubelet.socket_path)},
             "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s"},
             # Pending pods are demand, for namespaces whose policy says reclaimWhen: demand.
             "demand": {"kubernetes": True, "interval": "0.3s"},
-            "projects": [{"name": "inference", "match": {"namespaces": ["serving"]},
-                          "protected": True}],
-        }  # fmt: skip
+            "projects": [
+                {"name": "inference", "match": {"namespaces": ["serving"]}, "protected": True}
+            ],
+        }
         actuator = Actuator(base / "actuator", base / "node", policy).start()
         try:
             yield Site(kubelet, api, actuator, workloads, cgroups, inbox)
@@ -121,7 +134,10 @@ def test_an_idle_pod_in_a_reclaimable_namespace_is_evicted_through_the_api(site:
     assert step["step"] == "EVICT" and step["ok"]
     live = [t["evidence"]["live"] for t in case["timeline"] if "live" in t["evidence"]][-1]
     assert (live["namespace"], live["pod"], live["pod_uid"]) == (
-        "research", "yolo-finetune-0", pod.uid)  # fmt: skip
+        "research",
+        "yolo-finetune-0",
+        pod.uid,
+    )
 
 
 @pytest.mark.reliability(8)
@@ -198,9 +214,14 @@ def test_the_owner_a_pod_names_is_warned_in_its_namespace_language(site: Site) -
     assert site.actuator.post(payload(alert_for(w, command="yolo"))).status_code == 200
     case = _final(site, w)
     assert case["state"] == "reclaimed", case
-    (warning,) = wait_until(lambda: [m for m in site.inbox.messages if
-                                     f"PID {w.pid}" in m["Subject"] and "将于" in m["Subject"]],
-                            20)  # fmt: skip
+    (warning,) = wait_until(
+        lambda: [
+            m
+            for m in site.inbox.messages
+            if f"PID {w.pid}" in m["Subject"] and "将于" in m["Subject"]
+        ],
+        20,
+    )
     assert warning["To"] == "lilei@example.com"
 
 
@@ -208,8 +229,9 @@ def test_a_pod_whose_process_outlives_term_timeout_is_deleted_with_grace_0(site:
     # Its process ignores SIGTERM and the pod's grace is long: after the actuator's
     # term_timeout (2 s here) the termination under way is ended, by the API, not by PID.
     # GPU 0's first pod was evicted: the kubelet lists it no more.
-    w, pod = site.pod(0, "research", "stubborn-0", grace_seconds=60.0,
-                      options=("--ignore-sigterm",))  # fmt: skip
+    w, pod = site.pod(
+        0, "research", "stubborn-0", grace_seconds=60.0, options=("--ignore-sigterm",)
+    )
     assert site.actuator.post(payload(alert_for(w))).status_code == 200
     case = _final(site, w, "reclaimed", "refused", "failed", "cancelled")
     assert case["state"] == "reclaimed", case
@@ -227,8 +249,9 @@ def test_observe_mode_rehearses_a_pods_eviction_not_a_pid_signal(site: Site) -> 
     case = _final(site, w, "observed", "reclaimed", "refused", "cancelled", "failed")
     assert case["state"] == "observed", case
     rehearsed = f"case {case['id']}: DRY-RUN: would EVICT"
-    log = wait_until(lambda: (text := site.actuator.log.read_text()) and rehearsed in text
-                     and text, 10)  # fmt: skip
+    log = wait_until(
+        lambda: (text := site.actuator.log.read_text()) and rehearsed in text and text, 10
+    )
     assert "would evict pod rehearsal/dry-0" in log
     assert f"DRY-RUN: would send SIGTERM to pid {w.pid}" not in log
     assert pod.evictions == [] and pod.deletions == [] and w.alive()
@@ -239,13 +262,24 @@ def _pending_pod(name: str, gpus: int) -> dict[str, Any]:
     """A pod the scheduler could not place, as the API server lists it."""
     return {
         "metadata": {"namespace": "training", "name": name},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
-                 "containers": [{"name": "main", "resources": {
-                     "limits": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "lastTransitionTime": "2026-12-02T06:00:00Z"}]},
-    }  # fmt: skip
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [
+                {"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": "2026-12-02T06:00:00Z",
+                }
+            ],
+        },
+    }
 
 
 def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod(

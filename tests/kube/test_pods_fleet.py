@@ -35,21 +35,24 @@ def test_the_agent_names_the_pod_and_the_actuator_evicts_it(
         pod = PodSpec("research", "train-0", "main", [workloads.uuid(0)], NODE, cgroup)
         kubelet.pods.append(pod)
         api.add_pod(pod)
-        agent = Agent(NODE, sim, certs, tmp_path,
-                      node_settings={"pod_resources_socket": str(kubelet.socket_path)})  # fmt: skip
+        agent = Agent(
+            NODE,
+            sim,
+            certs,
+            tmp_path,
+            node_settings={"pod_resources_socket": str(kubelet.socket_path)},
+        )
         agent.start()
         policy = {
             "node": {"name": "central"},
             "agents": {"tls": client_tls(certs), "static": {NODE: agent.url}, "timeout": "2s"},
-            "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s",
-                           "policies": False},
-        }  # fmt: skip
+            "kubernetes": {"kubeconfig": str(api.kubeconfig()), "timeout": "3s", "policies": False},
+        }
         actuator = Actuator(tmp_path / "actuator", tmp_path / "unused", policy).start()
         try:
             w = workloads.spawn(memory="1GiB", cgroup=cgroup.path)
             assert actuator.post(payload(alert_for(w, node=NODE))).status_code == 200
-            case = actuator.wait_state(w, "reclaimed", "refused", "failed", "cancelled",
-                                       timeout=40)  # fmt: skip
+            case = actuator.wait_state(w, "reclaimed", "refused", "failed", "cancelled", timeout=40)
             assert case["state"] == "reclaimed", case
             assert [s["signal"] for s in case["signals"]] == ["EVICT"]
             assert [e["dry_run"] for e in pod.evictions] == [True, False]

@@ -32,12 +32,17 @@ def test_a_namespace_rule_comes_after_the_files_and_never_exceeds_its_mode() -> 
         ),
     )
     objects = PolicyObjects()
-    objects.replace([
-        _obj("serving", "open-up", {"protected": False, "mode": "enforce"}),
-        _obj("research", "b-later", {"grace": "1h"}),
-        _obj("research", "a-first", {"mode": "enforce", "idleFor": "30m", "grace": "5m",
-                                     "action": "delete"}),
-    ])  # fmt: skip
+    objects.replace(
+        [
+            _obj("serving", "open-up", {"protected": False, "mode": "enforce"}),
+            _obj("research", "b-later", {"grace": "1h"}),
+            _obj(
+                "research",
+                "a-first",
+                {"mode": "enforce", "idleFor": "30m", "grace": "5m", "action": "delete"},
+            ),
+        ]
+    )
     policies = NamespacePolicies(objects, "evict")
     policy = policies.policy(base)
     # The file's rule for `serving` wins: a namespace cannot lift its protection.
@@ -114,8 +119,14 @@ def test_each_object_s_status_says_whether_it_is_in_force(api: ApiServer) -> Non
     api.put_policy("ml", "typo", {"gracee": "1m"})  # past the CRD's schema (an old CRD)
     client = KubeApi.connect(str(api.kubeconfig()))
     objects = PolicyObjects()
-    watch = PolicyWatch(client.api_client, objects, timeout=2, watch_seconds=2, backoff=0.2,
-                        cluster_mode=Mode.NOTIFY)  # fmt: skip
+    watch = PolicyWatch(
+        client.api_client,
+        objects,
+        timeout=2,
+        watch_seconds=2,
+        backoff=0.2,
+        cluster_mode=Mode.NOTIFY,
+    )
     stop = threading.Event()
     thread = threading.Thread(target=watch.run, args=(stop,), daemon=True)
     thread.start()
@@ -126,8 +137,11 @@ def test_each_object_s_status_says_whether_it_is_in_force(api: ApiServer) -> Non
 
     try:
         wait_until(lambda: all(accepted(*k) for k in api.policies), 10)
-        main, extra, typo = accepted("lab", "a-main"), accepted("lab", "b-extra"), accepted(
-            "ml", "typo")  # fmt: skip
+        main, extra, typo = (
+            accepted("lab", "a-main"),
+            accepted("lab", "b-extra"),
+            accepted("ml", "typo"),
+        )
         assert main is not None and extra is not None and typo is not None
         assert (main["status"], main["reason"]) == ("True", "InForce")
         assert "mode enforce capped at the cluster's notify" in main["message"]

@@ -75,10 +75,14 @@ def test_amtool_check_config() -> None:
     ("labels", "receivers"),
     [
         # The rules' reclaim alerts reach the actuator only (chat hears its decisions).
-        (["alertname=GpuProcessIdle", "reclaim=true", "severity=warning"],
-         "gpu-reclaimer-actuator"),
-        (["alertname=GpuProcessStalled", "reclaim=true", "severity=warning"],
-         "gpu-reclaimer-actuator"),
+        (
+            ["alertname=GpuProcessIdle", "reclaim=true", "severity=warning"],
+            "gpu-reclaimer-actuator",
+        ),
+        (
+            ["alertname=GpuProcessStalled", "reclaim=true", "severity=warning"],
+            "gpu-reclaimer-actuator",
+        ),
         (["alertname=GpuReclaimScheduled", "severity=info", "case=7"], "chat"),
         (["alertname=GpuProcessReclaimed", "severity=info", "case=7"], "chat"),
         (["alertname=GpuHandedOff", "severity=info", "case=7"], "chat"),
@@ -86,14 +90,23 @@ def test_amtool_check_config() -> None:
         (["alertname=GpuReclaimerCircuitBreakerOpen", "severity=critical"], "chat"),
         (["alertname=GpuExporterDown", "severity=critical", "class=health"], "chat"),
     ],
-)  # fmt: skip
+)
 def test_the_reference_routes_as_alertmanager_evaluates_them(
     labels: list[str], receivers: str
 ) -> None:
     """`amtool config routes test`: Alertmanager's own routing code on the reference file."""
     amtool = require_binary("amtool")
-    result = run([amtool, "config", "routes", "test", "--config.file",
-                  str(REPO / "deploy" / "alertmanager.yml"), *labels])  # fmt: skip
+    result = run(
+        [
+            amtool,
+            "config",
+            "routes",
+            "test",
+            "--config.file",
+            str(REPO / "deploy" / "alertmanager.yml"),
+            *labels,
+        ]
+    )
     assert result.stdout.strip() == receivers, result.stdout
 
 
@@ -132,8 +145,12 @@ def test_every_runbook_link_comes_from_one_base(tmp_path: Path) -> None:
     kube = (REPO / "deploy" / "kubernetes" / "prometheusrule.yaml").read_text()
     shipped = {link for p in rule_files(REPO) for link in links(p.read_text())}
     assert shipped and {link.partition("#")[0] for link in shipped} == {DEFAULT_BASE}
-    in_rules = {link for p in rule_files(REPO) if p.name.endswith(".rules.yml")
-                for link in links(p.read_text())}  # fmt: skip
+    in_rules = {
+        link
+        for p in rule_files(REPO)
+        if p.name.endswith(".rules.yml")
+        for link in links(p.read_text())
+    }
     assert set(links(kube)) == in_rules  # generated from the rule files
     assert {a["annotations"]["runbook_url"] for a in alert_rules().values()} == in_rules
     copy = tmp_path / "checkout"
@@ -142,7 +159,8 @@ def test_every_runbook_link_comes_from_one_base(tmp_path: Path) -> None:
     moved = {link for p in rule_files(copy) for link in links(p.read_text())}
     assert {link.partition("#")[0] for link in moved} == {"https://wiki.example.com/gpu/runbook"}
     assert {link.partition("#")[2] for link in moved} == {
-        link.partition("#")[2] for link in shipped}  # fmt: skip
+        link.partition("#")[2] for link in shipped
+    }
     with pytest.raises(SystemExit):
         main(["--base", "wiki/runbook", "--root", str(copy)])
 

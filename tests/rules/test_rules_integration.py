@@ -48,15 +48,33 @@ def test_idle_and_hung_workloads_fire_and_the_others_stay_silent(tmp_path: Path)
     )
     port = free_port()
     exporter_cmd = [
-        *cli, "exporter", "--listen", f"127.0.0.1:{port}", "--sim-dir", str(node),
-        "--heartbeat-dir", str(heartbeats), "--node-name", "simnode",
-    ]  # fmt: skip
+        *cli,
+        "exporter",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--sim-dir",
+        str(node),
+        "--heartbeat-dir",
+        str(heartbeats),
+        "--node-name",
+        "simnode",
+    ]
 
     def workload(phases: str, *options: str, gpu: int = 0) -> list[str]:
         return [
-            *cli, "sim", "run", "--dir", str(node), "--gpu", str(gpu), "--memory", "4GiB",
-            "--phases", phases, *options,
-        ]  # fmt: skip
+            *cli,
+            "sim",
+            "run",
+            "--dir",
+            str(node),
+            "--gpu",
+            str(gpu),
+            "--memory",
+            "4GiB",
+            "--phases",
+            phases,
+            *options,
+        ]
 
     hb = ("--heartbeat", "--heartbeat-dir", str(heartbeats))
     # stdout goes to a file for all but `cpu`: that regular file behind fd 1 is the log the

@@ -37,9 +37,11 @@ def test_both_cgroup_layouts_name_the_job() -> None:
 
 
 def test_scontrol_one_line_answers_are_parsed() -> None:
-    line = ("JobId=17 JobName=wrap UserId=alice(1001) GroupId=alice(1001) MCS_label=N/A "
-            "Priority=1 JobState=RUNNING Reason=None Partition=gpu Account=vision "
-            "NodeList=gpu-[01-02] AllocTRES=cpu=2,gres/gpu=2")  # fmt: skip
+    line = (
+        "JobId=17 JobName=wrap UserId=alice(1001) GroupId=alice(1001) MCS_label=N/A "
+        "Priority=1 JobState=RUNNING Reason=None Partition=gpu Account=vision "
+        "NodeList=gpu-[01-02] AllocTRES=cpu=2,gres/gpu=2"
+    )
     fields = parse_fields(line)
     assert fields["JobState"] == "RUNNING" and fields["UserId"] == "alice(1001)"
     assert fields["Partition"] == "gpu" and fields["NodeList"] == "gpu-[01-02]"

@@ -42,8 +42,10 @@ class Site:
 
 
 def _workload(site: Site, gpu: int, phases: str) -> str:
-    return (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
-            f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1")  # fmt: skip
+    return (
+        f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
+        f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1"
+    )
 
 
 def _rank(site: Site, job: str) -> Workload:
@@ -86,8 +88,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 def _read_with(site: Site, waiting: int) -> None:
     """Until the actuator has read the queue with `waiting` requests, and acted on it for
     a few passes more (reconciler every 0.1 s, the queue every 0.3 s)."""
-    wait_until(lambda: site.actuator.metric("gpu_reclaimer_demand_waiting", source="slurm")
-               == waiting, 30, 0.2)  # fmt: skip
+    wait_until(
+        lambda: site.actuator.metric("gpu_reclaimer_demand_waiting", source="slurm") == waiting,
+        30,
+        0.2,
+    )
     time.sleep(1.5)
 
 

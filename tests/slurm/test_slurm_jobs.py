@@ -42,9 +42,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             "slurm": {"conf": str(slurm.conf)},
             # Jobs of the `long` partition are only warned about (the partition is the
             # scheduler's word, read by scontrol, never an alert label).
-            "projects": [{"name": "long-jobs", "match": {"partitions": ["long"]},
-                          "mode": "notify"}],
-        }  # fmt: skip
+            "projects": [
+                {"name": "long-jobs", "match": {"partitions": ["long"]}, "mode": "notify"}
+            ],
+        }
         actuator = Actuator(base / "actuator", sim, policy).start()
         try:
             yield Site(slurm, sim, actuator)
@@ -74,8 +75,10 @@ def _ranks(site: Site, job: str, count: int) -> list[Workload]:
 
 
 def _workload(site: Site, gpu: int, phases: str) -> str:
-    return (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
-            f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1")  # fmt: skip
+    return (
+        f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
+        f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1"
+    )
 
 
 def test_a_job_whose_ranks_are_all_idle_is_cancelled_through_slurm(site: Site) -> None:
@@ -86,8 +89,10 @@ def test_a_job_whose_ranks_are_all_idle_is_cancelled_through_slurm(site: Site) -
     assert SlurmCli(env=site.slurm.env).gpus_allocated(site.slurm.node) == 2
     for r in ranks:
         assert site.actuator.post(payload(alert_for(r))).status_code == 200
-    cases = [site.actuator.wait_state(r, "reclaimed", "cancelled", "refused", "failed",
-                                      timeout=60) for r in ranks]  # fmt: skip
+    cases = [
+        site.actuator.wait_state(r, "reclaimed", "cancelled", "refused", "failed", timeout=60)
+        for r in ranks
+    ]
     reclaimed = [c for c in cases if c["state"] == "reclaimed"]
     assert reclaimed, cases
     assert [s["signal"] for s in reclaimed[0]["signals"]] == ["SCANCEL"]  # no PID signalled
@@ -110,8 +115,9 @@ def test_a_job_with_one_busy_rank_is_kept(site: Site) -> None:
     if load_node(site.sim).gpus[2].uuid != idle.uuid:
         idle, busy = busy, idle
     assert site.actuator.post(payload(alert_for(idle))).status_code == 200
-    case = site.actuator.wait_state(idle, "deferred", "reclaimed", "refused", "cancelled",
-                                    timeout=60)  # fmt: skip
+    case = site.actuator.wait_state(
+        idle, "deferred", "reclaimed", "refused", "cancelled", timeout=60
+    )
     assert case["state"] == "deferred" and case["reason_code"] == "slurm_job_busy", case
     assert f"rank pid {busy.pid}" in case["reason"]
     assert site.slurm.job_state(job) == "RUNNING"
@@ -125,8 +131,9 @@ def test_a_rule_for_the_jobs_partition_applies(site: Site) -> None:
     (rank,) = _ranks(site, job, 1)
     # The alert claims another partition's project: claims select nothing.
     assert site.actuator.post(payload(alert_for(rank, project="debug"))).status_code == 200
-    case = site.actuator.wait_state(rank, "observed", "reclaimed", "refused", "cancelled",
-                                    timeout=60)  # fmt: skip
+    case = site.actuator.wait_state(
+        rank, "observed", "reclaimed", "refused", "cancelled", timeout=60
+    )
     assert case["state"] == "observed" and case["rule"] == "projects #1 (long-jobs)", case
     assert site.slurm.job_state(job) == "RUNNING" and case["signals"] == []
     SlurmCli(env=site.slurm.env).cancel(job)

@@ -39,8 +39,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestSite]:
     sim = base / "node"
     init_node(sim, gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
     extra = jwt_conf(base / "jwt")
-    with slurm_cluster(base / "cluster", gpus=2, node=NODE, extra=extra) as slurm, \
-            slurmrestd(slurm) as (url, token):  # fmt: skip
+    with (
+        slurm_cluster(base / "cluster", gpus=2, node=NODE, extra=extra) as slurm,
+        slurmrestd(slurm) as (url, token),
+    ):
         rest = {"url": url, "user": "root", "token_file": str(token)}
         actuator = Actuator(base / "actuator", sim, {"slurm": {"rest": rest}}).start()
         try:
@@ -50,12 +52,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestSite]:
 
 
 def test_an_idle_job_is_cancelled_through_slurmrestd(site: RestSite) -> None:
-    run = (f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu 0 --memory 2GiB "
-           "--phases idle --tick 0.2 > /dev/null 2>&1")  # fmt: skip
+    run = (
+        f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu 0 --memory 2GiB "
+        "--phases idle --tick 0.2 > /dev/null 2>&1"
+    )
     # `scontrol` is not used: the actuator has no slurm.conf, only slurmrestd's URL.
     job = site.slurm.sbatch(f"{run} & wait", "--gres=gpu:1")
-    pid = wait_until(lambda: next((p.pid for p in read_procs(site.sim)
-                                   if slurm_job_of(p.pid) == job), None), 30)  # fmt: skip
+    pid = wait_until(
+        lambda: next((p.pid for p in read_procs(site.sim) if slurm_job_of(p.pid) == job), None), 30
+    )
     time.sleep(READING_TTL)  # see tests/slurm/test_slurm_jobs.py
     t = target_of(NODE, pid, load_node(site.sim).gpus[0].uuid)
     w = Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks)  # type: ignore[arg-type]
@@ -68,8 +73,9 @@ def test_an_idle_job_is_cancelled_through_slurmrestd(site: RestSite) -> None:
     assert [s["signal"] for s in case["signals"]] == ["SCANCEL"]
     wait_until(lambda: site.slurm.job_state(job) == "CANCELLED", 30)
     audit = [json.loads(line) for line in (site.actuator.workdir / "audit.jsonl").open()]
-    (verified,) = wait_until(lambda: [a for a in audit if a["event"] == "slurm_verified"]
-                             or None, 10)  # fmt: skip
+    (verified,) = wait_until(
+        lambda: [a for a in audit if a["event"] == "slurm_verified"] or None, 10
+    )
     assert verified["state"] == "CANCELLED" and verified["gpus_allocated"] == {NODE: 0}
 
 
