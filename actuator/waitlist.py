@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from actuator.demand.model import DemandError, Request
+from actuator.demand.model import DemandError, Reading, Request
 from actuator.store import Store, Waiter
 from exporter import procfs
 from exporter.nvml_reader import NvmlReading
@@ -131,15 +131,19 @@ class WaitListDemand:
     def __init__(self, waitlist: WaitList) -> None:
         self.waitlist = waitlist
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         waiting = self.waitlist.pending()
         if not waiting:
-            return ()
+            return Reading()
         free = self.waitlist.free()
         if free is None:
             raise DemandError("the node's GPUs cannot be read: what is free is unknown")
         served = assign(waiting, free)
-        return tuple(self._request(w) for w in waiting if w.id not in served)
+        requests = tuple(self._request(w) for w in waiting if w.id not in served)
+        # Free GPUs no waiter could take alone: a reclaim beside them may serve one.
+        given = {g.uuid for gpus in served.values() for g in gpus}
+        left = sum(1 for g in free if g.empty and g.uuid not in given)
+        return Reading(requests, {self.waitlist.node: left})
 
     def _request(self, w: Waiter) -> Request:
         return Request(

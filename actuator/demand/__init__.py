@@ -1,6 +1,6 @@
 """Demand: who is waiting for a GPU, read from the schedulers and queues a site already has,
 and which idle processes a waiting request would be served by (docs/demand.md)."""
 
-from actuator.demand.model import Demand, DemandError, DemandSource, Request
+from actuator.demand.model import Demand, DemandError, DemandSource, Reading, Request
 
-__all__ = ["Demand", "DemandError", "DemandSource", "Request"]
+__all__ = ["Demand", "DemandError", "DemandSource", "Reading", "Request"]

@@ -1,13 +1,14 @@
 """Which idle processes serve which waiting request: a pure function of the demand, the
 candidates and the clock (nothing here performs I/O).
 
-Fit: a request for N whole GPUs is served only by N GPUs on one node it may run on, each
-GPU held by reclaimable candidates alone (a GPU that also holds a process nobody may
-reclaim, or whose process list is unknown, frees nothing whole); a request for memory by
-one GPU whose candidates together hold at least that much. Requests are served oldest
-first; a GPU already being reclaimed for a request keeps serving it, so nothing is reclaimed
-twice for the same wait. If the candidates cannot serve a request, none of them is chosen
-for it: a partial reclaim helps nobody.
+Fit: a request for N whole GPUs is served only on one node it may run on, by the GPUs its
+scheduler counts free there and enough reclaimed GPUs beside them, each held by reclaimable
+candidates alone (a GPU that also holds a process nobody may reclaim, or whose process list
+is unknown, frees nothing whole); a request for memory by one GPU whose candidates together
+hold at least that much. Requests are served oldest first; a GPU already being reclaimed
+for a request keeps serving it, so nothing is reclaimed twice for the same wait. If the
+candidates cannot serve a request, none of them is chosen for it: a partial reclaim helps
+nobody.
 
 Choice among the GPUs that fit (`victim_order`): longest idle first, then least work at
 risk (fewest processes, no recent heartbeat), then those whose owner never asked to keep
@@ -96,19 +97,20 @@ def _serves(gpu: Gpu, request: Request) -> bool:
     return gpu.memory_bytes >= (request.memory_bytes or 0)
 
 
-def _pick(request: Request, gpus: list[Gpu]) -> list[Gpu] | None:
-    """The GPUs on one node that serve `request`, those already serving it first; None
-    when no node has enough."""
-    need = request.gpus or 1
-    best: list[Gpu] | None = None
-    for node in sorted({g.node for g in gpus}):
+def _pick(request: Request, gpus: list[Gpu], free: dict[str, int]) -> tuple[str, list[Gpu]] | None:
+    """The node and the GPUs on it that serve `request` (those already serving it first),
+    beside the GPUs already free there; None when no node has enough."""
+    best: tuple[str, list[Gpu]] | None = None
+    nodes = {g.node for g in gpus} | {n for n, count in free.items() if count > 0}
+    for node in sorted(n for n in nodes if request.may_run_on(n)):
+        need = max(0, request.gpus - free.get(node, 0)) if request.gpus else 1
         fitting = [g for g in gpus if g.node == node and _serves(g, request)]
         if len(fitting) < need:
             continue
         fitting.sort(key=lambda g: (g.serving != request.ref, victim_order(g)))
         chosen = fitting[:need]
-        if best is None or _cost(chosen, request) < _cost(best, request):
-            best = chosen
+        if best is None or _cost(chosen, request) < _cost(best[1], request):
+            best = (node, chosen)
     return best
 
 
@@ -137,15 +139,19 @@ def plan(
         Gpu(node, uuid, tuple(members), exclusive.get((node, uuid)))
         for (node, uuid), members in sorted(by_gpu.items())
     ]
-    free = list(gpus)
+    left = list(gpus)
+    free = dict(demand.free)  # whole GPUs already free, per node, not yet counted
     out: dict[int, Choice] = {}
     for request in sorted(demand.requests, key=_waiting_order):
-        chosen = _pick(request, free)
-        if chosen is None:
+        picked = _pick(request, left, free)
+        if picked is None:
             continue
+        node, chosen = picked
+        if request.gpus:  # the free GPUs beside the chosen ones go to this request too
+            free[node] = max(0, free.get(node, 0) - (request.gpus - len(chosen)))
         waited = f" waiting {format_duration(now - request.since)}" if request.since else ""
         for gpu in chosen:
-            free.remove(gpu)
+            left.remove(gpu)
             idle = format_duration(max(0.0, now - victim_order(gpu)[0]))
             why = f"chosen for {request.who}{waited}; idle {idle}"
             for c in gpu.members:

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from actuator.demand.model import DemandError, Request
+from actuator.demand.model import DemandError, Reading, Request
 from actuator.schedulers.kube_api import KubeApi, KubeError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -74,7 +74,7 @@ class PendingPods:
     def __init__(self, api: KubeApi) -> None:
         self.api = api
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         try:
             raw = self.api.pending_pods()
         except KubeError as exc:
@@ -84,4 +84,4 @@ class PendingPods:
             found = [pod_request(pod) for pod in items]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DemandError(f"the pod list could not be read: {exc}") from None
-        return tuple(r for r in found if r is not None)
+        return Reading(tuple(r for r in found if r is not None))

@@ -49,13 +49,24 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """What one source says: who waits, and (where its scheduler says) how many GPUs are
+    already free on each node, unallocated: a request counts them before any reclaim."""
+
+    requests: tuple[Request, ...] = ()
+    free: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Demand:
     """Every source's requests at one moment; `down` names each source that failed (its
-    error), and any failed source makes the whole reading unknown."""
+    error), and any failed source makes the whole reading unknown. `free`: GPUs free per
+    node, as the sources' schedulers count them."""
 
     requests: tuple[Request, ...] = ()
     down: dict[str, str] = field(default_factory=dict)
     read_at: float = 0.0
+    free: dict[str, int] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -70,6 +81,6 @@ class DemandSource(Protocol):
 
     name: str
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         """Every request waiting now; DemandError when that cannot be known."""
         ...

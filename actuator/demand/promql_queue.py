@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from actuator.demand.model import MAX_GPUS_PER_NODE, DemandError, Request
+from actuator.demand.model import MAX_GPUS_PER_NODE, DemandError, Reading, Request
 
 
 class Queries(Protocol):
@@ -38,14 +38,16 @@ class PromqlQueue:
         self.prom, self.pool, self.query, self.nodes = prom, pool, query, nodes
         self.name = f"promql:{pool}"
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         try:
             result = self.prom.custom_query(self.query)
         except Exception as exc:  # the client raises its own and requests' errors
             raise DemandError(f"Prometheus: {type(exc).__name__}: {exc}"[:300]) from None
         count = waiting_gpus(result, self.query)
         who = f"a request queued in pool {self.pool}"
-        return tuple(
-            Request(source=self.name, key=str(n), who=who, gpus=1, nodes=self.nodes)
-            for n in range(min(count, MAX_GPUS_PER_NODE * 1024))
+        return Reading(
+            tuple(
+                Request(source=self.name, key=str(n), who=who, gpus=1, nodes=self.nodes)
+                for n in range(min(count, MAX_GPUS_PER_NODE * 1024))
+            )
         )

@@ -36,13 +36,17 @@ class DemandReader:
                 return self._last
             requests: list[Request] = []
             down: dict[str, str] = {}
+            free: dict[str, int] = {}
             for source in self.sources:
                 try:
-                    requests.extend(source.read())
+                    reading = source.read()
+                    requests.extend(reading.requests)
+                    for node, n in reading.free.items():  # two schedulers: the lower count
+                        free[node] = min(n, free.get(node, n))
                 except DemandError as exc:
                     down[source.name] = str(exc)[:300]
                 except Exception as exc:  # a source's bug is unknown demand, not a crash
                     log.exception("demand source %s failed", source.name)
                     down[source.name] = f"{type(exc).__name__}: {exc}"[:300]
-            self._last = Demand(tuple(requests), down, read_at=now)
+            self._last = Demand(tuple(requests), down, read_at=now, free=free)
             return self._last

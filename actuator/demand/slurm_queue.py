@@ -7,7 +7,7 @@ import contextlib
 from datetime import datetime
 from typing import Protocol
 
-from actuator.demand.model import DemandError, Request
+from actuator.demand.model import DemandError, Reading, Request
 from actuator.schedulers.slurm_cli import PendingJob, SlurmError
 
 # Why a job waits when more GPUs would start it; other reasons (a hold, a dependency, a
@@ -17,6 +17,8 @@ WAITING_FOR_RESOURCES = frozenset({"Resources", "Priority"})
 
 class PendingJobs(Protocol):
     def pending_jobs(self) -> list[PendingJob]: ...
+
+    def free_gpus(self) -> dict[str, int]: ...
 
 
 def submitted_at(text: str) -> float | None:
@@ -32,12 +34,13 @@ class SlurmQueue:
     def __init__(self, slurm: PendingJobs) -> None:
         self.slurm = slurm
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         try:
-            jobs = self.slurm.pending_jobs()
+            jobs = [job for job in self.slurm.pending_jobs() if self._waits_for_gpus(job)]
+            free = self.slurm.free_gpus() if jobs else {}
         except SlurmError as exc:
             raise DemandError(str(exc)) from None
-        return tuple(self._request(job) for job in jobs if self._waits_for_gpus(job))
+        return Reading(tuple(self._request(job) for job in jobs), free)
 
     @staticmethod
     def _waits_for_gpus(job: PendingJob) -> bool:

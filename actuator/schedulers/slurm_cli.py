@@ -61,6 +61,11 @@ class PendingJob:
     submitted: str  # SubmitTime as Slurm prints it (local time, ISO 8601 without a zone)
 
 
+def _gres_counts(gres: str) -> str:
+    """`Gres=gpu:h100:4(S:0-1)` as `gpu:h100:4`: the socket affinity is not a count."""
+    return re.sub(r"\([^)]*\)", "", gres)
+
+
 def gpus_per_node(fields: dict[str, str]) -> int:
     """GPUs a job needs on each node: TresPerNode (gres:gpu:2, gres/gpu:h100:2), else
     TresPerJob spread over a one-node job; 0 when it asks for none."""
@@ -220,6 +225,23 @@ class SlurmCli:
         if done.returncode != 0:
             raise SlurmError(f"scontrol show partition {partition}: {done.stderr.strip()[:200]}")
         return self.hostnames(parse_fields(done.stdout).get("Nodes", ""))
+
+    def free_gpus(self) -> dict[str, int]:
+        """GPUs no job holds on each node that can take jobs (SlurmError: unknown)."""
+        done = self._run([self.scontrol, "-o", "-d", "show", "node"])
+        if done.returncode != 0:
+            raise SlurmError(f"scontrol show node: {done.stderr.strip()[:200]}")
+        free = {}
+        for line in done.stdout.splitlines():
+            fields = parse_fields(line)
+            if "NodeName" not in fields:
+                continue
+            state = fields.get("State", "")
+            total = sum(int(n) for n in _GPUS_USED.findall(_gres_counts(fields.get("Gres", ""))))
+            used = sum(int(n) for n in _GPUS_USED.findall(fields.get("GresUsed", "")))
+            usable = not any(s in state for s in ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"))
+            free[fields["NodeName"]] = max(0, total - used) if usable else 0
+        return free
 
     def gpus_allocated(self, node: str) -> int | None:
         """GPUs the scheduler counts as in use on the node (`GresUsed`, by type)."""

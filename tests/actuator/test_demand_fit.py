@@ -81,6 +81,21 @@ def test_two_gpus_on_one_node_or_nothing():
     assert chosen(plan(Demand((job(gpus=2),)), [c, d], exclusive(c, d), NOW)) == {1, 2}
 
 
+def test_gpus_already_free_count_before_any_reclaim():
+    """A two-GPU job on a node with one GPU free and one idle: only the idle one goes; with
+    two free, nothing goes (the scheduler starts the job itself); free GPUs are counted once."""
+    a = idle(1)
+    choices = plan(Demand((job(gpus=2),), free={"n1": 1}), [a], exclusive(a), NOW)
+    assert chosen(choices) == {1}
+    assert chosen(plan(Demand((job(gpus=2),), free={"n1": 2}), [a], exclusive(a), NOW)) == set()
+    # Two waiting two-GPU jobs, one free GPU: the first takes it and the idle one; the second
+    # finds nothing left.
+    b = idle(2, minutes=5)
+    two = (job("1", gpus=2, waited=20), job("2", gpus=2, waited=10))
+    choices = plan(Demand(two, free={"n1": 1}), [a, b], exclusive(a, b), NOW)
+    assert chosen(choices) == {1} and choices[1].request == two[0]
+
+
 def test_an_unknown_process_list_frees_nothing_whole():
     a = idle(1)
     assert chosen(plan(Demand((job(),)), [a], exclusive(a, value=None), NOW)) == set()
@@ -163,13 +178,14 @@ _requests = st.lists(
 @given(
     _candidates,
     _requests,
+    st.dictionaries(st.sampled_from(["n1", "n2"]), st.integers(0, 2)),
     st.dictionaries(
         st.tuples(st.sampled_from(["n1", "n2"]), st.sampled_from(["GPU-a", "GPU-b", "GPU-c"])),
         st.sampled_from([True, False, None]),
     ),
 )
-def test_choices_are_always_safe(cands, requests, ex):
-    choices = plan(Demand(tuple(requests)), cands, ex, NOW)
+def test_choices_are_always_safe(cands, requests, free, ex):
+    choices = plan(Demand(tuple(requests), free=free), cands, ex, NOW)
     by_case = {c.case: c for c in cands}
     served: dict[str, set[tuple[str, str]]] = {}
     for case, choice in choices.items():
@@ -179,12 +195,16 @@ def test_choices_are_always_safe(cands, requests, ex):
         assert r is not None and r.may_run_on(c.node)
         assert ex.get((c.node, c.gpu)) is True  # whole GPUs: only a GPU they hold alone
         served.setdefault(r.ref, set()).add((c.node, c.gpu))
+    spent: dict[str, int] = {}
     for ref, gpus in served.items():
         request = next(r for r in requests if r.ref == ref)
-        assert len(gpus) == request.gpus  # exactly what it needs: never more, never part
-        assert len({node for node, _ in gpus}) == 1  # on one node
+        (node,) = {node for node, _ in gpus}  # on one node
+        # exactly what it needs beside the free GPUs: never more, never part
+        beside = request.gpus - len(gpus)
+        assert 0 <= beside <= free.get(node, 0) - spent.get(node, 0)
+        spent[node] = spent.get(node, 0) + beside
     # Unknown demand: nothing chosen, whatever else holds.
-    unknown = plan(Demand(tuple(requests), down={"slurm": "x"}), cands, ex, NOW)
+    unknown = plan(Demand(tuple(requests), down={"slurm": "x"}, free=free), cands, ex, NOW)
     assert all(c.verdict == Verdict.UNKNOWN for c in unknown.values())
 
 

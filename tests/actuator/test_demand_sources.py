@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.demand import DemandError, Request
+from actuator.demand import DemandError, Reading, Request
 from actuator.demand.kube_pending import PendingPods, pod_request
 from actuator.demand.promql_queue import PromqlQueue, waiting_gpus
 from actuator.demand.reader import DemandReader
@@ -37,11 +37,12 @@ def _queue(url: str, query: str) -> PromqlQueue:
 
 
 def test_a_promql_queue_is_a_count_of_one_gpu_requests_in_its_pool(prometheus: str) -> None:
-    requests = _queue(prometheus, "vector(3)").read()
+    requests = _queue(prometheus, "vector(3)").read().requests
     assert [r.gpus for r in requests] == [1, 1, 1]
     assert {r.nodes for r in requests} == {("gpu-a-*",)} and requests[0].source == "promql:a100"
-    assert _queue(prometheus, "sum(no_such_metric)").read() == ()  # empty: nobody waits
-    assert len(_queue(prometheus, 'label_replace(vector(2), "p", "x", "", "")').read()) == 2
+    assert _queue(prometheus, "sum(no_such_metric)").read().requests == ()  # nobody waits
+    two = _queue(prometheus, 'label_replace(vector(2), "p", "x", "", "")').read()
+    assert len(two.requests) == 2
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def test_pending_pods_through_the_api_server(tmp_path: Path) -> None:
             _pod("waiting-for-image", "1", reason="SchedulingGated"),
         ]
         api = KubeApi.connect(str(server.kubeconfig()))
-        (request,) = PendingPods(api).read()
+        (request,) = PendingPods(api).read().requests
         assert request == Request(
             source="kubernetes",
             key="ml/train",
@@ -137,12 +138,12 @@ class _Source:
     def __init__(self, name: str, *answers: object) -> None:
         self.name, self.answers, self.reads = name, itertools.cycle(answers), 0
 
-    def read(self) -> tuple[Request, ...]:
+    def read(self) -> Reading:
         self.reads += 1
         answer = next(self.answers)
         if isinstance(answer, Exception):
             raise answer
-        return answer  # type: ignore[return-value]
+        return Reading(answer, {"n1": 1})  # type: ignore[arg-type]
 
 
 def test_one_failed_source_makes_demand_unknown_and_reads_are_spaced() -> None:
@@ -153,7 +154,7 @@ def test_one_failed_source_makes_demand_unknown_and_reads_are_spaced() -> None:
     buggy = _Source("kubernetes", ValueError("a bug"), ())
     reader = DemandReader([slurm, broken, buggy], interval=10.0, clock=lambda: now[0])
     first = reader.read()
-    assert not first.known and first.requests == (job,)
+    assert not first.known and first.requests == (job,) and first.free == {"n1": 1}
     assert first.down == {"promql:a100": "down", "kubernetes": "ValueError: a bug"}
     assert reader.read() is first and slurm.reads == 1  # within the interval: no new read
     now[0] = 10.0

@@ -2,7 +2,8 @@
 is warned and kept while nobody waits; a pending job that needs two GPUs, while the node's
 other GPU is busy, reclaims nothing (no fit); a pending job that needs one GPU has the idle
 job cancelled through Slurm after the grace, and Slurm starts it on the freed GPU, where the
-actuator sees it as the GPU's next holder."""
+actuator sees it as the GPU's next holder; a two-GPU job beside a free GPU takes it and one
+reclaimed idle job."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from actuator.live import target_of
 from actuator.node import READING_TTL
+from actuator.schedulers.slurm_cli import SlurmCli
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.slurm import slurm_job_of
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
@@ -32,6 +34,7 @@ class Site:
     sim: Path
     actuator: Actuator
     idle_job: str = ""
+    busy_job: str = ""
     idle: Workload | None = None
 
     def audit(self) -> list[dict]:
@@ -76,7 +79,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         try:
             s = Site(slurm, sim, actuator)
             s.idle_job = slurm.sbatch(_workload(s, 0, "idle"), "--gres=gpu:1")
-            busy_job = slurm.sbatch(_workload(s, 1, "busy"), "--gres=gpu:1")
+            s.busy_job = busy_job = slurm.sbatch(_workload(s, 1, "busy"), "--gres=gpu:1")
             s.idle = _rank(s, s.idle_job)
             _rank(s, busy_job)
             assert actuator.post(payload(alert_for(s.idle))).status_code == 200
@@ -145,3 +148,21 @@ def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     assert site.actuator.metric("gpu_reclaimer_reclaims_total", trigger="demand") == 1
     assert site.actuator.metric("gpu_reclaimer_demand_to_free_seconds_count") == 1
     site.slurm.run("scancel", waiting)
+
+
+def test_a_free_gpu_beside_an_idle_one_serves_a_two_gpu_job(site: Site) -> None:
+    """Slurm counts one GPU free and one held by an idle job: a job that needs two waits,
+    and only the idle job is reclaimed for it (the free one is counted, not doubled)."""
+    cli = SlurmCli(env=site.slurm.env)
+    wait_until(lambda: cli.gpus_allocated(site.slurm.node) == 1, 30, 0.3)  # the busy job
+    idle_job = site.slurm.sbatch(_workload(site, 0, "idle"), "--gres=gpu:1")
+    idle = _rank(site, idle_job)
+    assert site.actuator.post(payload(alert_for(idle))).status_code == 200
+    site.actuator.wait_state(idle, "notified", timeout=60)
+    site.slurm.run("scancel", site.busy_job)
+    wait_until(lambda: cli.free_gpus() == {site.slurm.node: 1}, 30, 0.3)
+    pair = site.slurm.sbatch("sleep 300", "--gres=gpu:2")
+    case = site.actuator.wait_state(idle, "reclaimed", "failed", "cancelled", timeout=60)
+    assert case["state"] == "reclaimed" and case["demand"]["for"] == f"slurm:{pair}", case
+    wait_until(lambda: site.slurm.job_state(pair) == "RUNNING", 30, 0.3)
+    site.slurm.run("scancel", pair)
