@@ -395,7 +395,16 @@ def decide_live(
             )
         if held is not None:
             return defer(case, held, samples)
-        samples.update(notice_attempts=0, next_notice_mono=None, notified_mono=None)
+        # A fresh first notice (after a snooze, too): no grace is running towards a request.
+        samples.update(
+            notice_attempts=0,
+            next_notice_mono=None,
+            notified_mono=None,
+            demand_for=None,
+            demand_who=None,
+            demand_at=None,
+            demand_mono=None,
+        )
         return Decision(
             Action.NOTIFY, State.NOTIFIED, Reason.IDLE, "idle confirmed live", CaseUpdate(**samples)
         )

@@ -88,3 +88,22 @@ def test_observe_mode_under_demand_says_what_it_would_do():
 def test_idle_mode_ignores_demand():
     d = step(notified(), NOBODY, e=eff(grace=600.0))
     assert d.action == Action.TERM and d.code == "idle"
+
+
+def test_a_case_back_from_a_snooze_starts_over_with_a_first_notice():
+    """A snooze ended: the old request's grace is forgotten, so demand later gives a new
+    second notice and a full grace, never an instant SIGTERM."""
+    back = make_case(
+        state=State.PENDING,
+        cpu_seconds=10.0,
+        cpu_at=T0 - 2,
+        cpu_rate=0.0,
+        demand_for="slurm:4711",
+        demand_who=WAITER.who,
+        demand_at=T0 - 3600,
+        demand_mono=T0 - 3600,
+        snoozed_until=T0 - 1,
+    )
+    d = step(back, CHOSEN)
+    assert d.action == Action.NOTIFY and d.code == "idle"
+    assert d.updates.demand_mono is None and d.updates.demand_for is None
