@@ -135,6 +135,8 @@ class Reconciler:
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._demand_seen: Demand | None = None
+        # (node, GPU UUID) -> (when asked, whether its processes are all candidates')
+        self._exclusive: dict[tuple[str, str], tuple[float, bool | None]] = {}
         d = config.demand
         self.handoffs = HandOffWatch(
             window=d.needless_after if d else NEEDLESS_AFTER_S, every=d.interval if d else 10.0
@@ -240,6 +242,7 @@ class Reconciler:
             self._record_demand(demand)
         waiting = [c for c in cases if on_demand(c)]
         if not waiting:
+            self._exclusive.clear()
             return
         if demand is None:
             demand = Demand(down={"demand": "no demand source is configured"})
@@ -248,8 +251,14 @@ class Reconciler:
         found = candidates(waiting, now, recent)
         exclusive: dict[tuple[str, str], bool | None] = {}
         if demand.known and any(r.gpus for r in demand.requests):
+            mono, ttl = self.mono(), self.handoffs.every
             for key in {(c.node, c.gpu) for c in found}:
-                exclusive[key] = self._holds_only(waiting, *key)
+                at, known = self._exclusive.get(key, (float("-inf"), None))
+                if mono - at >= ttl:  # asked of the node once per demand reading
+                    known = self._holds_only(waiting, *key)
+                    self._exclusive[key] = (mono, known)
+                exclusive[key] = known
+            self._exclusive = {k: v for k, v in self._exclusive.items() if k in exclusive}
         self._choices = plan(demand, found, exclusive, now)
 
     def _holds_only(self, cases: list[Case], node_name: str, gpu: str) -> bool | None:
