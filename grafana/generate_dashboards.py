@@ -1393,6 +1393,92 @@ def actuator() -> dict[str, Any]:
             12,
             8,
         ),
+        (row("Demand (reclaim_when: demand)"), 24, 1),
+        (
+            timeseries(
+                "Waiting for GPUs",
+                "Requests waiting for GPUs at the actuator's last reading, by source (pending "
+                "Slurm jobs, unschedulable pods, a PromQL pool, the node's wait list). Only "
+                "what waits can make a reclaim_when: demand process go (docs/demand.md).",
+                [
+                    target(
+                        f"sum by (source) (gpu_reclaimer_demand_waiting{{{ACT_SEL}}})",
+                        "{{source}}",
+                    )
+                ],
+                "none",
+                minimum=0,
+                step=True,
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Demand sources up",
+                "0: the source failed or answered nonsense; demand is unknown and nothing "
+                "under reclaim_when: demand is reclaimed until it answers again.",
+                [
+                    target(
+                        f"min by (source) (gpu_reclaimer_demand_source_up{{{ACT_SEL}}})",
+                        "{{source}}",
+                    )
+                ],
+                "none",
+                minimum=0,
+                maximum=1,
+                step=True,
+                thresholds=_thresholds((None, "red"), (1, "green")),
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Reclaims by trigger, and needless ones",
+                "Reclaims per hour: idle (the grace ran out) or demand (someone waited); "
+                "needless: the reclaimed GPU was not taken within demand.needless_after.",
+                [
+                    per_hour("gpu_reclaimer_reclaims_total", "{{trigger}}", by="trigger"),
+                    per_hour(
+                        "gpu_reclaimer_needless_reclaims_total",
+                        "needless ({{trigger}})",
+                        "B",
+                        by="trigger",
+                    ),
+                ],
+                "short",
+                minimum=0,
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Time from demand to a free GPU",
+                "From a waiting request choosing an idle process's GPU to that GPU being free "
+                "(the grace, then the exit): median and 90th percentile.",
+                [
+                    target(
+                        "histogram_quantile(0.5, sum by (le) (rate("
+                        f"gpu_reclaimer_demand_to_free_seconds_bucket{{{ACT_SEL}}}"
+                        "[$__rate_interval])))",
+                        "p50",
+                    ),
+                    target(
+                        "histogram_quantile(0.9, sum by (le) (rate("
+                        f"gpu_reclaimer_demand_to_free_seconds_bucket{{{ACT_SEL}}}"
+                        "[$__rate_interval])))",
+                        "p90",
+                        "B",
+                    ),
+                ],
+                "s",
+                minimum=0,
+            ),
+            24,
+            8,
+        ),
     ]
     return dashboard(
         "gpu-reclaimer-actuator",

@@ -335,8 +335,15 @@ def _actuator_config(work: Path, node_dir: Path, port: int) -> Path:
     token.chmod(0o600)
     overrides = {
         "node": {"name": NODE, "sim_dir": str(node_dir)},
-        "server": {"listen": f"127.0.0.1:{port}", "token_file": str(token), "workers": 1},
+        "server": {
+            "listen": f"127.0.0.1:{port}",
+            "token_file": str(token),
+            "workers": 1,
+            "keep_socket": str(work / "keep.sock"),
+        },
         "storage": {"database": str(work / "actuator.db"), "audit_log": str(work / "audit.jsonl")},
+        # A demand source, so the demand panels have their series (nobody waits: 0).
+        "demand": {"wait_list": True, "interval": "1s"},
     }
     path = work / "actuator.yml"
     path.write_text(yaml.safe_dump(merge_config(FAST_POLICY, overrides)))
