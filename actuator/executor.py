@@ -183,7 +183,9 @@ class Executor:
                     "delivered": result.delivered,
                     "detail": result.detail,
                     "attempt": case.notice_attempts,
-                    "grace_started": case.notified_mono is not None,
+                    # reclaim_when: demand: delivered, but no grace runs until someone waits
+                    "grace_started": case.notified_mono is not None and not kept,
+                    "kind": notice.kind,
                 }
             )
         self.store.save_samples(case, self.fence())
