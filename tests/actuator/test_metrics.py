@@ -89,3 +89,46 @@ def test_the_endpoint_says_its_format_once_and_passes_promtool(tmp_path: Path) -
         [promtool, "check", "metrics"], input=body, text=True, capture_output=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_demand_metrics_come_from_the_store_and_pass_promtool(tmp_path: Path) -> None:
+    """Sources up or down, what waits, reclaims by trigger (needless ones too), and the
+    demand-to-free histogram, as every worker reads them from the store."""
+    import shutil
+    import subprocess
+
+    from prometheus_client import generate_latest
+
+    store = Store(tmp_path / "db")
+    store.init()
+    store.set_demand({"slurm": True, "promql:a100": False}, {"slurm": 3, "promql:a100": 0})
+    store.set_demand({"slurm": True, "promql:a100": False}, {"slurm": 2, "promql:a100": 0})
+    store.count("reclaims", "demand")
+    store.count("reclaims", "idle")
+    store.count("reclaims", "idle")
+    store.count("needless_reclaims", "idle")
+    store.observe_demand_to_free(45.5)
+    store.observe_demand_to_free(700.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ActuatorCollector(store))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("gpu_reclaimer_demand_source_up", source="slurm") == 1
+    assert value("gpu_reclaimer_demand_source_up", source="promql:a100") == 0
+    assert value("gpu_reclaimer_demand_waiting", source="slurm") == 2  # replaced, not added
+    assert value("gpu_reclaimer_reclaims_total", trigger="idle") == 2
+    assert value("gpu_reclaimer_reclaims_total", trigger="demand") == 1
+    assert value("gpu_reclaimer_needless_reclaims_total", trigger="idle") == 1
+    assert value("gpu_reclaimer_needless_reclaims_total", trigger="demand") == 0
+    histogram = "gpu_reclaimer_demand_to_free_seconds"
+    assert value(histogram + "_count") == 2 and value(histogram + "_sum") == 745.5
+    assert value(histogram + "_bucket", le="60.0") == 1
+    assert value(histogram + "_bucket", le="900.0") == 2
+    assert value(histogram + "_bucket", le="+Inf") == 2
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool: make setup installs Debian's prometheus"
+    done = subprocess.run([promtool, "check", "metrics"], input=generate_latest(registry),
+                          capture_output=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
