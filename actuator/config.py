@@ -343,6 +343,9 @@ class DemandSettings(Strict):
         False, description="callers of `gpu-reclaimer wait` on this node (server.keep_socket)"
     )
     interval: Duration = Field(10.0, gt=0, le=300, description="how often sources are read")
+    timeout: Duration = Field(
+        5.0, gt=0, le=60, description="a PromQL query waits no longer (no retries)"
+    )
     heartbeat_recent: Duration = Field(
         600.0, ge=0, description="a heartbeat this recent puts a process later in the choice"
     )

@@ -183,6 +183,8 @@ class Reconciler:
 
     def run(self, stop: threading.Event) -> None:
         interval = self.config.reconciler.interval
+        if self.demand is not None:  # sources are read apart: a slow one never stalls a pass
+            self.demand.start(stop)
         if self.namespaces is not None and self.kube is not None:
             self.policy_watch = start_watch(
                 self.kube.api_client, self.namespaces.objects, stop, cluster_mode=self.config.mode
@@ -238,7 +240,7 @@ class Reconciler:
         this pass, which warned idle cases serve a waiting request (actuator/demand/fit.py)."""
         self._choices = {}
         demand = self.demand.read() if self.demand is not None else None
-        if demand is not None and demand is not self._demand_seen:
+        if demand is not None and demand is not self._demand_seen and not demand.placeholder:
             self._record_demand(demand)
         waiting = [c for c in cases if on_demand(c)]
         if not waiting:
@@ -308,25 +310,23 @@ class Reconciler:
                 )
 
     def _record_demand(self, demand: Demand) -> None:
-        """Gauges for /metrics, and an audit record when a source goes down or comes back."""
-        before = self._demand_seen.down if self._demand_seen is not None else {}
+        """Gauges for /metrics, and an audit record when a source goes down or comes back
+        (compared with what the store last recorded: a new leader does not repeat it)."""
         self._demand_seen = demand
         names = self.demand.names if self.demand is not None else ()
-        for name in names:
-            if (name in demand.down) != (name in before):
+        before = self.store.demand_up()
+        up = {name: name not in demand.down for name in names}
+        for name, now_up in up.items():
+            if before.get(name, True) != now_up:
                 with contextlib.suppress(AuditError):
                     self.audit.write(
-                        {
-                            "event": Event.DEMAND_SOURCE,
-                            "source": name,
-                            "up": name not in demand.down,
-                            "error": demand.down.get(name),
-                        }
-                    )
+                        {"event": Event.DEMAND_SOURCE, "source": name, "up": now_up,
+                         "error": demand.down.get(name)}
+                    )  # fmt: skip
         waiting = {name: 0 for name in names}
         for request in demand.requests:
             waiting[request.source] = waiting.get(request.source, 0) + 1
-        self.store.set_demand({name: name not in demand.down for name in names}, waiting)
+        self.store.set_demand(up, waiting)
 
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to

@@ -245,9 +245,16 @@ def build_demand(
         from prometheus_api_client import PrometheusConnect
 
         assert d.prometheus is not None
-        prom = PrometheusConnect(d.prometheus, disable_ssl=False)
+        from urllib3.util.retry import Retry
+
+        # No retries, and a bound: a reading that fails is unknown demand, read again later.
+        prom = PrometheusConnect(d.prometheus, retry=Retry(total=0), timeout=d.timeout)
         sources += [PromqlQueue(prom, p.pool, p.query, p.nodes) for p in d.pools]
-    return DemandReader(sources, interval=d.interval, clock=time.monotonic)
+    # Older than this, a reading is unknown: every source had its time (Slurm's and the
+    # API server's own timeouts included).
+    slowest = max([d.timeout, *(s.timeout for s in (config.slurm, config.kubernetes) if s)])
+    max_age = 2 * d.interval + slowest
+    return DemandReader(sources, interval=d.interval, clock=time.monotonic, max_age=max_age)
 
 
 def build_nodes(config: ActuatorConfig) -> NodeDirectory:

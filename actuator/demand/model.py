@@ -67,6 +67,7 @@ class Demand:
     down: dict[str, str] = field(default_factory=dict)
     read_at: float = 0.0
     free: dict[str, int] = field(default_factory=dict)
+    placeholder: bool = False  # no reading yet (unknown, but no source has failed)
 
     @property
     def known(self) -> bool:

@@ -34,6 +34,11 @@ class CounterQueries(Database):
             bump(conn, "demand_to_free_count", "")
             bump(conn, "demand_to_free_ms", "", round(seconds * 1000))
 
+    def demand_up(self) -> dict[str, bool]:
+        """The demand sources as last recorded (by whichever reconciler acted)."""
+        rows = self._read("SELECT label, value FROM counters WHERE name = 'demand_up'")
+        return {r["label"]: bool(r["value"]) for r in rows}
+
     def set_demand(self, up: dict[str, bool], waiting: dict[str, int]) -> None:
         """The demand sources as last read (gauges: replaced, not added)."""
         with self._tx() as conn:

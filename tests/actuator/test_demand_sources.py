@@ -161,3 +161,74 @@ def test_one_failed_source_makes_demand_unknown_and_reads_are_spaced() -> None:
     second = reader.read()
     assert second.known and second.requests == (job,)
     assert not DemandReader([], interval=1.0, clock=lambda: 0.0).read().known
+
+
+def test_a_source_going_down_stops_an_escalation_and_says_so(
+    tmp_path: Path, workloads, actuator_factory
+) -> None:
+    """A real actuator reads a real Prometheus's queue: demand starts the grace; Prometheus
+    stops: demand is unknown, the escalation stops (audited), the gauge says which source
+    is down, and nothing is signalled."""
+    import json
+
+    from tests.actuator.conftest import alert_for, payload
+    from tests.support import wait_until
+
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 15s}\n")
+    with start_prometheus(config, tmp_path / "prom") as prom:
+        actuator = actuator_factory(
+            workloads.node_dir,
+            defaults={"reclaim_when": "demand", "grace": "60s"},
+            demand={"prometheus": prom.url, "interval": "0.2s",
+                    "pools": [{"pool": "sim", "nodes": ["*"], "query": "vector(1)"}]},
+        )  # fmt: skip
+        w = workloads.spawn(phases="idle")
+        assert actuator.post(payload(alert_for(w))).status_code == 200
+        wait_until(lambda: (actuator.case_for(w) or {}).get("demand"), 30)
+    # Prometheus is gone.
+    wait_until(lambda: actuator.metric("gpu_reclaimer_demand_source_up", source="promql:sim")
+               == 0, 30)  # fmt: skip
+    case = wait_until(lambda: (c := actuator.case_for(w)) and c["demand"] is None and c, 30)
+    assert case["state"] == "notified" and case["reason_code"] == "demand_unknown", case
+    assert case["signals"] == [] and w.alive()
+    audit = [json.loads(line) for line in (actuator.workdir / "audit.jsonl").open()]
+    (down,) = [a for a in audit if a["event"] == "demand_source"]
+    assert down["source"] == "promql:sim" and not down["up"] and "Prometheus" in down["error"]
+
+
+def test_in_the_background_a_slow_source_never_holds_a_pass_up() -> None:
+    """Read by its own thread, a source that takes long leaves `read()` answering at once:
+    the last reading while it is fresh, unknown once it is older than max_age."""
+    import threading
+    import time
+
+    release = threading.Event()
+    calls = []
+
+    class Slow:
+        name = "slurm"
+
+        def read(self) -> Reading:
+            calls.append(1)
+            if len(calls) > 1:
+                release.wait(10)  # the second reading hangs
+            return Reading((Request(source="slurm", key="1", who="job 1"),))
+
+    stop = threading.Event()
+    reader = DemandReader([Slow()], interval=0.05, clock=time.monotonic, max_age=0.5)
+    try:
+        assert reader.read().known  # not started: read when asked
+        reader.start(stop)
+        from tests.support import wait_until
+
+        wait_until(lambda: len(calls) >= 2, 5, 0.01)
+        started = time.monotonic()
+        fresh = reader.read()
+        assert time.monotonic() - started < 0.1 and fresh.known and len(fresh.requests) == 1
+        stale = wait_until(lambda: (d := reader.read()) and not d.known and d, 5, 0.05)
+        assert "no reading for" in stale.down["slurm"]
+        assert reader.read() is stale  # the same value while nothing new comes
+    finally:
+        stop.set()
+        release.set()
