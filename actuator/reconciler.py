@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from actuator.audit import AuditError, AuditLog, Event
 from actuator.clock import boottime
-from actuator.config import NEEDLESS_AFTER_S, ActuatorConfig
+from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
     Action,
@@ -38,10 +38,8 @@ from actuator.decisions import (
     decide_signalled,
     decide_unreachable,
 )
-from actuator.demand import Demand
-from actuator.demand.candidates import candidates, on_demand, pids_on
-from actuator.demand.fit import Choice, plan
-from actuator.demand.handoff import HandOffWatch, Watched, judge
+from actuator.demand.fit import Choice
+from actuator.demand.planner import DemandPlanner
 from actuator.demand.reader import DemandReader
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
@@ -134,18 +132,20 @@ class Reconciler:
         self.config = config
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
-        self._demand_seen: Demand | None = None
-        # (node, GPU UUID) -> (when asked, whether its processes are all candidates')
-        self._exclusive: dict[tuple[str, str], tuple[float, bool | None]] = {}
-        d = config.demand
-        self.handoffs = HandOffWatch(
-            window=d.needless_after if d else NEEDLESS_AFTER_S, every=d.interval if d else 10.0
-        )
         self.links = links
         self.alerts = alerts
         self.store = store
         self.audit = audit
         self.nodes = nodes if isinstance(nodes, NodeDirectory) else NodeDirectory(nodes)
+        self.planner = DemandPlanner(
+            demand,
+            config.demand,
+            store=store,
+            audit=audit,
+            node=self.nodes.get,
+            clock=clock,
+            mono=mono,
+        )
         self.notifier = notifier
         self.clock = clock
         self.mono = mono
@@ -220,9 +220,9 @@ class Reconciler:
             self.ingest()
             self.rearm()
             cases = self.store.live_cases()
-            self._plan_demand(cases)
+            self._choices = self.planner.plan(cases)
             self._advance_all(cases)
-            self._watch_handoffs()
+            self.planner.watch()
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
             return False
@@ -232,101 +232,6 @@ class Reconciler:
         self._prune()
         self.store.mark_progress(self.holder, self.mono())
         return True
-
-    # -- demand (reclaim_when: demand) ---------------------------------------------------
-
-    def _plan_demand(self, cases: list[Case]) -> None:
-        """Read who waits (sources are read at most every demand.interval) and choose, for
-        this pass, which warned idle cases serve a waiting request (actuator/demand/fit.py)."""
-        self._choices = {}
-        demand = self.demand.read() if self.demand is not None else None
-        if demand is not None and demand is not self._demand_seen and not demand.placeholder:
-            self._record_demand(demand)
-        waiting = [c for c in cases if on_demand(c)]
-        if not waiting:
-            self._exclusive.clear()
-            return
-        if demand is None:
-            demand = Demand(down={"demand": "no demand source is configured"})
-        now = self.clock()
-        recent = self.config.demand.heartbeat_recent if self.config.demand else 0.0
-        found = candidates(waiting, now, recent)
-        exclusive: dict[tuple[str, str], bool | None] = {}
-        if demand.known and any(r.gpus for r in demand.requests):
-            mono, ttl = self.mono(), self.handoffs.every
-            for key in {(c.node, c.gpu) for c in found}:
-                at, known = self._exclusive.get(key, (float("-inf"), None))
-                if mono - at >= ttl:  # asked of the node once per demand reading
-                    known = self._holds_only(waiting, *key)
-                    self._exclusive[key] = (mono, known)
-                exclusive[key] = known
-            self._exclusive = {k: v for k, v in self._exclusive.items() if k in exclusive}
-        self._choices = plan(demand, found, exclusive, now)
-
-    def _holds_only(self, cases: list[Case], node_name: str, gpu: str) -> bool | None:
-        """Whether the GPU holds nothing but these cases' processes (None: unknown)."""
-        node = self.nodes.get(node_name)
-        if node is None:
-            return None
-        try:
-            listed = node.gpu_processes(gpu)
-        except NodeUnreachable:
-            return None
-        if listed is None:
-            return None
-        return set(listed) <= pids_on(cases, node_name, gpu)
-
-    def _watch_handoffs(self) -> None:
-        """Reclaimed GPUs: their next holder (audited), or a needless reclaim (counted)."""
-        mono = self.mono()
-        for w in self.handoffs.due(mono):
-            node = self.nodes.get(w.node)
-            try:
-                listed = node.gpu_processes(w.gpu) if node is not None else None
-            except NodeUnreachable:
-                listed = None
-            outcome = judge(w, listed, mono, self.handoffs.window)
-            if outcome is None:
-                continue
-            self.handoffs.done(w.case)
-            if outcome.kind == "unknown":
-                continue
-            if outcome.kind == "needless":
-                self.store.count("needless_reclaims", w.trigger)
-            with contextlib.suppress(AuditError):
-                self.audit.write(
-                    {
-                        "event": Event.GPU_TAKEN
-                        if outcome.kind == "taken"
-                        else Event.NEEDLESS_RECLAIM,
-                        "case": w.case,
-                        "node": w.node,
-                        "uuid": w.gpu,
-                        "trigger": w.trigger,
-                        "request": w.request,
-                        "holders": list(outcome.holders),
-                        "seconds": round(outcome.seconds, 3),
-                    }
-                )
-
-    def _record_demand(self, demand: Demand) -> None:
-        """Gauges for /metrics, and an audit record when a source goes down or comes back
-        (compared with what the store last recorded: a new leader does not repeat it)."""
-        self._demand_seen = demand
-        names = self.demand.names if self.demand is not None else ()
-        before = self.store.demand_up()
-        up = {name: name not in demand.down for name in names}
-        for name, now_up in up.items():
-            if before.get(name, True) != now_up:
-                with contextlib.suppress(AuditError):
-                    self.audit.write(
-                        {"event": Event.DEMAND_SOURCE, "source": name, "up": now_up,
-                         "error": demand.down.get(name)}
-                    )  # fmt: skip
-        waiting = {name: 0 for name in names}
-        for request in demand.requests:
-            waiting[request.source] = waiting.get(request.source, 0) + 1
-        self.store.set_demand(up, waiting)
 
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to
@@ -763,11 +668,7 @@ class Reconciler:
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
         self.executor.carry_out(Step(case, d, live, eff, node, scheduler, now))
         if d.state == State.RECLAIMED:
-            freed = frozenset({case.pid, *(m.pid for m in case.members)})
-            trigger: Literal["idle", "demand"] = "demand" if case.demand_for else "idle"
-            self.handoffs.add(
-                Watched(case.id, case.node, case.uuid, trigger, case.demand_for, mono, freed)
-            )
+            self.planner.reclaimed(case, mono)
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""
