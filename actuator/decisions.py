@@ -235,19 +235,22 @@ def on_demand(
 ) -> Decision | None:
     """`reclaim_when: demand`, once the owner was told the process is idle: the grace runs
     only while a waiting request this GPU serves exists (the second notice says so); demand
-    that goes away or becomes unknown stops the escalation. None: the grace is over (or
-    the owner released it), go on as for any case."""
+    that goes away stops the escalation, unknown demand holds it. None: the grace is over
+    (or the owner released it), go on as for any case."""
     if case.release_requested_mono is not None:  # the owner said: go ahead
         return None
-    if choice is None or choice.verdict != Verdict.CHOSEN:
+    if choice is None or choice.verdict == Verdict.UNKNOWN:
+        # Unknown demand is no demand: held, never signalled; a grace already running is
+        # not reset by a source's outage, and goes on only once the request is known again.
+        return wait()
+    if choice.verdict != Verdict.CHOSEN:
         if case.demand_mono is None:
             return wait()
-        unknown = choice is None or choice.verdict == Verdict.UNKNOWN
-        why = choice.reason if choice is not None else "demand not read"
         return move(
             State.NOTIFIED,
-            Reason.DEMAND_UNKNOWN if unknown else Reason.DEMAND_GONE,
-            f"escalation stopped: {why}; the process waits until someone needs its GPU",
+            Reason.DEMAND_GONE,
+            f"escalation stopped: {choice.reason}; the process waits until someone needs its "
+            "GPU",
             demand_for=None,
             demand_who=None,
             demand_at=None,

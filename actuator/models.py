@@ -174,7 +174,6 @@ class Reason(StrEnum):
     # reclaim_when: demand (actuator/demand/)
     DEMAND = "demand"  # someone waits for this GPU: the grace starts
     DEMAND_GONE = "demand_gone"  # the wait ended (or another GPU serves it): waits again
-    DEMAND_UNKNOWN = "demand_unknown"  # a source failed: held, nothing reclaimed on a guess
     SNOOZE_EXPIRED = "snooze_expired"
     REARMED = "rearmed"
     TERM_TIMEOUT = "term_timeout"

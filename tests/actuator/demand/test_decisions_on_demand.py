@@ -56,14 +56,18 @@ def test_demand_starts_the_grace_with_a_second_notice():
     assert "Slurm job 4711 of bob waits" in term.reason
 
 
-def test_demand_that_goes_away_or_turns_unknown_stops_the_escalation():
+def test_demand_that_goes_away_stops_the_escalation_unknown_demand_holds_it():
     waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0, demand_mono=T0)
     gone = step(waiting, NOBODY, now=T0 + 300)
     assert gone.state == State.NOTIFIED and gone.code == "demand_gone"
     assert gone.updates.demand_mono is None and gone.updates.demand_for is None
-    unknown = step(waiting, UNKNOWN, now=T0 + 600)
-    assert unknown.state == State.NOTIFIED and unknown.code == "demand_unknown"
-    assert unknown.action != Action.TERM
+    # Past the deadline, but nobody can say whether the job still waits: held, not reset.
+    for unknown in (UNKNOWN, None):
+        held = step(waiting, unknown, now=T0 + 900)
+        assert held.action == Action.WAIT and not held.changes_state
+        assert not {"demand_for", "demand_mono"} & held.updates.changed().keys()  # not reset
+    # Known again, the request still waits: the deadline it was told has passed.
+    assert step(waiting, CHOSEN, now=T0 + 900).action == Action.TERM
 
 
 def test_demand_never_makes_a_working_process_reclaimable():
