@@ -249,8 +249,7 @@ def on_demand(
         return move(
             State.NOTIFIED,
             Reason.DEMAND_GONE,
-            f"escalation stopped: {choice.reason}; the process waits until someone needs its "
-            "GPU",
+            f"escalation stopped: {choice.reason}; the process waits until someone needs its GPU",
             demand_for=None,
             demand_who=None,
             demand_at=None,
