@@ -11,7 +11,10 @@ Figures come from the series the exporter, the rules and the actuator already re
   one idle process held the GPU), per user, project and node (from `gpu_process_info`);
 - reclaimed: `increase()` over the period of `gpu_released_success_total` and
   `gpu_memory_freed_bytes_total` (the actuator's counters);
-- cost: idle GPU-hours x the price per GPU-hour given.
+- idle energy: `gpu_process:idle_power_watts` (the GPU's board power shared among its
+  processes by memory held, while the process is idle), integrated step by step like idle
+  time, in kWh;
+- cost: idle GPU-hours x the price per GPU-hour given, and idle kWh x the price per kWh.
 
 `build()` takes any object with prometheus-api-client's `custom_query` and
 `custom_query_range`; the command (actuator/report_cli.py) passes a `PrometheusConnect`.
@@ -34,6 +37,12 @@ GiB = 1024**3
 
 IDLE_BY_PROCESS = (
     "max by (instance, gpu, uuid, pid) (last_over_time(gpu_process:idle_condition[{step}s]))"
+    " * on (instance, gpu, uuid, pid) group_left (node, user, project)"
+    " max by (instance, gpu, uuid, pid, node, user, project)"
+    " (last_over_time(gpu_process_info[{step}s]))"
+)
+IDLE_POWER_BY_PROCESS = (
+    "max by (instance, gpu, uuid, pid) (last_over_time(gpu_process:idle_power_watts[{step}s]))"
     " * on (instance, gpu, uuid, pid) group_left (node, user, project)"
     " max by (instance, gpu, uuid, pid, node, user, project)"
     " (last_over_time(gpu_process_info[{step}s]))"
@@ -68,6 +77,7 @@ class Usage:
     idle_process_hours: float = 0.0
     idle_gpu_hours: float = 0.0
     idle_memory_gib_hours: float = 0.0
+    idle_kwh: float = 0.0  # the energy idle processes' share of their GPUs' draw burned
 
 
 @dataclass
@@ -138,6 +148,14 @@ def build(
     )
     figures = Figures(start, end, step, int(gpus), utilisation, Usage(), asked=asked)
     _add_idle(figures, series)
+    progress("idle energy")
+    power = prom.custom_query_range(
+        IDLE_POWER_BY_PROCESS.format(step=int(step)),
+        start_time=datetime.fromtimestamp(start + step),
+        end_time=datetime.fromtimestamp(end),
+        step=f"{int(step)}s",
+    )
+    _add_energy(figures, power)
     progress("reclaims")
     figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
     freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
@@ -195,6 +213,18 @@ def _add_idle(figures: Figures, series: list[dict[str, Any]]) -> None:
     figures.by_node = dict(per_group["node"])
 
 
+def _add_energy(figures: Figures, series: list[dict[str, Any]]) -> None:
+    """Watts in each step x the step's hours, per process, into kWh per group."""
+    hours = figures.step / 3600
+    by = {"user": figures.by_user, "project": figures.by_project, "node": figures.by_node}
+    for item in series:
+        labels = item["metric"]
+        kwh = sum(float(value) for _, value in item["values"]) * hours / 1000
+        figures.total.idle_kwh += kwh
+        for key, groups in by.items():
+            groups.setdefault(labels.get(key) or "(none)", Usage()).idle_kwh += kwh
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="minutes")
 
@@ -206,9 +236,13 @@ def _iso(ts: float) -> str:
 class Price:
     per_gpu_hour: float | None = None
     currency: str = ""
+    per_kwh: float | None = None
 
     def cost(self, gpu_hours: float) -> float | None:
         return None if self.per_gpu_hour is None else gpu_hours * self.per_gpu_hour
+
+    def energy_cost(self, kwh: float) -> float | None:
+        return None if self.per_kwh is None else kwh * self.per_kwh
 
 
 def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
@@ -231,10 +265,14 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
         ("idle memory GiB-hours", f"{f.total.idle_memory_gib_hours:.1f}"),
         ("processes reclaimed", f"{f.reclaims:.0f}"),
         ("memory freed by reclaims", f"{f.freed_gib:.1f} GiB"),
+        ("idle energy", f"{f.total.idle_kwh:.2f} kWh"),
     ]
     cost = price.cost(f.total.idle_gpu_hours)
     if cost is not None:
         rows.append((f"cost of idle GPU time ({price.currency})", f"{cost:.2f}"))
+    energy = price.energy_cost(f.total.idle_kwh)
+    if energy is not None:
+        rows.append((f"cost of idle energy ({price.currency})", f"{energy:.2f}"))
     return rows
 
 
@@ -265,6 +303,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                 "idle_process_hours",
                 "idle_gpu_hours",
                 "idle_memory_gib_hours",
+                "idle_kwh",
                 "cost",
             ],
         )
@@ -290,6 +329,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                     "idle GPU-h",
                     "idle process-h",
                     "idle GiB-h",
+                    "idle kWh",
                     *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else []),
                 ],
                 [
@@ -299,6 +339,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                         f"{g['idle_gpu_hours']:.2f}",
                         f"{g['idle_process_hours']:.2f}",
                         f"{g['idle_memory_gib_hours']:.1f}",
+                        f"{g['idle_kwh']:.2f}",
                         *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else []),
                     ]
                     for g in groups
@@ -322,6 +363,7 @@ def _as_json(f: Figures, price: Price) -> dict[str, Any]:
         "reclaims": f.reclaims,
         "freed_gib": round(f.freed_gib, 4),
         "idle_cost": price.cost(f.total.idle_gpu_hours),
+        "idle_energy_cost": price.energy_cost(f.total.idle_kwh),
         "currency": price.currency or None,
         "groups": group_rows(f, price),
     }

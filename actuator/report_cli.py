@@ -43,6 +43,13 @@ def add_commands(commands: Any) -> None:
         help="also report the period this much earlier, side by side (e.g. 7d)",
     )
     parser.add_argument("--price-per-gpu-hour", type=float, metavar="X")
+    parser.add_argument(
+        "--price-per-kwh",
+        type=float,
+        metavar="X",
+        help="the price of a kWh: the idle energy's cost (idle processes' share of their GPUs' "
+        "board power, from gpu_power_usage_watts)",
+    )
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
     parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
     parser.add_argument(
@@ -96,6 +103,8 @@ def run_report(args: argparse.Namespace) -> int:
     start, end = period(args)
     if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
         raise CommandError("--price-per-gpu-hour must not be negative")
+    if args.price_per_kwh is not None and args.price_per_kwh < 0:
+        raise CommandError("--price-per-kwh must not be negative")
     prom = connect(args.prometheus, args.timeout)
 
     def progress(step: str) -> None:
@@ -113,6 +122,6 @@ def run_report(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
         raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
-    price = Price(args.price_per_gpu_hour, args.currency)
+    price = Price(args.price_per_gpu_hour, args.currency, args.price_per_kwh)
     sys.stdout.write(render(figures, args.format, price, before))
     return 0

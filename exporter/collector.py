@@ -66,6 +66,8 @@ class _Families:
     utilization: Family = field(init=False)
     memory_used: Family = field(init=False)
     memory_total: Family = field(init=False)
+    power: Family = field(init=False)
+    energy: Family = field(init=False)
     device_up: Family = field(init=False)
     util_supported: Family = field(init=False)
     util_unknown: Family = field(init=False)
@@ -91,6 +93,13 @@ class _Families:
         self.utilization = g("gpu_utilization_ratio", "Device utilisation, 0-1.", gpu)
         self.memory_used = g("gpu_memory_used_bytes", "Device memory used.", gpu)
         self.memory_total = g("gpu_memory_total_bytes", "Device memory total.", gpu)
+        self.power = g("gpu_power_usage_watts", "Board power draw now, watts.", gpu)
+        self.energy = Family(
+            "gpu_energy_consumed_joules",
+            "counter",
+            "Energy the board consumed since the driver loaded, joules.",
+            gpu,
+        )
         self.device_up = g(
             "gpu_exporter_device_up",
             "1 when NVML answers for this GPU, 0 on error (e.g. GPU is lost).",
@@ -303,6 +312,10 @@ class GpuCollector(Collector):
             families.memory_used.add(labels, gpu.memory_used)
         if gpu.memory_total is not None:
             families.memory_total.add(labels, gpu.memory_total)
+        if gpu.power_watts is not None:
+            families.power.add(labels, gpu.power_watts)
+        if gpu.energy_joules is not None:
+            families.energy.add(labels, gpu.energy_joules)
         families.util_supported.add(labels, 1 if gpu.process_util_supported else 0)
         if gpu.util_unknown_reason:
             families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)

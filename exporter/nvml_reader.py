@@ -43,6 +43,8 @@ class GpuReading:
     processes: tuple[GpuProcessReading, ...]
     # Why per-process utilisation is unknown on this GPU ("" when it is known): see util_join.
     util_unknown_reason: str = ""
+    power_watts: float | None = None  # board power now; None: not supported or failed
+    energy_joules: float | None = None  # since the driver loaded (Volta and later)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,11 @@ class NvmlReader:
         for pid, info in unique.items():
             util: float | None = None if reason else samples.get(pid, 0) / 100
             processes.append(GpuProcessReading(pid, info.usedGpuMemory, util))
+        milliwatts = self._query("nvmlDeviceGetPowerUsage", handle)
+        millijoules = self._query("nvmlDeviceGetTotalEnergyConsumption", handle)
         return GpuReading(
+            power_watts=milliwatts / 1000 if milliwatts is not None else None,
+            energy_joules=millijoules / 1000 if millijoules is not None else None,
             index=index,
             uuid=uuid,
             name=name,

@@ -17,6 +17,7 @@ from typing import Any
 import pynvml
 
 from exporter.procfs import start_ticks
+from exporter.sim import power
 from exporter.sim.state import (
     Faults,
     ProcFileCache,
@@ -60,6 +61,10 @@ class SimulatedNvml:
         self._lock = threading.Lock()
         self._snapshot: _Snapshot | None = None
         self._proc_files = ProcFileCache(self.directory)
+        # Energy per GPU index: (joules so far, when, watts then), integrated from opening.
+        self._opened = time.monotonic()
+        self._energy: dict[int, tuple[float, float, float]] = {}
+        self._energy_lock = threading.Lock()
 
     # Constants, structs and error classes come from the real module.
     def __getattr__(self, name: str) -> Any:
@@ -176,6 +181,29 @@ class SimulatedNvml:
         rates.gpu = min(100, sum(p.sm_util for p in processes))
         rates.memory = min(100, sum(p.sm_util // 2 for p in processes))
         return rates
+
+    def nvmlDeviceGetPowerUsage(self, handle: SimDeviceHandle) -> int:
+        """Milliwatts now (nvmlDeviceGetPowerUsage): the model's draw at this utilisation."""
+        snapshot = self._enter("nvmlDeviceGetPowerUsage")
+        gpu = self._gpu(snapshot, handle)
+        return round(self._watts(snapshot, gpu) * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: SimDeviceHandle) -> int:
+        """Millijoules since this NVML was opened (the driver's counter starts at its load):
+        the draw integrated between calls."""
+        snapshot = self._enter("nvmlDeviceGetTotalEnergyConsumption")
+        gpu = self._gpu(snapshot, handle)
+        watts, now = self._watts(snapshot, gpu), time.monotonic()
+        with self._energy_lock:
+            joules, at, previous = self._energy.get(gpu.index, (0.0, self._opened, watts))
+            joules += (previous + watts) / 2 * max(0.0, now - at)  # trapezoid
+            self._energy[gpu.index] = (joules, now, watts)
+        return round(joules * 1000)
+
+    def _watts(self, snapshot: _Snapshot, gpu: SimGpu) -> float:
+        processes = self._processes_on(snapshot, gpu.index)
+        util = min(100, sum(p.sm_util for p in processes)) / 100
+        return power.model_for(gpu.name).draw(util, holding=bool(processes))
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: SimDeviceHandle) -> list[Any]:
         snapshot = self._enter("nvmlDeviceGetComputeRunningProcesses")

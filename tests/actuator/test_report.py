@@ -43,6 +43,7 @@ def _history(s: int) -> str:
         "gpu_utilization_ratio": [],
         "gpu_process_info": [],
         "gpu_process:idle_condition": [],
+        "gpu_process:idle_power_watts": [],
         "gpu_released_success_total": [],
         "gpu_memory_freed_bytes_total": [],
     }
@@ -73,12 +74,20 @@ def _history(s: int) -> str:
         (201, 1 * GiB, start + 1800, start + 3600),
         (300, 8 * GiB, before, start),
     ]
+    watts = {100: 120.0, 200: 80.0, 201: 40.0, 300: 90.0}  # its share of its GPU's draw
     for pid, memory, a, b in idle:
         g = info[pid][0]
         families["gpu_process:idle_condition"] += _series(
             "gpu_process:idle_condition",
             f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
             memory,
+            a,
+            b,
+        )
+        families["gpu_process:idle_power_watts"] += _series(
+            "gpu_process:idle_power_watts",
+            f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
+            watts[pid],
             a,
             b,
         )
@@ -140,6 +149,8 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
         "10",
         "--currency",
         "CNY",
+        "--price-per-kwh",
+        "0.8",
     )
     assert done.returncode == 0, done.stderr
     assert "querying" in done.stderr  # progress
@@ -150,6 +161,9 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     assert got["idle_process_hours"] == 2.0
     assert got["idle_memory_gib_hours"] == 5.5  # 4 GiB x 1 h + (2 + 1) GiB x 0.5 h
     assert got["idle_cost"] == 15.0 and got["currency"] == "CNY"
+    # 120 W x 1 h + (80 + 40) W x 0.5 h = 0.18 kWh; at 0.8 a kWh, 0.144
+    assert got["idle_kwh"] == pytest.approx(0.18)
+    assert got["idle_energy_cost"] == pytest.approx(0.144)
     assert got["reclaims"] == pytest.approx(1, rel=0.01)
     assert got["freed_gib"] == pytest.approx(4, rel=0.01)
     groups = {(g["by"], g["name"]): g for g in got["groups"]}
@@ -158,6 +172,7 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     assert groups[("user", "bob")]["idle_process_hours"] == 1.0
     assert groups[("user", "bob")]["idle_memory_gib_hours"] == 1.5
     assert groups[("project", "vision")]["cost"] == 10.0
+    assert groups[("user", "bob")]["idle_kwh"] == pytest.approx(0.06)
     assert groups[("node", "n1")]["idle_gpu_hours"] == 1.5
     assert ("user", "carol") not in groups  # idle only before the period
 
@@ -224,8 +239,10 @@ def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
     assert any(line.split()[:3] == ["user", "alice", "1.00"] for line in lines), table.stdout
     assert "cost of idle GPU time (CNY)  15.00" in table.stdout
     rows = report(prom, *period, "--format", "csv").stdout.splitlines()
-    assert rows[0] == "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,cost"
-    assert "user,alice,1.0,1.0,4.0," in rows
+    assert rows[0] == (
+        "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,idle_kwh,cost"
+    )
+    assert "user,alice,1.0,1.0,4.0,0.12," in rows
 
 
 def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(

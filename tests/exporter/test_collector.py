@@ -298,3 +298,31 @@ def test_with_the_default_timeout_a_scrape_during_a_hang_answers_within_2s(
     assert scraper.value("gpu_exporter_nvml_up") == 0
     assert time.monotonic() - started < 2.0
     _fault(sim_node, hang_call="")
+
+
+def test_board_power_and_energy_as_the_card_draws_them(sim_node: Path, spawn_workload) -> None:
+    """An empty card draws its lowest power; one holding an idle context more; a busy one
+    more still, within its limit; the energy counter only goes up."""
+    from exporter.sim.power import model_for
+
+    model = model_for(load_node(sim_node).gpus[0].name)
+    scraper = Scraper(sim_node)
+
+    def power(gpu: int) -> float | None:
+        return scraper.value("gpu_power_usage_watts", gpu=gpu, uuid=scraper.uuids[gpu])
+
+    def energy(gpu: int) -> float | None:
+        return scraper.value("gpu_energy_consumed_joules_total", gpu=gpu, uuid=scraper.uuids[gpu])
+
+    scraper.samples()
+    assert power(0) == model.empty_w and power(1) == model.empty_w
+    spawn_workload(memory="3GiB", phases="idle")
+    spawn_workload(gpu=1, memory="3GiB", phases="busy")
+    time.sleep(SNAPSHOT_TTL_SECONDS)
+    scraper.samples()
+    first = energy(1)
+    time.sleep(1.0)
+    scraper.samples()
+    assert power(0) == model.context_w  # idle: the context alone
+    assert model.context_w < power(1) <= model.limit_w  # busy
+    assert energy(1) - first >= model.context_w * 0.9  # about a second of its draw
