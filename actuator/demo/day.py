@@ -243,6 +243,7 @@ class DayFigures:
     reclaimed: int
     harmed: int  # finishing jobs the actuator signalled: must be 0
     needless: int = 0  # reclaimed GPUs no job took within NEEDLESS_WINDOW_H
+    idle_kwh: float | None = None  # what idle processes' share of their GPUs' draw burned
     demand_to_free_h: float | None = None  # median, demand mode: from the wait to the GPU
 
     @property
@@ -299,6 +300,13 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     )
     samples = float(idle[0]["value"][1]) if idle else 0.0
     idle_hours = samples * stack.interval / scheduler.scale / 3600
+    # Watts summed over the evaluations, x the simulated hours each stands for.
+    watts = stack.query(f"sum(sum_over_time(gpu_process:idle_power_watts[{span}:{step}]))")
+    idle_kwh = (
+        float(watts[0]["value"][1]) * stack.interval / scheduler.scale / 3600 / 1000
+        if watts
+        else None
+    )
     cases = stack.actuator_api("/api/v1/cases", limit=1000)["cases"]
     signalled = {"terminating", "killing", "reclaimed", "failed"}
     finishing_pids = {w.pid for r in runs if r.job.finishes for w in r.workloads}
@@ -326,6 +334,7 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         harmed=harmed,
         needless=needless_reclaims(scheduler, cases, uuids, hours),
         demand_to_free_h=demand_to_free(stack, scheduler),
+        idle_kwh=idle_kwh,
     )
 
 
@@ -410,6 +419,10 @@ def table(runs: Sequence[DayFigures], seed: int, scale: float) -> str:
         row("mean queue wait of the jobs that started", lambda f: _num(f.mean_wait_h, " h")),
         row("jobs still waiting at the end", lambda f: str(f.waiting_at_end)),
         row("GPU-hours held by idle or stalled processes", lambda f: _num(f.idle_gpu_hours, " h")),
+        row(
+            "energy idle processes burned (their share of the GPUs' draw)",
+            lambda f: _num(f.idle_kwh, " kWh"),
+        ),
         row("processes reclaimed", lambda f: str(f.reclaimed)),
         row(
             f"needless reclaims (no job took the GPU within {NEEDLESS_WINDOW_H:g} h)",

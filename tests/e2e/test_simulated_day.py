@@ -50,4 +50,7 @@ def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
     assert demand.mean_wait_h is not None and observe.mean_wait_h is not None
     assert demand.idle_gpu_hours is not None and observe.idle_gpu_hours is not None
     assert demand.idle_gpu_hours < observe.idle_gpu_hours, report
+    # The notebook's share of its GPU's draw, while idle: burned observing, cut by the reclaim.
+    assert observe.idle_kwh and demand.idle_kwh is not None, report
+    assert demand.idle_kwh < observe.idle_kwh, report
     assert "| jobs completed per GPU per day | 0.0 | 6.0 |" in report, report
