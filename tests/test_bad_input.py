@@ -76,8 +76,10 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["sim", "init", str(tmp / "node"), "--gpus", "two"], "two"),
         (["keep", "abc", "--for", "1h"], "not a whole number"),
         (["wait", "--gpus", "two"], "not a whole number"),
-        (["report", "--prometheus", DOWN, "--since", "1h", "--price-per-kwh", "-1"],
-         "must not be negative"),
+        (
+            ["report", "--prometheus", DOWN, "--since", "1h", "--price-per-kwh", "-1"],
+            "must not be negative",
+        ),
         (["wait", "--memory", "lots"], "--memory"),
         (["wait", "--gpus", "1", "--for", "a while"], "invalid duration"),
         (["--log-level", "chatty", "exporter"], "--log-level"),
