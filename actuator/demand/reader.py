@@ -68,12 +68,14 @@ class DemandReader:
         # no change to record.
         if self._stale is None or self._stale[0] is not last:
             if last is None:
-                stale = Demand(down={"demand": "not read yet"}, read_at=self.clock(),
-                               placeholder=True)  # fmt: skip
+                stale = Demand(
+                    down={"demand": "not read yet"}, read_at=self.clock(), placeholder=True
+                )
             else:
                 why = f"no reading for {age:.0f}s"
-                stale = Demand(down={name: why for name in self.names} or {"demand": why},
-                               read_at=self.clock())  # fmt: skip
+                stale = Demand(
+                    down={name: why for name in self.names} or {"demand": why}, read_at=self.clock()
+                )
             self._stale = (last, stale)
         return self._stale[1]
 

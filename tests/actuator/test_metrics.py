@@ -129,6 +129,10 @@ def test_demand_metrics_come_from_the_store_and_pass_promtool(tmp_path: Path) ->
     assert value(histogram + "_bucket", le="+Inf") == 2
     promtool = shutil.which("promtool")
     assert promtool, "promtool: make setup installs Debian's prometheus"
-    done = subprocess.run([promtool, "check", "metrics"], input=generate_latest(registry),
-                          capture_output=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_latest(registry),
+        capture_output=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

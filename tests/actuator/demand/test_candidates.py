@@ -26,8 +26,9 @@ def test_only_warned_cases_under_demand_are_candidates():
 
 
 def test_a_signalled_case_is_capacity_only_for_its_own_request():
-    mine = make_case(state=State.TERMINATING, notified_mono=T0, effective=DEMAND,
-                     demand_for="slurm:7")  # fmt: skip
+    mine = make_case(
+        state=State.TERMINATING, notified_mono=T0, effective=DEMAND, demand_for="slurm:7"
+    )
     found = candidate(mine, T0, 600)
     assert found is not None and found.signalled and found.serving == "slurm:7"
     idle_mode = make_case(state=State.TERMINATING, notified_mono=T0, effective=DEMAND)
@@ -36,10 +37,14 @@ def test_a_signalled_case_is_capacity_only_for_its_own_request():
 
 def test_idle_since_never_before_the_process_and_a_recent_heartbeat_counts():
     # An alert claiming the idleness began before the process did: the process's start wins.
-    case = make_case(state=State.NOTIFIED, notified_mono=T0, effective=DEMAND,
-                     starts_ts=T0 - 7200, start_time=T0 - 600,
-                     facts={"node": "n", "pid": 4242, "gpu_uuid": "GPU-0",
-                            "last_activity": T0 - 60})  # fmt: skip
+    case = make_case(
+        state=State.NOTIFIED,
+        notified_mono=T0,
+        effective=DEMAND,
+        starts_ts=T0 - 7200,
+        start_time=T0 - 600,
+        facts={"node": "n", "pid": 4242, "gpu_uuid": "GPU-0", "last_activity": T0 - 60},
+    )
     found = candidate(case, T0, heartbeat_recent=300)
     assert found is not None and found.idle_since == T0 - 600 and found.heartbeat_recent
     assert not candidate(case, T0, heartbeat_recent=30).heartbeat_recent  # type: ignore[union-attr]

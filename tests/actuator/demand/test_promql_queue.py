@@ -73,15 +73,19 @@ def test_a_source_going_down_holds_an_escalation_past_its_deadline(
         actuator = actuator_factory(
             workloads.node_dir,
             defaults={"reclaim_when": "demand", "grace": "3s"},
-            demand={"prometheus": prom.url, "interval": "0.2s",
-                    "pools": [{"pool": "sim", "nodes": ["*"], "query": "vector(1)"}]},
-        )  # fmt: skip
+            demand={
+                "prometheus": prom.url,
+                "interval": "0.2s",
+                "pools": [{"pool": "sim", "nodes": ["*"], "query": "vector(1)"}],
+            },
+        )
         w = workloads.spawn(phases="idle")
         assert actuator.post(payload(alert_for(w))).status_code == 200
         wait_until(lambda: (actuator.case_for(w) or {}).get("demand"), 30)
         # Gone before the 3 s grace ends (the demand is read every 0.2 s).
-    wait_until(lambda: actuator.metric("gpu_reclaimer_demand_source_up", source="promql:sim")
-               == 0, 30)  # fmt: skip
+    wait_until(
+        lambda: actuator.metric("gpu_reclaimer_demand_source_up", source="promql:sim") == 0, 30
+    )
     case = actuator.case_for(w)
     assert case is not None and case["demand"] is not None
     deadline = case["demand"]["since"] + 3
