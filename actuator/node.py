@@ -72,26 +72,38 @@ class Node(Protocol):
 
 class _SharedReading:
     """One bounded NVML reading, reused for READING_TTL seconds, but never for a process
-    that started after it was taken: it cannot say such a process is not on the GPU."""
+    that started after it was taken: it cannot say such a process is not on the GPU.
+
+    One reading at a time: callers that come while it is taken wait for it and share it.
+    (The bounded call answers None to a second caller while the first call runs, as if
+    NVML were wedged: concurrent callers, say the reconciler and the wait list, would read
+    "unknown" for no reason.)"""
 
     def __init__(self, read: Callable[[], NvmlReading | None]) -> None:
         self._read = read
         self._lock = threading.Lock()
+        self._reading = threading.Lock()  # held while the reading is taken
         self._at = float("-inf")
         self._wall = float("-inf")
         self._value: NvmlReading | None = None
 
+    def _fresh(self, not_before: float) -> bool:
+        return time.monotonic() - self._at < READING_TTL and self._wall >= not_before
+
     def __call__(self, not_before: float = float("-inf")) -> NvmlReading | None:
         """`not_before`: wall-clock time the reading must be taken after."""
         with self._lock:
-            now = time.monotonic()
-            if now - self._at < READING_TTL and self._wall >= not_before:
+            if self._fresh(not_before):
                 return self._value
-        wall = time.time()
-        value = self._read()
-        with self._lock:
-            self._value, self._at, self._wall = value, time.monotonic(), wall
-        return value
+        with self._reading:
+            with self._lock:  # taken meanwhile by the caller this one waited for?
+                if self._fresh(not_before):
+                    return self._value
+            wall = time.time()
+            value = self._read()
+            with self._lock:
+                self._value, self._at, self._wall = value, time.monotonic(), wall
+            return value
 
 
 class LocalNode:

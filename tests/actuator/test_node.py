@@ -158,3 +158,32 @@ def test_a_shared_reading_is_never_older_than_the_process_it_judges() -> None:
     assert len(calls) == 2
     shared(not_before=calls[-1] - 1)  # started before the new reading: shared
     assert len(calls) == 2
+
+
+def test_callers_at_once_share_one_reading_and_none_reads_unknown() -> None:
+    """The reconciler, the wait list's waiters and the keep socket read the node at once:
+    one NVML reading is taken (bounded), the others wait for it and share it; none is told
+    "NVML did not answer" because another caller was reading (the bounded call refuses a
+    second call while one runs)."""
+    import threading
+
+    from actuator.node import _SharedReading
+    from exporter.guard import BoundedCall
+    from exporter.nvml_reader import NvmlReading
+
+    calls: list[float] = []
+
+    def slow_read() -> NvmlReading:
+        calls.append(time.time())
+        time.sleep(0.3)  # a scrape of a busy node
+        return NvmlReading(up=True)
+
+    shared = _SharedReading(BoundedCall(slow_read, timeout=2.0))
+    answers: list[NvmlReading | None] = []
+    threads = [threading.Thread(target=lambda: answers.append(shared())) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(answers) == 12 and all(a is not None and a.up for a in answers), answers
+    assert len(calls) == 1
