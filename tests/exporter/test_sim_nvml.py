@@ -137,7 +137,7 @@ def test_uninitialised_and_unknown_calls_fail_like_pynvml(sim_node: Path) -> Non
         nvml.nvmlDeviceGetCount()
     nvml.nvmlInit()
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-        nvml.nvmlDeviceGetPowerUsage(nvml.nvmlDeviceGetHandleByIndex(0))
+        nvml.nvmlDeviceGetFanSpeed(nvml.nvmlDeviceGetHandleByIndex(0))
     assert nvml.NVML_ERROR_GPU_IS_LOST == pynvml.NVML_ERROR_GPU_IS_LOST
 
 
