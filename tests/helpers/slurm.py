@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -298,3 +299,40 @@ def jwt_conf(base: Path) -> str:
     key.write_bytes(os.urandom(32))
     key.chmod(0o600)
     return f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={key}\n"
+
+
+def job_command(sim: Path, gpu: int, phases: str) -> str:
+    """A batch script's line: one simulated GPU workload on `gpu` of the node `sim`."""
+    import sys
+
+    return (
+        f"{sys.executable} -m exporter.cli sim run --dir {sim} --gpu {gpu} "
+        f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1"
+    )
+
+
+def job_ranks(sim: Path, job: str, count: int) -> list[Any]:
+    """The job's workload processes (as tests.actuator.conftest.Workload), once each has
+    registered on its simulated GPU and the actuator's shared NVML reading can see it."""
+    import time
+
+    from actuator.live import target_of
+    from actuator.node import READING_TTL
+    from exporter.sim.state import load_node, read_procs
+    from exporter.slurm import slurm_job_of
+    from tests.actuator.conftest import NODE, Workload
+
+    def found() -> list[int] | None:
+        pids = [p.pid for p in read_procs(sim) if slurm_job_of(p.pid) == job]
+        return pids if len(pids) == count else None
+
+    pids = wait_until(found, 30)
+    # An alert sent the instant a process registers could meet a reading from just before
+    # (real alerts come minutes after the exporter saw the process on the GPU).
+    time.sleep(READING_TTL)
+    uuids = {p.pid: load_node(sim).gpus[p.gpu].uuid for p in read_procs(sim)}
+    ranks = []
+    for pid in sorted(pids):
+        t = target_of(NODE, pid, uuids[pid])
+        ranks.append(Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks))  # type: ignore[arg-type]
+    return ranks

@@ -8,7 +8,6 @@ reclaimed idle job."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,13 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from actuator.live import target_of
-from actuator.node import READING_TTL
 from actuator.schedulers.slurm_cli import SlurmCli
-from exporter.sim.state import init_node, load_node, read_procs
+from exporter.sim.state import init_node
 from exporter.slurm import slurm_job_of
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
-from tests.helpers.slurm import JobProcess, Slurm, slurm_cluster
+from tests.helpers.slurm import Slurm, job_command, job_ranks, slurm_cluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(150)
@@ -45,22 +42,12 @@ class Site:
 
 
 def _workload(site: Site, gpu: int, phases: str) -> str:
-    return (
-        f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
-        f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1"
-    )
+    return job_command(site.sim, gpu, phases)
 
 
 def _rank(site: Site, job: str) -> Workload:
-    def found() -> int | None:
-        pids = [p.pid for p in read_procs(site.sim) if slurm_job_of(p.pid) == job]
-        return pids[0] if pids else None
-
-    pid = wait_until(found, 30)
-    time.sleep(READING_TTL)  # the actuator's shared NVML reading must have seen it
-    gpu = next(p.gpu for p in read_procs(site.sim) if p.pid == pid)
-    t = target_of(NODE, pid, load_node(site.sim).gpus[gpu].uuid)
-    return Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks)  # type: ignore[arg-type]
+    (rank,) = job_ranks(site.sim, job, 1)
+    return rank
 
 
 @pytest.fixture(scope="module")

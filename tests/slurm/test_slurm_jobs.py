@@ -6,20 +6,16 @@ simulated one the jobs' workloads use."""
 from __future__ import annotations
 
 import json
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from actuator.live import target_of
-from actuator.node import READING_TTL
 from actuator.schedulers.slurm_cli import SlurmCli
-from exporter.sim.state import init_node, load_node, read_procs
+from exporter.sim.state import init_node, load_node
 from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
-from tests.helpers.slurm import JobProcess, Slurm, slurm_cluster
+from tests.helpers.slurm import Slurm, job_command, job_ranks, slurm_cluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(150)
@@ -54,31 +50,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 
 def _ranks(site: Site, job: str, count: int) -> list[Workload]:
-    """The job's workload processes, once each has registered on its simulated GPU."""
-    from exporter.slurm import slurm_job_of
-
-    def found() -> list[int] | None:
-        pids = [p.pid for p in read_procs(site.sim) if slurm_job_of(p.pid) == job]
-        return pids if len(pids) == count else None
-
-    pids = wait_until(found, 30)
-    # The actuator shares one NVML reading for READING_TTL: an alert sent the instant a
-    # process registers could meet a reading from just before (real alerts come minutes
-    # after the exporter saw the process on the GPU).
-    time.sleep(READING_TTL)
-    uuids = {p.pid: load_node(site.sim).gpus[p.gpu].uuid for p in read_procs(site.sim)}
-    ranks = []
-    for pid in sorted(pids):
-        t = target_of(NODE, pid, uuids[pid])
-        ranks.append(Workload(JobProcess(pid), t.start_time, t.uuid, t.start_ticks))  # type: ignore[arg-type]
-    return ranks
+    return job_ranks(site.sim, job, count)
 
 
 def _workload(site: Site, gpu: int, phases: str) -> str:
-    return (
-        f"{sys.executable} -m exporter.cli sim run --dir {site.sim} --gpu {gpu} "
-        f"--memory 2GiB --phases {phases} --tick 0.2 > /dev/null 2>&1"
-    )
+    return job_command(site.sim, gpu, phases)
 
 
 def test_a_job_whose_ranks_are_all_idle_is_cancelled_through_slurm(site: Site) -> None:
