@@ -149,9 +149,10 @@ class LocalNode:
             return None
         return {p.pid: p.memory_used or 0 for p in gpu.processes}
 
-    def reading(self) -> NvmlReading | None:
-        """The node's GPUs now (shared for READING_TTL): the wait list's free GPUs."""
-        return self._reading()
+    def reading(self, not_before: float = float("-inf")) -> NvmlReading | None:
+        """The node's GPUs now (shared for READING_TTL, but taken after the wall-clock time
+        `not_before`): the wait list's free GPUs."""
+        return self._reading(not_before)
 
     def monitored_count(self) -> int | None:
         reading = self._reading()

@@ -3,7 +3,9 @@
 Callers wait in the order they came; each is offered what it needs of the GPUs free now
 (whole GPUs with no process, or one GPU with enough free memory), first come first. A GPU
 given to a waiter is not offered to another until a process appears on it (at most
-RESERVE_S: the time its job may take to start).
+RESERVE_S: the time its job may take to start). Whether it appeared is judged only on a
+reading taken after the GPU was given and after any worker saw the job there: a reading
+from before could show the GPU empty and give it twice.
 What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
 """
@@ -83,7 +85,7 @@ class WaitList:
         self,
         store: Store,
         node: str,
-        reading: Callable[[], NvmlReading | None],
+        reading: Callable[[float], NvmlReading | None],  # taken after a wall-clock time
         clock: Callable[[], float],
         proc_root: Path = procfs.PROC,
     ) -> None:
@@ -100,14 +102,20 @@ class WaitList:
         return [w for w in self.store.waiters(self.node, self.clock()) if self._alive(w)]
 
     def free(self) -> list[FreeGpu] | None:
-        reading = self.reading()
+        promised = self.store.promised(self.node, self.clock() - RESERVE_S)
+        # Newer than every promise and every sighting of a promised job (by any worker).
+        newest = max((max(w.ended or 0.0, w.taken) for w in promised), default=float("-inf"))
+        reading = self.reading(newest)
         if reading is None:
             return None
+        seen_at = self.clock()
         occupied = {g.uuid for g in reading.gpus if g.processes}
         reserved: set[str] = set()
-        for w in self.store.promised(self.node, self.clock() - RESERVE_S):
+        for w in promised:
+            if w.taken:
+                continue  # its job was seen: this newer reading shows what holds the GPU now
             if occupied & set(w.given):
-                self.store.mark_taken(w.id)  # its job started: the promise is kept
+                self.store.mark_taken(w.id, seen_at)  # its job started: the promise is kept
             else:
                 reserved |= set(w.given)
         return free_gpus(reading, reserved)

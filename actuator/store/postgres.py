@@ -191,6 +191,8 @@ class PostgresDatabase(Database):
                 conn.execute(
                     "ALTER TABLE cases ADD COLUMN IF NOT EXISTS clock TEXT NOT NULL DEFAULT ''"
                 )
+                # A flag before, a time now (an old 1 still reads "taken").
+                conn.execute("ALTER TABLE waiters ALTER COLUMN taken TYPE DOUBLE PRECISION")
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) "
                     "DO UPDATE SET value = excluded.value",

@@ -113,6 +113,6 @@ CREATE TABLE IF NOT EXISTS waiters (
     state        TEXT NOT NULL,
     ended        REAL,
     given        TEXT NOT NULL DEFAULT '',
-    taken        INTEGER NOT NULL DEFAULT 0
+    taken        REAL NOT NULL DEFAULT 0  -- when its job was seen on its GPUs (0: not yet)
 );
 CREATE INDEX IF NOT EXISTS waiters_node ON waiters (node, state);

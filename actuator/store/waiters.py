@@ -24,7 +24,8 @@ class Waiter:
     state: str
     ended: float | None
     given: tuple[str, ...]  # UUIDs of the GPUs it was told are free
-    taken: bool = False  # a process has appeared on them since: the promise is kept
+    # When a process was first seen on them (wall clock; 0: not yet): the promise is kept.
+    taken: float = 0.0
 
 
 def _waiter(row: Row) -> Waiter:
@@ -32,7 +33,7 @@ def _waiter(row: Row) -> Waiter:
     fields = [k for k in Waiter.__dataclass_fields__ if k not in ("given", "taken")]
     values = {k: row[k] for k in fields}
     given = tuple(g for g in str(row["given"]).split(",") if g)
-    return Waiter(**values, given=given, taken=bool(row["taken"]))
+    return Waiter(**values, given=given, taken=float(row["taken"]))
 
 
 class WaiterQueries(Database):
@@ -64,17 +65,17 @@ class WaiterQueries(Database):
         return [_waiter(r) for r in rows]
 
     def promised(self, node: str, since: float) -> list[Waiter]:
-        """Served since `since` and not yet taken: their GPUs are promised to them."""
+        """Served since `since` (taken or not): the promises a reading must be newer than."""
         rows = self._read(
-            "SELECT * FROM waiters WHERE node = ? AND state = ? AND ended >= ? AND taken = 0 "
-            "ORDER BY id",
+            "SELECT * FROM waiters WHERE node = ? AND state = ? AND ended >= ? ORDER BY id",
             (node, SERVED, since),
         )
         return [_waiter(r) for r in rows]
 
-    def mark_taken(self, waiter_id: int) -> None:
+    def mark_taken(self, waiter_id: int, at: float) -> None:
+        """Its job was seen on its GPUs at `at` (the first time counts)."""
         with self._tx() as conn:
-            conn.execute("UPDATE waiters SET taken = 1 WHERE id = ?", (waiter_id,))
+            conn.execute("UPDATE waiters SET taken = ? WHERE id = ? AND taken = 0", (at, waiter_id))
 
     def end_waiter(
         self, waiter_id: int, state: str, now: float, given: tuple[str, ...] = ()

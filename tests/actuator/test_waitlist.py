@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from actuator.store.waiters import Waiter
+from actuator.store import Store
+from actuator.store.waiters import SERVED, Waiter
 from actuator.wait_socket import parse_wait
-from actuator.waitlist import FreeGpu, assign, free_gpus
+from actuator.waitlist import FreeGpu, WaitList, assign, free_gpus
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node
 from tests.actuator.conftest import Workloads, alert_for, payload
@@ -48,6 +49,62 @@ def test_free_gpus_are_offered_first_come_first():
         3: ["GPU-1"],
     }
     assert assign([memory], [FreeGpu(0, "GPU-0", 4 * GIB, False)]) == {}
+
+
+class _Worker:
+    """One actuator worker's view of the node: a reading shared for a while (TTL), and
+    taken again when the caller needs one from after some time (as actuator/node.py's)."""
+
+    TTL = 0.5
+
+    def __init__(self, node: dict[str, tuple[int, ...]], clock: list[float]) -> None:
+        self.node, self.clock = node, clock
+        self.cached: tuple[float, NvmlReading] | None = None
+        self.fresh_readings = 0
+
+    def reading(self, not_before: float) -> NvmlReading:
+        at = self.cached[0] if self.cached is not None else float("-inf")
+        if self.clock[0] - at >= self.TTL or at < not_before:
+            self.fresh_readings += 1
+            gpus = tuple(_gpu(i, GIB * len(p), *p) for i, p in enumerate(self.node.values()))
+            self.cached = (self.clock[0], NvmlReading(True, gpus=gpus))
+        assert self.cached is not None
+        return self.cached[1]
+
+
+def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(tmp_path):
+    """Two workers share the queue: one saw the first waiter's job start on GPU-0 (the
+    promise is kept); the other still holds a reading from before the job appeared, on
+    which GPU-0 looks empty. It must read again, not give GPU-0 to the second waiter."""
+    store, now = Store(tmp_path / "db"), [100.0]
+    store.init()
+    node: dict[str, tuple[int, ...]] = {"GPU-0": (), "GPU-1": (9,)}
+    a, b = _Worker(node, now), _Worker(node, now)
+    first = store.add_waiter("n", 1000, 101, 1, 1, 0, now[0], now[0] + 600)
+    lists = [WaitList(store, "n", w.reading, lambda: now[0]) for w in (a, b)]
+    assert [(g.uuid, g.empty) for g in lists[0].free() or []] == [
+        ("GPU-0", True),
+        ("GPU-1", False),
+    ]
+    assert store.end_waiter(first, SERVED, now[0], ("GPU-0",))
+    now[0] = 100.5
+    assert [g.uuid for g in lists[1].free() or []] == ["GPU-1"]  # GPU-0 is promised
+    assert b.cached is not None and b.cached[0] == 100.5  # after the promise; job not there
+    now[0], node["GPU-0"] = 100.8, (4242,)  # the job starts; worker A sees it
+    assert [(g.uuid, g.empty) for g in lists[0].free() or []] == [
+        ("GPU-0", False),
+        ("GPU-1", False),
+    ]
+    (kept,) = store.promised("n", 0.0)
+    assert kept.taken == 100.8
+    # Worker B: its reading (100.5, within its TTL) is older than the sighting: it reads again.
+    before = b.fresh_readings
+    assert [g.empty for g in lists[1].free() or []] == [False, False]
+    assert b.fresh_readings == before + 1
+    # The job exits: a reading after the sighting shows GPU-0 free for anyone.
+    now[0], node["GPU-0"] = 102.0, ()
+    b.cached = None
+    assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
 
 
 @pytest.mark.parametrize(
