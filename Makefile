@@ -79,7 +79,7 @@ runbook-links: setup
 	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py
 
 unit: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20
 
 test: lint rules unit
 

@@ -211,16 +211,25 @@ class Scheduler:
                 )
             )
 
-    def run_until(self, hours: float, progress: Callable[[float], None]) -> None:
+    def run_until(
+        self,
+        hours: float,
+        progress: Callable[[float], None],
+        stop_when: Callable[[Scheduler], bool] | None = None,
+    ) -> float:
+        """Run the day to `hours`, or until `stop_when` says so; the hours that ran."""
         last = -1
         try:
             while (now := self.now_h()) < hours:
                 self.tick()
+                if stop_when is not None and stop_when(self):
+                    return now
                 if int(now) != last:
                     last = int(now)
                     progress(now)
                 time.sleep(0.1)
             self.tick()
+            return hours
         finally:
             for run in self.runs:
                 if run.waiter is not None and run.waiter.poll() is None:
@@ -344,9 +353,13 @@ def run_day(
     hours: float,
     mode: str,
     progress: Callable[[str], None] = lambda _: None,
+    stop_when: Callable[[Scheduler], bool] | None = None,
 ) -> DayFigures:
     """One compressed day with the actuator in `mode`: observe, enforce (reclaim when idle)
-    or demand (enforce, reclaim only for a waiting job: the wait list is the demand)."""
+    or demand (enforce, reclaim only for a waiting job: the wait list is the demand).
+
+    `stop_when` ends the day early, once what it waits for has happened (the figures then
+    cover the hours that ran): a test waits for events, not for a fixed span of time."""
     from dataclasses import replace
 
     from actuator.demo.stack import Stack
@@ -363,14 +376,15 @@ def run_day(
         stack.wait_scraped()
         progress(f"{mode}: stack up in {stack.run_dir}")
         scheduler = Scheduler(stack, jobs, options.gpus, options.scale)
-        scheduler.run_until(
+        ran = scheduler.run_until(
             hours,
             lambda h: progress(
                 f"{mode}: hour {h:4.1f} of {hours:g}, {len(scheduler.queue)} queued, "
                 f"{len(scheduler.busy_gpus())}/{options.gpus} GPUs allocated"
             ),
+            stop_when,
         )
-        figures = measure(stack, scheduler, mode, hours)
+        figures = measure(stack, scheduler, mode, ran)
         record = stack.run_dir / "day-jobs.json"
         record.write_text(
             json.dumps(
