@@ -300,5 +300,7 @@ def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod
         site.api.pending = []
     assert case["state"] == "reclaimed" and case["demand"]["for"] == "kubernetes:training/resnet-0"
     assert [s["signal"] for s in case["signals"]] == ["EVICT"] and not w.alive()
+    # Recorded just after the case's new state (once the eviction is verified).
+    wait_until(lambda: [a for a in site.audit("handed_off") if a["case"] == case["id"]], 30, 0.1)
     (handed,) = [a for a in site.audit("handed_off") if a["case"] == case["id"]]
     assert handed["who"] == "pod training/resnet-0"

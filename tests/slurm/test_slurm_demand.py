@@ -125,7 +125,9 @@ def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     audit = site.audit()
     (chosen,) = [a for a in audit if a.get("code") == "demand" and a["action"] == "notify"]
     assert chosen["reason"].startswith(f"chosen for Slurm job {waiting} of root waiting ")
-    (handed,) = [a for a in audit if a["event"] == "handed_off"]
+    # Recorded once the reclaim is verified with Slurm, just after the case's new state.
+    wait_until(lambda: [a for a in site.audit() if a["event"] == "handed_off"], 30, 0.1)
+    (handed,) = [a for a in site.audit() if a["event"] == "handed_off"]
     assert handed["request"] == f"slurm:{waiting}" and handed["case"] == case["id"]
     # The actuator saw the hand-off itself: the waiting job's process is the GPU's next holder.
     wait_until(lambda: [a for a in site.audit() if a["event"] == "gpu_taken"], 30, 0.3)
