@@ -108,7 +108,9 @@ def timeseries(
     thresholds: dict[str, Any] | None = None,
     step: bool = False,
     overrides: list[dict[str, Any]] | None = None,
+    axis_label: str = "",
 ) -> Panel:
+    """`axis_label`: what the values count, when the unit does not say it ("cases")."""
     custom: dict[str, Any] = {
         "drawStyle": "line",
         "lineInterpolation": "stepAfter" if step else "linear",
@@ -119,6 +121,8 @@ def timeseries(
         "stacking": {"group": "A", "mode": "normal" if stack else "none"},
         "thresholdsStyle": {"mode": "line" if thresholds else "off"},
     }
+    if axis_label:
+        custom["axisLabel"] = axis_label
     defaults: dict[str, Any] = {
         "unit": unit,
         "custom": custom,
@@ -1258,6 +1262,7 @@ def actuator() -> dict[str, Any]:
                 ],
                 "short",
                 minimum=0,
+                axis_label="cases per hour",
             ),
             12,
             8,
@@ -1269,6 +1274,7 @@ def actuator() -> dict[str, Any]:
                 [per_hour("gpu_memory_freed_bytes_total", "freed per hour")],
                 "bytes",
                 minimum=0,
+                axis_label="per hour",
             ),
             12,
             8,
@@ -1288,6 +1294,7 @@ def actuator() -> dict[str, Any]:
                 ],
                 "none",
                 minimum=0,
+                axis_label="cases",
                 stack=True,
                 step=True,
             ),
@@ -1326,6 +1333,7 @@ def actuator() -> dict[str, Any]:
                 [per_hour("gpu_reclaimer_signals_sent_total", "{{signal}}", by="signal")],
                 "short",
                 minimum=0,
+                axis_label="signals per hour",
             ),
             8,
             8,
@@ -1338,6 +1346,7 @@ def actuator() -> dict[str, Any]:
                 [per_hour("gpu_reclaimer_refusals_total", "{{reason}}", by="reason")],
                 "short",
                 minimum=0,
+                axis_label="refusals per hour",
             ),
             8,
             8,
@@ -1449,6 +1458,7 @@ def actuator() -> dict[str, Any]:
                 ],
                 "short",
                 minimum=0,
+                axis_label="reclaims per hour",
             ),
             8,
             8,

@@ -45,6 +45,7 @@ PREVIEWS: dict[str, tuple[str, ...]] = {
     ),
 }
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+_PER_HOUR = re.compile(r"\*\s*3600\s*$")
 _LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -156,14 +157,51 @@ def _scale(unit: str, values: list[float]) -> tuple[float, str]:
     return 1.0, {"h": "hours", "s": "seconds"}.get(unit, "")
 
 
-def draw(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
+def per_hour(expr: str) -> bool:
+    """A rate shown per hour (the dashboards write `rate(...) * 3600`)."""
+    return bool(_PER_HOUR.search(expr))
+
+
+def y_label(panel: dict[str, Any], suffix: str, scale: float) -> str:
+    """The unit's suffix and the panel's axis label, as Grafana shows them; for data
+    recorded with time compressed, rates are per simulated hour."""
+    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+    label = str(custom.get("axisLabel", ""))
+    if scale != 1:
+        label = label.replace("per hour", "per simulated hour")
+    return " ".join(part for part in (suffix, label) if part)
+
+
+def hours_since(start: float, scale: float, times: Iterable[float]) -> list[float]:
+    """Simulated hours from the start, for data recorded with time compressed."""
+    return [(t - start) / scale / 3600 for t in times]
+
+
+def no_data(ax: Any) -> None:
+    """What Grafana shows for a panel with no series: the words, no empty axes."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.text(0.5, 0.5, "No data", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def draw(
+    ax: Any, panel: dict[str, Any], queries: list[Query], scale: float = 1.0, start: float = 0.0
+) -> None:
+    """One panel. With `scale` below 1 (a compressed run), the time axis counts simulated
+    hours from `start` and per-hour rates are per simulated hour, not extrapolated from
+    compressed seconds."""
     import matplotlib.dates as mdates
 
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     targets = {t["refId"]: t for t in panel["targets"]}
     ax.set_title(panel["title"], fontsize=10, loc="left")
+    if not any(q.result for q in queries):
+        no_data(ax)
+        return
     if panel["type"] == "heatmap":
-        _heatmap(ax, panel, queries)
+        _heatmap(ax, panel, queries, scale, start)
         return
     if panel["type"] == "bargauge":
         bars = [
@@ -174,25 +212,33 @@ def draw(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
         bars.sort(key=lambda b: b[1])
         divisor, suffix = _scale(unit, [b[1] for b in bars])
         ax.barh([b[0] for b in bars], [b[1] / divisor for b in bars], color="#f2a33a")
-        ax.set_xlabel(suffix)
-        if not bars:
-            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+        ax.set_xlabel(y_label(panel, suffix, scale))
         return
-    everything = [float(v) for q in queries for r in q.result for _, v in r["values"]]
+    factor = {q.ref: scale if per_hour(targets[q.ref]["expr"]) else 1.0 for q in queries}
+    everything = [
+        float(v) * factor[q.ref] for q in queries for r in q.result for _, v in r["values"]
+    ]
     divisor, suffix = _scale(unit, everything)
     for q in queries:
         for r in q.result:
-            times = [datetime.fromtimestamp(float(t)) for t, _ in r["values"]]
+            stamps = [float(t) for t, _ in r["values"]]
+            times: list[Any] = (
+                hours_since(start, scale, stamps)
+                if scale != 1
+                else [datetime.fromtimestamp(t) for t in stamps]
+            )
             ax.plot(
                 times,
-                [float(v) / divisor for _, v in r["values"]],
+                [float(v) * factor[q.ref] / divisor for _, v in r["values"]],
                 linewidth=1.2,
                 label=legend(targets[q.ref], r["metric"]),
             )
-    ax.set_ylabel(suffix)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
-    if any(q.result for q in queries):
-        ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylabel(y_label(panel, suffix, scale))
+    if scale != 1:
+        ax.set_xlabel("simulated hours")
+    else:
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def _clock(queries: list[Query]) -> str:
@@ -201,12 +247,11 @@ def _clock(queries: list[Query]) -> str:
     return "%H:%M:%S" if times and max(times) - min(times) < 3600 else "%H:%M"
 
 
-def _heatmap(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
+def _heatmap(
+    ax: Any, panel: dict[str, Any], queries: list[Query], scale: float, start: float
+) -> None:
     options = panel["options"]
     series = [r for q in queries for r in q.result]
-    if not series:
-        ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
-        return
     if not options["calculate"]:  # one row per series, coloured by value
         target = panel["targets"][0]
         rows = sorted(series, key=lambda r: legend(target, r["metric"]))
@@ -231,10 +276,12 @@ def _heatmap(ax: Any, panel: dict[str, Any], queries: list[Query]) -> None:
             fontsize=7,
         )
         step = max(1, len(times) // 6)
-        ax.set_xticks(
-            range(0, len(times), step),
-            [time.strftime(_clock(queries), time.localtime(t)) for t in times[::step]],
+        ticks = (
+            [f"{h:.1f} h" for h in hours_since(start, scale, times[::step])]
+            if scale != 1
+            else [time.strftime(_clock(queries), time.localtime(t)) for t in times[::step]]
         )
+        ax.set_xticks(range(0, len(times), step), ticks)
         return
     # Grafana's calculated heatmap: count samples per (x bucket, y bucket).
     x_size = seconds(options["calculation"]["xBuckets"]["value"])
@@ -268,7 +315,7 @@ def render(
         rows = math.ceil(len(titles) / 2)
         figure, axes = plt.subplots(rows, 2, figsize=(14, 3.6 * rows), squeeze=False)
         for ax, title in zip(axes.flat, titles, strict=False):
-            draw(ax, panels[title], [q for q in queries if q.panel == title])
+            draw(ax, panels[title], [q for q in queries if q.panel == title], scale, start)
         for ax in list(axes.flat)[len(titles) :]:
             ax.axis("off")
         span = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(start))} + {int(end - start)}s"
