@@ -88,6 +88,13 @@ def add_demo_command(commands: Any) -> None:
         help="GPUs on the simulated node (default 4)",
     )
     day.add_argument(
+        "--create-users",
+        action="store_true",
+        help="as root, create the day's job owners (system accounts day-alice, day-bob, "
+        "day-lilei, day-wangfang in three projects) where missing; without them every job "
+        "runs as you",
+    )
+    day.add_argument(
         "--modes",
         type=_modes,
         metavar="LIST",
@@ -174,13 +181,16 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _day(args: argparse.Namespace) -> int:
+    from actuator.demo.accounts import day_accounts
     from actuator.demo.day import MODES, run_modes
     from actuator.demo.stack import StackError, StackOptions
 
     if args.hours <= 0:
         raise argtypes.CommandError("--hours must be positive")
     scale = args.scale or 1 / 120
+    accounts = day_accounts(create_missing=args.create_users)
     options = StackOptions(
+        users=accounts.users,
         workdir=args.workdir,
         scale=scale,
         gpus=args.gpus,
@@ -192,6 +202,10 @@ def _day(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
+    if accounts.note:
+        progress(accounts.note)
+    else:
+        progress("jobs run as " + ", ".join(f"{u} ({p})" for u, p in accounts.users.items()))
     try:
         modes = args.modes or MODES
         run_modes(options, args.seed, args.hours, sys.stdout, progress, modes)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from actuator.demo.accounts import owner_of
 from actuator.promql_duration import format_promql_duration
 from exporter.sim.state import load_node
 
@@ -64,6 +65,7 @@ class Job:
     gpus: int
     busy_h: float  # work done before it finishes (or stops working)
     memory_gib: int
+    user: str = ""  # whose job (actuator/demo/accounts.py); "" or not usable: the caller's
 
     @property
     def finishes(self) -> bool:
@@ -107,7 +109,10 @@ def plan_day(
             )
         )
     jobs.sort(key=lambda j: (j.arrival_h, j.id))
-    return [Job(i, j.kind, j.arrival_h, j.gpus, j.busy_h, j.memory_gib) for i, j in enumerate(jobs)]
+    return [
+        Job(i, j.kind, j.arrival_h, j.gpus, j.busy_h, j.memory_gib, owner_of(i, seed))
+        for i, j in enumerate(jobs)
+    ]
 
 
 @dataclass
@@ -176,9 +181,14 @@ class Scheduler:
                     self.start(run, gpus, now)
                 # else the wait failed (its error is in the actuator's log): it waits again
 
+    def user_of(self, job: Job) -> str | None:
+        """The account the job runs as: its owner's, where the stack has it."""
+        return job.user if job.user in self.stack.options.users else None
+
     def _wait(self, gpus: int) -> subprocess.Popen[str]:
         """Join the wait list; returns once the actuator has queued the job (so the queue
-        keeps the order jobs arrived in)."""
+        keeps the order jobs arrived in). The scheduler queues for its users, as a batch
+        system's daemon does: the wait list shows the caller, the GPUs the jobs' owners."""
         from actuator.demo.stack import StackError
 
         waiter = subprocess.Popen(
@@ -208,6 +218,7 @@ class Scheduler:
                     heartbeat=job.kind in ("training", "hung"),
                     children=2 if job.kind == "crashed" else 0,
                     wait=False,
+                    user=self.user_of(job),
                 )
             )
 

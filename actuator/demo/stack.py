@@ -39,7 +39,7 @@ from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_durat
 from actuator.demo.sink import Sink
 from actuator.runbook import runbook_html
 from exporter.ownprocs import RUNTIME_DIR_ENV
-from exporter.sim.state import init_node, load_node, read_procs
+from exporter.sim.state import PROCS_DIR, init_node, load_node, read_procs
 from exporter.units import parse_size
 
 # deploy/ and alert-rules/ live next to the packages in a checkout (an editable install).
@@ -80,6 +80,9 @@ class StackOptions:
     tick: float = 0.25  # workloads' reporting period (phase switches are this precise)
     label: str = "demo"  # run directory prefix
     policy: Mapping[str, Any] = field(default_factory=dict)  # merged over the demo policy
+    # Accounts workloads may run as (root only), each with its project: the exporter and the
+    # actuator map them to projects, and each is warned on the sink like the demo's user.
+    users: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -180,6 +183,20 @@ class Stack:
         return self.run_dir / "node"
 
     @property
+    def projects_file(self) -> Path:
+        """The users' projects, for the exporter and the actuator (with `users` only)."""
+        return self.run_dir / "projects.yml"
+
+    def _share_with_users(self) -> None:
+        """Workloads running as other accounts reach the run's simulated node (their GPU
+        memory is a file there) and the heartbeats: the folders they write are shared like
+        /tmp (sticky), the run's own only traversable."""
+        self.run_dir.chmod(0o755)
+        for folder in (self.node_dir / PROCS_DIR, self.heartbeat_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o1777)
+
+    @property
     def heartbeat_dir(self) -> Path:
         return self.run_dir / "heartbeats"
 
@@ -266,6 +283,8 @@ class Stack:
             self.node_dir, options.gpus, parse_size(options.gpu_memory), "NVIDIA H100 80GB HBM3"
         )
         self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+        if options.users:
+            self._share_with_users()
         # Created 0600 from the start: the token is never readable by others, even briefly.
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -273,11 +292,23 @@ class Stack:
         self.sink.pages["/runbook"] = runbook_html(options.repo_root / "docs" / "runbook.md")
         self.sink.start()
         self.owner_directory.parent.mkdir(parents=True, exist_ok=True)
-        self.owner_directory.write_text(
-            f"users:\n  {getpass.getuser()}: {{name: 演示用户, wecom: demo-owner, "
-            "language: zh-CN, timezone: Asia/Shanghai}\n",
-            encoding="utf-8",
-        )
+        owners = [
+            f"  {getpass.getuser()}: {{name: 演示用户, wecom: demo-owner, language: zh-CN, "
+            "timezone: Asia/Shanghai}"
+        ]
+        owners += [f"  {user}: {{name: {user}, wecom: {user}}}" for user in options.users]
+        self.owner_directory.write_text("users:\n" + "\n".join(owners) + "\n", encoding="utf-8")
+        exporter_projects = ["--projects", str(self.projects_file)] if options.users else []
+        if options.users:
+            by_project: dict[str, list[str]] = {}
+            for user, project in options.users.items():
+                by_project.setdefault(project, []).append(user)
+            self.projects_file.write_text(
+                yaml.safe_dump(
+                    {"projects": [{"name": p, "users": u} for p, u in by_project.items()]}
+                ),
+                encoding="utf-8",
+            )
 
         self.services["exporter"] = Managed(
             "exporter",
@@ -291,6 +322,7 @@ class Stack:
                 options.node_name,
                 "--heartbeat-dir",
                 str(self.heartbeat_dir),
+                *exporter_projects,
             ),
             self.logs_dir / "exporter.log",
             self.own_env,
@@ -435,6 +467,7 @@ class Stack:
                 "name": options.node_name,
                 "sim_dir": str(self.node_dir),
                 "heartbeat_dir": str(self.heartbeat_dir),
+                **({"projects_file": str(self.projects_file)} if options.users else {}),
             },
             # The owner (whoever runs the demo) is warned in Chinese on a WeCom-format robot
             # that the sink stands in for; the warning carries a keep link to this actuator.
@@ -482,9 +515,13 @@ class Stack:
         children: int = 0,
         log: bool = True,
         wait: bool = True,
+        user: str | None = None,
     ) -> Workload:
         """Start `gpu-reclaimer sim run` on this node. Its stdout is its log file (the log the
-        exporter and actuator watch); `log=False` sends it to /dev/null: no log at all."""
+        exporter and actuator watch); `log=False` sends it to /dev/null: no log at all.
+        `user`: one of the stack's `users` it runs as (default: whoever runs the stack)."""
+        if user is not None and user not in self.options.users:
+            raise StackError(f"{user!r} is not one of this stack's users")
         args = [
             "sim",
             "run",
@@ -513,6 +550,8 @@ class Stack:
             args += ["--children", str(children)]
         slug = "".join(c if c.isalnum() else "-" for c in label.lower())
         output = self.logs_dir / "workloads" / f"{slug}.log" if log else Path(os.devnull)
+        if user is not None:
+            args += ["--user", user]  # switches once started: root's interpreter may be closed
         managed = Managed(label, _gpu_reclaimer(*args), output, reap=True)
         workload = Workload(
             label=label,

@@ -188,6 +188,17 @@ def _write_module(root: Path, module: str) -> None:
     _write_launcher(directory, f"{name}.py")
 
 
+def _check_user(user: str) -> None:
+    import pwd
+
+    if os.geteuid() != 0:
+        raise CommandError("--user needs root (it switches to that account once started)")
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise CommandError(f"--user {user}: no such account") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from exporter.sim.workload import run_workload, spec_from_args, workload_argv
 
@@ -195,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     except ValueError as error:
         raise CommandError(str(error)) from None
+    if args.user:
+        _check_user(args.user)
     node = _load(args.dir)
     _check_gpus(node, "--gpu", [args.gpu])
     total = node.gpus[args.gpu].memory_total

@@ -72,10 +72,12 @@ class ProcState:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write via a temporary file and rename, so readers never see half a file."""
+    """Write via a temporary file and rename, so readers never see half a file. Readable
+    by all, like the driver state it stands in for (workloads may run as other users)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle)
         os.replace(tmp, path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import pwd
 import random
 import signal
 import sys
@@ -42,6 +43,7 @@ class WorkloadSpec:
     orphan_children: bool = False
     cpu: bool = False
     tick: float = 0.5
+    user: str | None = None  # the account it runs as once started (root only)
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +85,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="burn CPU while GPU-idle, in the children if any (dataloader-bound)",
     )
     parser.add_argument("--tick", type=argtypes.duration, default=0.5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--user",
+        metavar="ACCOUNT",
+        help="run as this account once started (root only): its processes are that user's, "
+        "as /proc and the exporter see them, though the interpreter is root's to start",
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
@@ -101,6 +109,7 @@ def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
         orphan_children=args.orphan_children,
         cpu=args.cpu,
         tick=args.tick,
+        user=args.user,
     )
 
 
@@ -253,14 +262,27 @@ def workload_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--log", str(args.log)]
     if args.heartbeat_dir:
         argv += ["--heartbeat-dir", str(args.heartbeat_dir)]
+    if args.user:
+        argv += ["--user", args.user]
     flags = ("heartbeat", "ignore_sigterm", "orphan_children", "cpu")
     argv += [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag)]
     return argv
 
 
+def become(user: str) -> None:
+    """Drop from root to `user` (its primary group, no other groups) for good."""
+    account = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(account.pw_gid)
+    os.setuid(account.pw_uid)
+
+
 def run_workload(spec: WorkloadSpec) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN if spec.ignore_sigterm else _on_sigterm)
-    return Workload(spec).run()
+    workload = Workload(spec)  # everything it imports, imported while still root
+    if spec.user:
+        become(spec.user)
+    return workload.run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

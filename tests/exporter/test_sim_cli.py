@@ -100,6 +100,22 @@ def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:
             ),
             "not a Python module name",
         ),
+        (
+            (
+                "run",
+                "--dir",
+                str(node),
+                "--gpu",
+                "0",
+                "--memory",
+                "1GiB",
+                "--phases",
+                "idle",
+                "--user",
+                "no-such-account-here",
+            ),
+            "--user no-such-account-here: no such account",
+        ),
     ]
     for args, message in cases:
         done = sim(*args)
@@ -148,3 +164,40 @@ def test_a_dotted_module_runs_as_python_m(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+def test_a_workload_runs_as_another_account_once_started() -> None:
+    """`--user` (root): the interpreter starts as root (its files may be closed to others),
+    then the process is that account's, as /proc sees it, and still reports its memory."""
+    import os
+    import shutil
+    import tempfile
+
+    import psutil
+
+    from tests.support import wait_until
+
+    assert os.geteuid() == 0, "the tests run as root (they start slapd, slurmd, ...)"
+    base = Path(tempfile.mkdtemp(prefix="sim-user-"))  # outside pytest's root-only folder
+    try:
+        base.chmod(0o755)
+        node = base / "node"
+        assert sim("init", str(node), "--gpus", "1").returncode == 0
+        (node / "procs").chmod(0o1777)
+        args = ["--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--phases", "idle"]
+        args += ["--name", "python", "--user", "nobody"]
+        child = subprocess.Popen(
+            [*gpu_reclaimer_command(), "sim", "run", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: [p for p in read_procs(node) if p.pid == child.pid], timeout=20)
+            assert psutil.Process(child.pid).uids().real == 65534
+            assert psutil.Process(child.pid).name() == "python"
+        finally:
+            child.kill()
+            child.wait(timeout=10)
+    finally:
+        shutil.rmtree(base)
