@@ -391,6 +391,8 @@ def decide_live(
     if case.state == State.PENDING:
         if now - case.starts_ts < eff.idle_for:
             return wait(**samples)
+        if now - case.start_time < eff.min_runtime:
+            return wait(**samples)  # still starting up: never judged idle yet
         if eff.mode == Mode.OBSERVE:
             return move(
                 State.OBSERVED, Reason.OBSERVE_MODE, f"observe mode: {would_do(eff)}", **samples

@@ -53,6 +53,7 @@ class Timing(Strict):
     """When to act. Any field left out of a project rule keeps the default."""
 
     idle_for: Duration | None = None
+    min_runtime: Duration | None = None
     grace: Duration | None = None
     term_timeout: Duration | None = None
     kill_timeout: Duration | None = None
@@ -60,6 +61,11 @@ class Timing(Strict):
 
 class Defaults(Strict):
     idle_for: Duration = Field(0.0, description="episode age (since startsAt) before notice")
+    min_runtime: Duration = Field(
+        0.0,
+        description="a process younger than this is never judged idle (start-up, data "
+        "loading, compilation): no notice before it has run this long",
+    )
     grace: Duration = Field(600.0, description="time between the notice and SIGTERM")
     term_timeout: Duration = Field(10.0, description="time between SIGTERM and SIGKILL")
     kill_timeout: Duration = Field(10.0, description="time after SIGKILL before 'unkillable'")
@@ -257,6 +263,7 @@ class Effective(Strict):
     protected: bool
     idle_for: float
     grace: float
+    min_runtime: float = 0.0
     term_timeout: float
     kill_timeout: float
     release_timeout: float
@@ -300,6 +307,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             mode=policy.mode,
             protected=False,
             idle_for=d.idle_for,
+            min_runtime=d.min_runtime,
             grace=d.grace,
             term_timeout=d.term_timeout,
             kill_timeout=d.kill_timeout,
@@ -312,6 +320,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         mode=rule.mode or policy.mode,
         protected=rule.protected,
         idle_for=d.idle_for if rule.idle_for is None else rule.idle_for,
+        min_runtime=d.min_runtime if rule.min_runtime is None else rule.min_runtime,
         grace=d.grace if rule.grace is None else rule.grace,
         term_timeout=d.term_timeout if rule.term_timeout is None else rule.term_timeout,
         kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
@@ -328,6 +337,7 @@ def safer(base: Effective, other: Effective) -> Effective:
             "mode": mode,
             "protected": base.protected or other.protected,
             "idle_for": max(base.idle_for, other.idle_for),
+            "min_runtime": max(base.min_runtime, other.min_runtime),
             "grace": max(base.grace, other.grace),
             "term_timeout": max(base.term_timeout, other.term_timeout),
             "kill_timeout": max(base.kill_timeout, other.kill_timeout),

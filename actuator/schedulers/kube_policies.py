@@ -46,6 +46,7 @@ class PolicySpec(BaseModel):
 
     mode: Mode | None = None
     idle_for: Duration | None = Field(None, alias="idleFor")
+    min_runtime: Duration | None = Field(None, alias="minRuntime")
     grace: Duration | None = None
     term_timeout: Duration | None = Field(None, alias="termTimeout")
     kill_timeout: Duration | None = Field(None, alias="killTimeout")
@@ -62,6 +63,7 @@ def to_rule(namespace: str, name: str, spec: PolicySpec, cluster_mode: Mode) -> 
         mode=gentler(spec.mode, cluster_mode) if spec.mode else None,
         protected=spec.protected,
         idle_for=spec.idle_for,
+        min_runtime=spec.min_runtime,
         grace=spec.grace,
         term_timeout=spec.term_timeout,
         kill_timeout=spec.kill_timeout,

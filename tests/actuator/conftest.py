@@ -275,9 +275,12 @@ class Actuator:
         try:
             return wait_until(reached, timeout, 0.1)
         except AssertionError:
+            audit = self.workdir / "audit.jsonl"
+            records = audit.read_text().splitlines()[-12:] if audit.exists() else []
             raise AssertionError(
                 f"case for pid {w.pid} never reached {states}: {self.case_for(w)}\n"
-                f"{self.log.read_text()[-3000:]}"
+                + "\n".join(r[:400] for r in records)
+                + f"\n{self.log.read_text()[-3000:]}"
             ) from None
 
     def metric(self, name: str, **labels: str) -> float | None:

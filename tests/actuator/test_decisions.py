@@ -36,6 +36,17 @@ def test_idle_after_a_cpu_window_sends_the_notice():
     assert d.action == Action.NOTIFY and d.state == State.NOTIFIED
 
 
+def test_a_process_younger_than_min_runtime_is_not_judged_idle_yet():
+    """Start-up, data loading, compilation: no notice before the process has run
+    `min_runtime` (the helpers' process started an hour before T0)."""
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    live = make_live(cpu_seconds=10.01)
+    young = decide_live(case, live, eff(min_runtime=3601.0), IDLE, LIMITS, GUARD, T0)
+    assert young.action == Action.WAIT and young.state is None  # stays pending
+    old = decide_live(case, live, eff(min_runtime=3600.0), IDLE, LIMITS, GUARD, T0)
+    assert old.action == Action.NOTIFY and old.state == State.NOTIFIED
+
+
 def test_cpu_burn_cancels():
     case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
     d = decide_live(case, make_live(cpu_seconds=12.0), eff(), IDLE, LIMITS, GUARD, T0)

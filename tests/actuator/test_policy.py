@@ -251,6 +251,27 @@ def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path)
     assert claimed.reclaim_when == "demand"
 
 
+def test_min_runtime_per_rule_and_claims_only_lengthen_it(tmp_path: Path):
+    config = load_config(
+        write(
+            tmp_path,
+            (
+                "defaults: {min_runtime: 10m}\n"
+                "projects:\n"
+                "  - {name: compile-heavy, match: {groups: [jax]}, min_runtime: 1h}\n"
+                "  - {name: quick, match: {groups: [students]}, min_runtime: 0s}\n"
+                "  - {name: claimed, match: {labels: [research]}, min_runtime: 2h}\n"
+            ),
+        )
+    )
+    assert resolve(config, Facts(user="bob")).min_runtime == 600
+    assert resolve(config, Facts(user="ann", groups=("jax",))).min_runtime == 3600
+    assert resolve(config, Facts(user="ann", groups=("students",))).min_runtime == 0
+    # A label matching a longer rule lengthens it; it can never shorten one.
+    claimed = Facts(user="ann", groups=("students",))
+    assert resolve(config, claimed, Claims(project="research")).min_runtime == 7200
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
