@@ -95,11 +95,18 @@ def children() -> Iterator[Children]:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real PostgreSQL server for the session; each test takes a new database."""
+def pg_server() -> Iterator[Any]:
+    """One real PostgreSQL server for the session; each test takes a new database. Its
+    data lives outside pytest's own folder, which pytest may close to other users again
+    (the server runs as the postgres account)."""
+    import tempfile
+
     from tests.helpers.postgres import postgres_server
 
-    with postgres_server(tmp_path_factory.mktemp("postgres")) as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="gpu-reclaimer-pg-") as base,
+        postgres_server(Path(base) / "postgres") as server,
+    ):
         yield server
 
 
