@@ -211,7 +211,14 @@ def draw(
         ]
         bars.sort(key=lambda b: b[1])
         divisor, suffix = _scale(unit, [b[1] for b in bars])
-        ax.barh([b[0] for b in bars], [b[1] / divisor for b in bars], color="#f2a33a")
+        values = [b[1] / divisor for b in bars]
+        ax.barh([b[0] for b in bars], values, color="#f2a33a")
+        # Like Grafana's bar gauge: each bar's value beside it, the scale from 0 (all zero:
+        # zeros, not an axis around 0).
+        top = max([1.0, *values])
+        ax.set_xlim(0, top * 1.15)
+        for y, value in enumerate(values):
+            ax.text(value + top * 0.01, y, f"{value:.3g}", va="center", fontsize=7)
         ax.set_xlabel(y_label(panel, suffix, scale))
         return
     factor = {q.ref: scale if per_hour(targets[q.ref]["expr"]) else 1.0 for q in queries}

@@ -77,3 +77,15 @@ def test_a_panel_with_no_series_says_no_data_without_empty_axes(previews: Any) -
     assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
     assert not ax.patches  # no bars
     figure.clf()
+
+
+def test_a_bar_gauge_of_zeros_shows_zeros_from_zero(previews: Any) -> None:
+    """Counters that exist but never moved (no refusal in the range): each reason with 0,
+    on a scale from 0, not empty axes around 0."""
+    panel = _panel("Refusals by reason (time range)")
+    result = [{"metric": {"reason": r}, "value": [0, "0"]} for r in ("protected", "bad_target")]
+    figure, ax = _axes()
+    previews.draw(ax, panel, [previews.Query(panel["title"], "A", "", "", True, result)])
+    assert ax.get_xlim()[0] == 0 and ax.get_xlim()[1] > 0
+    assert [t.get_text() for t in ax.texts] == ["0", "0"]
+    figure.clf()
