@@ -190,7 +190,15 @@ class Stack:
     def _share_with_users(self) -> None:
         """Workloads running as other accounts reach the run's simulated node (their GPU
         memory is a file there) and the heartbeats: the folders they write are shared like
-        /tmp (sticky), the run's own only traversable."""
+        /tmp (sticky), the run's own only traversable. A folder above it that others cannot
+        pass through is named, not left to a workload's timeout."""
+        for parent in self.run_dir.resolve().parents:
+            if not parent.stat().st_mode & 0o001:
+                raise StackError(
+                    f"{parent} is closed to other users, so jobs running as the day's "
+                    "accounts cannot reach the run directory: choose --workdir elsewhere "
+                    "(e.g. under /tmp)"
+                )
         self.run_dir.chmod(0o755)
         for folder in (self.node_dir / PROCS_DIR, self.heartbeat_dir):
             folder.mkdir(parents=True, exist_ok=True)

@@ -5,12 +5,14 @@ accounts, and only accounts that exist or that it was asked to create."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from actuator.demo import accounts
 from actuator.demo.accounts import DAY_USERS, day_accounts, exists, owner_of
 from actuator.demo.day import plan_day
+from actuator.demo.stack import Stack, StackError, StackOptions
 
 
 def test_the_days_jobs_belong_to_several_users_in_several_projects() -> None:
@@ -32,3 +34,12 @@ def test_only_root_runs_jobs_as_the_days_accounts(monkeypatch: pytest.MonkeyPatc
     assert not exists("day-never-made")
     monkeypatch.setattr(accounts, "DAY_USERS", {"root": "q"})
     assert day_accounts(create_missing=False, euid=0).users == {"root": "q"}
+
+
+def test_a_run_directory_the_accounts_cannot_reach_is_named(tmp_path: Path) -> None:
+    """Jobs switch to the day's accounts once started: a run directory under a folder they
+    cannot pass through is refused at start, naming it, not left to a workload's timeout."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    with pytest.raises(StackError, match="is closed to other users"):
+        Stack(StackOptions(workdir=closed, users={"root": "ops"})).start()
