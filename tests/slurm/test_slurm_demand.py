@@ -116,27 +116,29 @@ def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     assert site.idle is not None
     # It runs on the GPU the idle job frees (the simulated node's GPU 0).
     waiting = site.slurm.sbatch(_workload(site, 0, "busy"), "--gres=gpu:1")
-    wait_until(lambda: site.squeue(waiting, "%r") in ("Resources", "Priority"), 30, 0.3)
-    case = site.actuator.wait_state(site.idle, "reclaimed", "failed", "cancelled", timeout=60)
-    assert case["state"] == "reclaimed", case
-    assert [s["signal"] for s in case["signals"]] == ["SCANCEL"]
-    assert case["demand"]["for"] == f"slurm:{waiting}"
-    wait_until(lambda: site.slurm.job_state(waiting) == "RUNNING", 30, 0.3)
-    audit = site.audit()
-    (chosen,) = [a for a in audit if a.get("code") == "demand" and a["action"] == "notify"]
-    assert chosen["reason"].startswith(f"chosen for Slurm job {waiting} of root waiting ")
-    # Recorded once the reclaim is verified with Slurm, just after the case's new state.
-    wait_until(lambda: [a for a in site.audit() if a["event"] == "handed_off"], 30, 0.1)
-    (handed,) = [a for a in site.audit() if a["event"] == "handed_off"]
-    assert handed["request"] == f"slurm:{waiting}" and handed["case"] == case["id"]
-    # The actuator saw the hand-off itself: the waiting job's process is the GPU's next holder.
-    wait_until(lambda: [a for a in site.audit() if a["event"] == "gpu_taken"], 30, 0.3)
-    (taken,) = [a for a in site.audit() if a["event"] == "gpu_taken"]
-    assert taken["request"] == f"slurm:{waiting}" and taken["holders"]
-    assert slurm_job_of(taken["holders"][0]) == waiting
-    assert site.actuator.metric("gpu_reclaimer_reclaims_total", trigger="demand") == 1
-    assert site.actuator.metric("gpu_reclaimer_demand_to_free_seconds_count") == 1
-    site.slurm.run("scancel", waiting)
+    try:
+        wait_until(lambda: site.squeue(waiting, "%r") in ("Resources", "Priority"), 30, 0.3)
+        case = site.actuator.wait_state(site.idle, "reclaimed", "failed", "cancelled", timeout=60)
+        assert case["state"] == "reclaimed", case
+        assert [s["signal"] for s in case["signals"]] == ["SCANCEL"]
+        assert case["demand"]["for"] == f"slurm:{waiting}"
+        wait_until(lambda: site.slurm.job_state(waiting) == "RUNNING", 30, 0.3)
+        audit = site.audit()
+        (chosen,) = [a for a in audit if a.get("code") == "demand" and a["action"] == "notify"]
+        assert chosen["reason"].startswith(f"chosen for Slurm job {waiting} of root waiting ")
+        # Recorded once the reclaim is verified with Slurm, just after the case's new state.
+        wait_until(lambda: [a for a in site.audit() if a["event"] == "handed_off"], 30, 0.1)
+        (handed,) = [a for a in site.audit() if a["event"] == "handed_off"]
+        assert handed["request"] == f"slurm:{waiting}" and handed["case"] == case["id"]
+        # The actuator saw the hand-off itself: the waiting job's process is the GPU's next holder.
+        wait_until(lambda: [a for a in site.audit() if a["event"] == "gpu_taken"], 30, 0.3)
+        (taken,) = [a for a in site.audit() if a["event"] == "gpu_taken"]
+        assert taken["request"] == f"slurm:{waiting}" and taken["holders"]
+        assert slurm_job_of(taken["holders"][0]) == waiting
+        assert site.actuator.metric("gpu_reclaimer_reclaims_total", trigger="demand") == 1
+        assert site.actuator.metric("gpu_reclaimer_demand_to_free_seconds_count") == 1
+    finally:  # a failure here must not leave the job queued for the next test
+        site.slurm.run("scancel", waiting)
 
 
 def test_a_free_gpu_beside_an_idle_one_serves_a_two_gpu_job(site: Site) -> None:
