@@ -25,6 +25,10 @@ from exporter import procfs
 from exporter.nvml_reader import NvmlReading
 
 RESERVE_S = 60.0  # at most: the promise ends as soon as a process appears on the GPU
+# Once its job was seen, a GPU still counts as given for this long: another worker's
+# reading, though taken later, may come from an older sample of the driver's state
+# (sampled, not read live) and show the GPU empty before the job appeared.
+SEEN_SETTLE_S = 2.0
 OFFERS_TTL_S = 0.2  # waiters polling together share one computation
 
 
@@ -113,7 +117,9 @@ class WaitList:
         reserved: set[str] = set()
         for w in promised:
             if w.taken:
-                continue  # its job was seen: this newer reading shows what holds the GPU now
+                if seen_at - w.taken < SEEN_SETTLE_S and not occupied & set(w.given):
+                    reserved |= set(w.given)  # empty on a lagging sample, not left yet
+                continue  # its job was seen: a newer reading shows what holds the GPU now
             if occupied & set(w.given):
                 self.store.mark_taken(w.id, seen_at)  # its job started: the promise is kept
             else:

@@ -18,7 +18,7 @@ import pytest
 from actuator.store import Store
 from actuator.store.waiters import SERVED, Waiter
 from actuator.wait_socket import parse_wait
-from actuator.waitlist import FreeGpu, WaitList, assign, free_gpus
+from actuator.waitlist import SEEN_SETTLE_S, FreeGpu, WaitList, assign, free_gpus
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node
 from tests.actuator.conftest import Workloads, alert_for, payload
@@ -101,8 +101,13 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
     before = b.fresh_readings
     assert [g.empty for g in lists[1].free() or []] == [False, False]
     assert b.fresh_readings == before + 1
-    # The job exits: a reading after the sighting shows GPU-0 free for anyone.
-    now[0], node["GPU-0"] = 102.0, ()
+    # A reading taken after the sighting may still come from an older sample of the
+    # driver's state, showing GPU-0 empty: just after the sighting it stays given.
+    now[0], node["GPU-0"] = 101.0, ()
+    b.cached = None
+    assert [g.uuid for g in lists[1].free() or []] == ["GPU-1"]
+    # The job has exited: once the sighting has settled, an empty GPU-0 is free for anyone.
+    now[0] = 100.8 + SEEN_SETTLE_S
     b.cached = None
     assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
 
