@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from actuator.demo.ruleset import render_deploy
 from actuator.live import target_of
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.actuator.settings import FAST_POLICY
+from tests.helpers.previews import previews_module
 from tests.helpers.prom import (
     Server,
     api_response,
@@ -708,17 +708,8 @@ def test_actuator_panels_show_the_reclaim(stack: Stack) -> None:
     assert signals and float(signals[0]["value"][1]) >= 1
 
 
-def _previews_module() -> Any:
-    spec = importlib.util.spec_from_file_location("render_previews", GRAFANA / "render_previews.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_previews_are_in_the_docs_and_the_readme() -> None:
-    previews = _previews_module()
+    previews = previews_module()
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     for name, titles in previews.PREVIEWS.items():
         png = REPO / "docs" / "previews" / name.replace(".json", ".png")
@@ -731,7 +722,7 @@ def test_the_previews_are_in_the_docs_and_the_readme() -> None:
 def test_the_previews_run_exactly_the_dashboards_queries(stack: Stack, tmp_path: Path) -> None:
     from prometheus_api_client import PrometheusConnect
 
-    previews = _previews_module()
+    previews = previews_module()
     end = time.time()
     # The stack's history is under a minute: panels' minimum intervals (up to 5m) at 1/300.
     queries = previews.render(

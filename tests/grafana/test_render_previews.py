@@ -6,25 +6,20 @@ test_grafana_dashboards.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.previews import previews_module
 
 GRAFANA = Path(__file__).resolve().parents[2] / "grafana"
 
 
 @pytest.fixture(scope="module")
 def previews() -> Any:
-    spec = importlib.util.spec_from_file_location("render_previews", GRAFANA / "render_previews.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return previews_module()
 
 
 def _panel(title: str) -> dict[str, Any]:
