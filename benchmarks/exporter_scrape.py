@@ -11,12 +11,19 @@ RSS; with --compare, the ratios.
     python benchmarks/exporter_scrape.py                          # 8x4 and 8x32
     python benchmarks/exporter_scrape.py --layout 8x32 --compare HEAD~3 --scrapes 100
     python benchmarks/exporter_scrape.py --layout 8x32 --idle-host 50 --idle-host 1000
+    python benchmarks/exporter_scrape.py --layout 8x32 --heartbeats none --heartbeats every
+
+`--heartbeats every` gives each workload a heartbeat file (the format exporter.heartbeat
+writes, refreshed by this script), as on a node where every job uses the callback; `none`
+leaves the heartbeat directory empty.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
+import json
 import os
 import platform
 import signal
@@ -107,15 +114,39 @@ def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> E
             time.sleep(0.2)
 
 
+def write_heartbeats(directory: Path, pids: list[int]) -> None:
+    """One heartbeat file per process, as exporter.heartbeat writes it (host PID namespace)."""
+    now = time.time()
+    for pid in pids:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        ticks = int(raw[raw.rindex(b")") + 2 :].split()[19])
+        link = os.readlink(f"/proc/{pid}/ns/pid")
+        namespace = int(link[link.index("[") + 1 : link.index("]")])
+        record = {"pid": pid, "pid_namespace": namespace, "start_ticks": ticks, "timestamp": now}
+        path = directory / f"{namespace}-{pid}.json"
+        path.with_suffix(".tmp").write_text(json.dumps(record))
+        path.with_suffix(".tmp").rename(path)
+
+
 def run_layout(
-    gpus: int, per_gpu: int, idle_host: int, scrapes: int, interval: float, compare: Path | None
+    gpus: int,
+    per_gpu: int,
+    idle_host: int,
+    scrapes: int,
+    interval: float,
+    compare: Path | None,
+    heartbeats: bool = False,
 ) -> list[Exporter]:
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
     node = workdir / "node"
+    (workdir / "hb").mkdir()
     children: list[subprocess.Popen[bytes]] = []
     with ExitStack() as cleanup:
         cleanup.callback(lambda: [(c.send_signal(signal.SIGKILL), c.wait()) for c in children])
         children.extend(start_node(workdir, gpus, per_gpu, idle_host))
+        workloads = [c.pid for c in children[idle_host:]]  # after the idle host processes
+        if heartbeats:
+            write_heartbeats(workdir / "hb", workloads)
         exporters = [start_exporter("this", node, workdir, REPO)]
         if compare is not None:
             exporters.append(start_exporter("compare", node, workdir, compare))
@@ -131,6 +162,8 @@ def run_layout(
             order = exporters if i % 2 == 0 else exporters[::-1]
             for e in order:
                 e.scrape(session)
+            if heartbeats and i % 10 == 0:
+                write_heartbeats(workdir / "hb", workloads)  # jobs beat on
             time.sleep(interval)
         for e in exporters:
             e.cpu /= scrapes
@@ -146,6 +179,12 @@ def main() -> int:
         type=int,
         action="append",
         help="unrelated idle processes on the host (repeatable; default 0)",
+    )
+    parser.add_argument(
+        "--heartbeats",
+        choices=("none", "every"),
+        action="append",
+        help="heartbeat files: none, or one per workload (repeatable; default none)",
     )
     parser.add_argument("--compare", help="a git revision to run side by side (a worktree)")
     parser.add_argument("--scrapes", type=int, default=120)
@@ -169,18 +208,22 @@ def main() -> int:
         f"{psutil.virtual_memory().total / GiB:.0f} GiB, Python {platform.python_version()}"
     )
     print(
-        "| layout | idle host procs | exporter | series | gzip body | scrape p50 | scrape p99 "
-        "| client p50 | client p99 | CPU/scrape | RSS |"
+        "| layout | idle host procs | heartbeats | exporter | series | gzip body | scrape p50 "
+        "| scrape p99 | client p50 | client p99 | CPU/scrape | RSS |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         for layout in args.layout or ["8x4", "8x32"]:
             gpus, per_gpu = (int(x) for x in layout.split("x"))
-            for idle in args.idle_host or [0]:
-                found = run_layout(gpus, per_gpu, idle, args.scrapes, args.interval, compare)
+            for idle, beats in itertools.product(
+                args.idle_host or [0], args.heartbeats or ["none"]
+            ):
+                found = run_layout(
+                    gpus, per_gpu, idle, args.scrapes, args.interval, compare, beats == "every"
+                )
                 for e in found:
                     print(
-                        f"| {layout} | {idle} | {e.label} | {e.series} "
+                        f"| {layout} | {idle} | {beats} | {e.label} | {e.series} "
                         f"| {e.body_bytes / 1e3:.0f} KB "
                         f"| {1000 * statistics.median(e.server):.1f} ms "
                         f"| {1000 * percentile(e.server, 0.99):.1f} ms "
@@ -192,7 +235,7 @@ def main() -> int:
                 if len(found) == 2:
                     a, b = found
                     print(
-                        f"|  |  | ratio this/compare |  |  "
+                        f"|  |  |  | ratio this/compare |  |  "
                         f"| {statistics.median(a.server) / statistics.median(b.server):.2f} "
                         f"| {percentile(a.server, 0.99) / percentile(b.server, 0.99):.2f} "
                         f"| {statistics.median(a.client) / statistics.median(b.client):.2f} "

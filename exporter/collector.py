@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from exporter import procfs
 from exporter.exposition import Exposition, Family
 from exporter.guard import BoundedCall
-from exporter.heartbeat_reader import ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import HeartbeatReader, ProcessRef
 from exporter.identity import IdentityCache, ProcessIdentity
 from exporter.logactivity import log_write_timestamp
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
@@ -166,6 +166,7 @@ class GpuCollector(Collector):
         self._boot_time = procfs.boot_time(settings.proc_root)
         self._boot_id = procfs.boot_id(settings.proc_root)
         self._host = HostProcesses(settings.proc_root)
+        self._heartbeats = HeartbeatReader(settings.proc_root)
         self._exposition = Exposition()
         # The state kept between scrapes (process tree, info labels, rendered lines) is
         # changed under this lock, whichever path (/metrics, the library) scrapes.
@@ -233,8 +234,9 @@ class GpuCollector(Collector):
                     if stat is not None:
                         stats[p.pid] = stat
         heartbeats = (
-            read_heartbeats(
-                settings.heartbeat_dir, [ProcessRef(pid) for pid in stats], settings.proc_root
+            self._heartbeats.read(
+                settings.heartbeat_dir,
+                [ProcessRef(pid, stat.start_ticks) for pid, stat in stats.items()],
             )
             if settings.heartbeat_dir is not None and stats
             else {}

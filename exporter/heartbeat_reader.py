@@ -24,9 +24,11 @@ PROC = Path("/proc")
 
 @dataclass(frozen=True)
 class ProcessRef:
-    """A host process whose heartbeat is wanted."""
+    """A host process whose heartbeat is wanted; `start_ticks` when the caller has just
+    read them (the exporter has), which saves reading /proc/<pid>/stat again."""
 
     pid: int
+    start_ticks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,28 +42,69 @@ class _Key:
     writers: frozenset[int]  # uids that may write its heartbeat: its own, and root
 
 
-def read_heartbeats(
-    directory: Path, targets: Iterable[ProcessRef], proc_root: Path = PROC
-) -> dict[int, float]:
-    """Host PID -> timestamp of its heartbeat, for the targets that have one; never raises."""
-    try:
-        names = set(os.listdir(directory))  # one listing per scrape, then only named files
-    except OSError:
-        return {}
-    found: dict[int, float] = {}
-    if not names:
-        return found  # the common case without heartbeat users: no /proc reads at all
-    for pid in dict.fromkeys(ref.pid for ref in targets):  # a PID may use several GPUs
-        key = _process_key(pid, proc_root)
-        if key is None:
-            continue
-        for name in _candidate_names(key):
-            if name in names:
-                timestamp = _matching_timestamp(Path(directory) / name, key)
+class HeartbeatReader:
+    """Reads heartbeats scrape after scrape, keeping what cannot change while a process
+    lives (its PID namespace, its PID in it) per (PID, start ticks): a scrape then costs one
+    directory listing and one open per heartbeat file, not two /proc reads per process.
+    The writers (the process's uids) can change (a job that drops root); they are re-read
+    whenever a file's owner is not among the remembered ones, so a change is never missed."""
+
+    def __init__(self, proc_root: Path = PROC) -> None:
+        self._proc_root = proc_root
+        self._keys: dict[tuple[int, int], _Key] = {}
+
+    def read(self, directory: Path, targets: Iterable[ProcessRef]) -> dict[int, float]:
+        """Host PID -> timestamp of its heartbeat, for the targets that have one; never
+        raises. Remembers only the targets of this call (the live GPU processes)."""
+        refs = {ref.pid: ref for ref in targets}  # a PID may use several GPUs
+        try:
+            names = set(os.listdir(directory))  # one listing per scrape, then named files
+        except OSError:
+            names = set()
+        keys: dict[tuple[int, int], _Key] = {}
+        found: dict[int, float] = {}
+        for pid, ref in refs.items():
+            if not names:
+                break  # the common case without heartbeat users: no /proc reads at all
+            ticks = (
+                ref.start_ticks
+                if ref.start_ticks is not None
+                else start_ticks(pid, self._proc_root)
+            )
+            if ticks is None:
+                continue
+            key = self._keys.get((pid, ticks)) or _process_key(pid, ticks, self._proc_root)
+            if key is None:
+                continue
+            keys[(pid, ticks)] = key
+            for name in _candidate_names(key):
+                if name not in names:
+                    continue
+                read = _read_record(Path(directory) / name)
+                if read is None:
+                    continue
+                owner, record = read
+                if owner not in key.writers:
+                    # In a shared directory anyone can write any name: only the process's
+                    # own user (or root) may speak for it; its uids may have changed.
+                    fresh = _process_key(pid, ticks, self._proc_root)
+                    if fresh is None or owner not in fresh.writers:
+                        continue
+                    key = keys[(pid, ticks)] = fresh
+                timestamp = _matching_timestamp(record, key)
                 if timestamp is not None:
                     found[pid] = timestamp
                     break
-    return found
+        self._keys = keys
+        return found
+
+
+def read_heartbeats(
+    directory: Path, targets: Iterable[ProcessRef], proc_root: Path = PROC
+) -> dict[int, float]:
+    """Host PID -> timestamp of its heartbeat, for the targets that have one; never raises
+    (one call, nothing remembered: the actuator's re-check of one process)."""
+    return HeartbeatReader(proc_root).read(directory, targets)
 
 
 def _candidate_names(key: _Key) -> list[str]:
@@ -71,16 +114,17 @@ def _candidate_names(key: _Key) -> list[str]:
     return names
 
 
-def _process_key(pid: int, proc_root: Path) -> _Key | None:
+def _process_key(pid: int, ticks: int, proc_root: Path) -> _Key | None:
     # The innermost PID (last value of NSpid:) is the PID the process sees; kernels before
-    # 4.1 have no such line, and there the host PID is the only PID.
-    ticks = start_ticks(pid, proc_root)
+    # 4.1 have no such line, and there the host PID is the only PID. The start ticks are
+    # read again after the status so that a PID reused in between is not mistaken.
     status = read_status(pid, proc_root)
-    if ticks is None or status is None:
+    namespace = _pid_namespace(pid, proc_root)
+    if status is None or start_ticks(pid, proc_root) != ticks:
         return None
     return _Key(
         host_pid=pid,
-        namespace=_pid_namespace(pid, proc_root),
+        namespace=namespace,
         ns_pid=status.ns_pid,
         start_ticks=ticks,
         writers=frozenset({0, *status.uids}),
@@ -96,19 +140,19 @@ def _pid_namespace(pid: int, proc_root: Path) -> int | None:
         return None
 
 
-def _matching_timestamp(path: Path, key: _Key) -> float | None:
-    """The file's timestamp if it was written by the process ``key`` describes."""
+def _read_record(path: Path) -> tuple[int, dict[str, object]] | None:
+    """(owner uid, the JSON object) of a heartbeat file; None if unreadable or not one."""
     try:
         with open(path, "rb") as f:
-            # In a shared directory anyone can write any name: only the process's own
-            # user (or root) may speak for it.
-            if os.fstat(f.fileno()).st_uid not in key.writers:
-                return None
+            owner = os.fstat(f.fileno()).st_uid
             record = json.loads(f.read())
     except (OSError, ValueError):
         return None  # vanished, half-written by a non-atomic writer, or not JSON
-    if not isinstance(record, dict):
-        return None
+    return (owner, record) if isinstance(record, dict) else None
+
+
+def _matching_timestamp(record: dict[str, object], key: _Key) -> float | None:
+    """The record's timestamp if it was written by the process ``key`` describes."""
     if record.get("closed", False) is not False:
         return None  # a closed heartbeat (or a bogus mark) reports no activity
     pid = _int(record.get("pid"))

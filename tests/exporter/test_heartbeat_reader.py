@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.heartbeat_reader import ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import HeartbeatReader, ProcessRef, read_heartbeats
 from tests.support import Children
 
 # A child that beats once through the real client, says so, and waits for stdin to close.
@@ -216,3 +216,65 @@ def test_file_of_another_user_is_not_matched(tmp_path: Path) -> None:
     assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {4242: 5.0}
     os.chown(path, 1001, 1001)  # someone else vouching for it
     assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {}
+
+
+def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
+    write_record(
+        beats / "4026532000-7.json",
+        pid=7,
+        pid_namespace=4026532000,
+        start_ticks=123456,
+        timestamp=5.0,
+    )
+    reader = HeartbeatReader(proc)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    # The namespace and the PID in it cannot change while the process lives: the next
+    # scrape does not read them again (here they have become unreadable).
+    (proc / "4242" / "status").write_text("garbage")
+    (proc / "4242" / "ns" / "pid").unlink()
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    # The PID now belongs to a process started later, in the same container: the old
+    # writer's file is not credited to it, whatever was remembered.
+    shutil.rmtree(proc / "4242")
+    fake_process(proc, 4242, "4242\t7", 4026532000, 999999)
+    assert reader.read(beats, [ProcessRef(4242, 999999)]) == {}
+
+
+def test_reader_forgets_processes_that_left(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
+    write_record(
+        beats / "4026532000-7.json",
+        pid=7,
+        pid_namespace=4026532000,
+        start_ticks=123456,
+        timestamp=5.0,
+    )
+    reader = HeartbeatReader(proc)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    assert reader.read(beats, []) == {}
+    (proc / "4242" / "status").write_text("garbage")  # nothing remembered to fall back on
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to other users")
+def test_reader_sees_a_process_change_its_user(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456, uid=1000)
+    path = beats / "4026532000-7.json"
+    write_record(path, pid=7, pid_namespace=4026532000, start_ticks=123456, timestamp=5.0)
+    os.chown(path, 1000, 1000)
+    reader = HeartbeatReader(proc)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    os.chown(path, 1001, 1001)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}  # not its user
+    shutil.rmtree(proc / "4242")
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456, uid=1001)  # it became 1001
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    os.chown(path, 1000, 1000)  # its former user no longer speaks for it
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}
