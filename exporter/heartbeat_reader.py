@@ -52,6 +52,7 @@ class HeartbeatReader:
     def __init__(self, proc_root: Path = PROC) -> None:
         self._proc_root = proc_root
         self._keys: dict[tuple[int, int], _Key] = {}
+        self._files: dict[Path, _File] = {}
 
     def read(self, directory: Path, targets: Iterable[ProcessRef]) -> dict[int, float]:
         """Host PID -> timestamp of its heartbeat, for the targets that have one; never
@@ -80,10 +81,10 @@ class HeartbeatReader:
             for name in _candidate_names(key):
                 if name not in names:
                     continue
-                read = _read_record(Path(directory) / name)
+                read = self._read_file(Path(directory) / name)
                 if read is None:
                     continue
-                owner, record = read
+                owner, record = read.owner, read.record
                 if owner not in key.writers:
                     # In a shared directory anyone can write any name: only the process's
                     # own user (or root) may speak for it; its uids may have changed.
@@ -96,7 +97,26 @@ class HeartbeatReader:
                     found[pid] = timestamp
                     break
         self._keys = keys
+        self._files = {path: f for path, f in self._files.items() if path.name in names}
         return found
+
+    def _read_file(self, path: Path) -> _File | None:
+        """The file as last read while one stat says it is unchanged (same inode, size,
+        modification and change times: a writer's rename or rewrite changes them, and so
+        does a chown); read again otherwise. Most files are unchanged between scrapes."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        known = self._files.get(path)
+        if known is not None and known.signature == _signature(st):
+            return known
+        read = _read_record(path)
+        if read is None:
+            self._files.pop(path, None)
+        else:
+            self._files[path] = read
+        return read
 
 
 def read_heartbeats(
@@ -140,15 +160,30 @@ def _pid_namespace(pid: int, proc_root: Path) -> int | None:
         return None
 
 
-def _read_record(path: Path) -> tuple[int, dict[str, object]] | None:
-    """(owner uid, the JSON object) of a heartbeat file; None if unreadable or not one."""
+@dataclass(frozen=True)
+class _File:
+    """A heartbeat file as read: who owns it, what it says, and the stat it was read at."""
+
+    signature: tuple[int, ...]
+    owner: int
+    record: dict[str, object]
+
+
+def _signature(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _read_record(path: Path) -> _File | None:
+    """A heartbeat file's owner and JSON object; None if unreadable or not one."""
     try:
         with open(path, "rb") as f:
-            owner = os.fstat(f.fileno()).st_uid
+            st = os.fstat(f.fileno())
             record = json.loads(f.read())
     except (OSError, ValueError):
         return None  # vanished, half-written by a non-atomic writer, or not JSON
-    return (owner, record) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    return _File(signature=_signature(st), owner=st.st_uid, record=record)
 
 
 def _matching_timestamp(record: dict[str, object], key: _Key) -> float | None:

@@ -278,3 +278,23 @@ def test_reader_sees_a_process_change_its_user(tmp_path: Path) -> None:
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
     os.chown(path, 1000, 1000)  # its former user no longer speaks for it
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}
+
+
+def test_reader_reads_a_file_again_once_it_changes(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
+    path = beats / "4026532000-7.json"
+    record = {"pid": 7, "pid_namespace": 4026532000, "start_ticks": 123456}
+    write_record(path, **record, timestamp=5.0)
+    reader = HeartbeatReader(proc)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
+    # The next beat, as exporter.heartbeat writes it: a new file renamed over the old one
+    # (same size: only the inode tells them apart).
+    write_record(tmp_path / "next.json", **record, timestamp=6.0)
+    (tmp_path / "next.json").rename(path)
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 6.0}
+    write_record(path, **record, timestamp=7.25)  # rewritten in place, another size
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 7.25}
+    path.unlink()
+    assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}

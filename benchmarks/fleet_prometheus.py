@@ -1,0 +1,386 @@
+"""What the shipped rules cost a real Prometheus, per node, in each state a fleet can be in.
+
+    python benchmarks/fleet_prometheus.py [--nodes 100] [--layout 8x3] [--minutes 3]
+        [--state live --state frozen] [--interval 15]
+
+Captures one real scrape of `gpu-reclaimer exporter` on a simulated node of real workload
+processes (GPUSxPROCESSES: busy, idle and loading in turn, as benchmarks/simnode.py starts
+them), then serves it as NODES synthetic nodes (one loopback server; each node a target of
+its own, `instance` and `node` rewritten) to two real Prometheus servers that run side by
+side over the same targets for the same minutes:
+
+  shipped         alert-rules/gpu-reclaimer.rules.yml as shipped
+  no-query        the same rules, with the annotations' `query` template calls taken out
+  no-annotations  the same rules without annotations (what templating costs)
+  bare            without annotations and without the alerts' own labels (the floor)
+  expr-labels     the alerts' labels set in their expressions (label_replace), not in
+                  `labels:` (whose values Prometheus expands as templates, per alert)
+  lean            expr-labels, and only the summary and runbook_url annotations
+
+States: `live` advances the busy processes' CPU counters and log timestamps every scrape
+(what a working node looks like: a third of its processes idle and flagged), `frozen`
+serves the capture unchanged (a node whose values stopped: every process without
+utilisation turns pending, then firing).
+
+Per Prometheus and state it reports the `gpu-reclaimer` group's evaluation time (median
+of the last evaluations, from /api/v1/rules), per node, the active alerts, the head series
+per node, and the dearest rules. Prometheus evaluates a group on one core; at the
+evaluation interval the group must finish well inside it, so nodes per Prometheus ~
+interval / (time per node) x a safety factor (docs/deployment.md, "Sizing").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+import requests
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from exporter_scrape import start_exporter  # noqa: E402
+from simnode import GiB, start_node  # noqa: E402
+
+from tests.support import free_port  # noqa: E402
+
+RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
+GROUP = "gpu-reclaimer"
+VARIANTS = ("shipped", "no-query", "no-annotations", "bare", "expr-labels", "lean")
+_QUERY_CALL = re.compile(r"\{\{ with printf [^}]*\| query \}\}.*?\{\{ end \}\}", re.S)
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
+_NODE_LABEL = re.compile(r'node="[^"]*"')
+
+
+@dataclass
+class Sample:
+    name: str
+    labels: str  # "{...}" or ""
+    value: float
+
+
+@dataclass
+class Capture:
+    """One exporter scrape, parsed into samples, with which processes were working."""
+
+    samples: list[Sample]
+    busy_pids: set[str] = field(default_factory=set)
+
+    def render(self, node: int, state: str, elapsed: float) -> bytes:
+        lines = []
+        for s in self.samples:
+            value = s.value
+            if state == "live" and _pid(s.labels) in self.busy_pids:
+                if s.name == "gpu_process_cpu_seconds_total":
+                    value += 0.5 * elapsed  # half a core: a working job's DataLoader
+                elif s.name == "gpu_process_log_write_timestamp_seconds":
+                    value = time.time()
+                elif s.name == "gpu_process_memory_used_bytes":
+                    value += 1024 * 1024 * (int(elapsed) % 2)  # a little allocator churn
+            labels = _NODE_LABEL.sub(f'node="node-{node}"', s.labels)
+            lines.append(f"{s.name}{labels} {value!r}")
+        return ("\n".join(lines) + "\n").encode()
+
+
+def _pid(labels: str) -> str | None:
+    found = re.search(r'pid="(\d+)"', labels)
+    return found.group(1) if found else None
+
+
+def capture_node(gpus: int, per_gpu: int) -> Capture:
+    """A real scrape of the exporter on a simulated node of real processes."""
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-fleetprom-"))
+    (workdir / "hb").mkdir()
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        children.extend(start_node(workdir, gpus, per_gpu, 0))
+        exporter = start_exporter("this", workdir / "node", workdir, REPO)
+        children.append(exporter.process)
+        time.sleep(3)  # a few simulated ticks: utilisation settles per phase
+        body = requests.get(exporter.url, timeout=30).text
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+    samples = []
+    for line in body.splitlines():
+        match = _SAMPLE.match(line)
+        if match and not line.startswith("#"):
+            samples.append(Sample(match["name"], match["labels"] or "", float(match["value"])))
+    busy = {
+        pid
+        for s in samples
+        if s.name == "gpu_process_sm_utilization_ratio" and s.value > 0.05
+        if (pid := _pid(s.labels)) is not None
+    }
+    return Capture(samples, busy)
+
+
+class _Fleet(BaseHTTPRequestHandler):
+    capture: Capture
+    state: str
+    started: float
+
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        node = int(query.get("node", ["0"])[0])
+        body = self.capture.render(node, self.state, time.monotonic() - self.started)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def serve_fleet(capture: Capture, state: str) -> tuple[ThreadingHTTPServer, int]:
+    port = free_port()
+    handler = type(
+        "Fleet", (_Fleet,), {"capture": capture, "state": state, "started": time.monotonic()}
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, port
+
+
+def rules_variant(directory: Path, variant: str) -> Path:
+    """The shipped rules, or the same without the annotations' `query` calls, or without
+    annotations."""
+    text = RULES.read_text()
+    if variant != "shipped":
+        rules = yaml.safe_load(text)
+        for group in rules["groups"]:
+            for rule in group["rules"]:
+                if variant in ("no-annotations", "bare"):
+                    rule.pop("annotations", None)
+                if variant in ("bare", "lean", "expr-labels"):
+                    labels = rule.pop("labels", {})
+                if variant in ("lean", "expr-labels") and "alert" in rule:
+                    expr = rule["expr"]
+                    for name, value in labels.items():
+                        expr = f'label_replace({expr}, "{name}", "{value}", "", "")'
+                    rule["expr"] = expr
+                if variant == "lean" and "alert" in rule:
+                    rule["annotations"] = {
+                        k: v for k, v in rule["annotations"].items() if k != "description"
+                    }
+                for key, annotation in rule.get("annotations", {}).items():
+                    rule["annotations"][key] = _QUERY_CALL.sub("(not queried)", annotation)
+        text = yaml.safe_dump(rules, sort_keys=False)
+    path = directory / f"{variant}.rules.yml"
+    path.write_text(text)
+    return path
+
+
+def prometheus_config(directory: Path, rules: Path, port: int, nodes: int, interval: int) -> Path:
+    config = {
+        "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {
+                "job_name": "gpu-exporter",
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{port}"],
+                        "labels": {"instance": f"node-{i}:9835", "__param_node": str(i)},
+                    }
+                    for i in range(nodes)
+                ],
+            }
+        ],
+    }
+    path = directory / f"{rules.stem}.prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Measured:
+    variant: str
+    url: str
+    process: subprocess.Popen[bytes]
+    group_seconds: list[float] = field(default_factory=list)
+    rules: dict[str, list[float]] = field(default_factory=dict)
+    last_evaluation: str = ""
+    alerts: float = 0.0
+    series: float = 0.0
+    expr_seconds: dict[str, float] = field(default_factory=dict)
+    rules_file: Path = RULES
+
+    def time_alert_expressions(self, rules: Path) -> None:
+        """The alerts' expressions alone, as instant queries (median of 5): the rest of an
+        alerting rule's time is per alert (state, labels, annotations, ALERTS series)."""
+        for group in yaml.safe_load(rules.read_text())["groups"]:
+            for rule in group["rules"]:
+                if group["name"] != GROUP or "alert" not in rule:
+                    continue
+                took = []
+                for _ in range(5):
+                    answer = requests.get(
+                        f"{self.url}/api/v1/query",
+                        params={"query": rule["expr"], "stats": "all"},
+                        timeout=60,
+                    ).json()
+                    took.append(answer["data"]["stats"]["timings"]["evalTotalTime"])
+                self.expr_seconds[rule["alert"]] = statistics.median(took)
+
+    def sample(self) -> None:
+        data = requests.get(f"{self.url}/api/v1/rules", timeout=30).json()["data"]
+        for group in data["groups"]:
+            if group["name"] != GROUP or group["lastEvaluation"] == self.last_evaluation:
+                continue
+            self.last_evaluation = group["lastEvaluation"]
+            self.group_seconds.append(group["evaluationTime"])
+            for rule in group["rules"]:
+                name = rule.get("record") or rule.get("name")
+                self.rules.setdefault(name, []).append(rule["evaluationTime"])
+
+    def head_series(self) -> float:
+        status = requests.get(f"{self.url}/api/v1/status/tsdb", timeout=30).json()
+        return float(status["data"]["headStats"]["numSeries"])
+
+    def gauge(self, expr: str) -> float:
+        result = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30)
+        found = result.json()["data"]["result"]
+        return float(found[0]["value"][1]) if found else 0.0
+
+
+def start_prometheus(directory: Path, config: Path, variant: str) -> Measured:
+    port = free_port()
+    data = directory / f"{variant}-data"
+    process = subprocess.Popen(
+        [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(f"{url}/-/ready", timeout=5).raise_for_status()
+            return Measured(variant, url, process)
+        except requests.RequestException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait()
+
+
+def run_state(
+    capture: Capture,
+    state: str,
+    nodes: int,
+    minutes: float,
+    interval: int,
+    variants: list[str],
+) -> list[Measured]:
+    directory = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-fleetprom-"))
+    server, port = serve_fleet(capture, state)
+    with ExitStack() as cleanup:
+        cleanup.callback(server.shutdown)
+        cleanup.callback(shutil.rmtree, directory, True)
+        servers = []
+        for variant in variants:
+            rules = rules_variant(directory, variant)
+            config = prometheus_config(directory, rules, port, nodes, interval)
+            servers.append(start_prometheus(directory, config, variant))
+            servers[-1].rules_file = rules
+            cleanup.callback(stop, servers[-1].process)
+        deadline = time.monotonic() + 60 * minutes
+        print(f"  {state}: {nodes} nodes for {minutes:g} min ...", flush=True)
+        while time.monotonic() < deadline:
+            time.sleep(interval / 3)
+            for measured in servers:
+                measured.sample()
+        for measured in servers:
+            measured.alerts = measured.gauge("count(ALERTS)")
+            measured.series = measured.head_series()
+            measured.time_alert_expressions(measured.rules_file)
+        return servers
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--layout", default="8x3", help="GPUSxPROCESSES of the captured node")
+    parser.add_argument("--minutes", type=float, default=3.0, help="per state (>= 2)")
+    parser.add_argument("--interval", type=int, default=15, help="scrape and evaluation, s")
+    parser.add_argument("--state", action="append", choices=("live", "frozen"))
+    parser.add_argument(
+        "--rules",
+        action="append",
+        choices=VARIANTS,
+        help="rule variants run side by side (repeatable; default shipped, no-query)",
+    )
+    args = parser.parse_args()
+    if shutil.which("prometheus") is None:
+        print("fleet_prometheus: needs `prometheus` on PATH (make system-deps)", file=sys.stderr)
+        return 2
+    gpus, per_gpu = (int(x) for x in args.layout.split("x"))
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{psutil.virtual_memory().total / GiB:.0f} GiB, Python {platform.python_version()}, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print(f"capturing a {args.layout} node ...", flush=True)
+    capture = capture_node(gpus, per_gpu)
+    print(f"  {len(capture.samples)} samples, {len(capture.busy_pids)} busy processes")
+    table = []
+    for state in args.state or ["live", "frozen"]:
+        variants = args.rules or ["shipped", "no-query"]
+        for m in run_state(capture, state, args.nodes, args.minutes, args.interval, variants):
+            settled = m.group_seconds[len(m.group_seconds) // 3 :] or m.group_seconds
+            median = statistics.median(settled) if settled else float("nan")
+            dearest = sorted(
+                ((statistics.median(v[len(v) // 3 :] or v), k) for k, v in m.rules.items()),
+                reverse=True,
+            )[:3]
+            table.append(
+                f"| {args.layout} | {state} | {m.variant} | {args.nodes} "
+                f"| {m.series / args.nodes:.0f} | {m.alerts:.0f} "
+                f"| {1000 * median:.0f} ms | {1000 * median / args.nodes:.2f} ms "
+                f"| {', '.join(f'{k} {1000 * v:.0f} ms' for v, k in dearest)} "
+                f"| {', '.join(f'{k} {1000 * v:.0f} ms' for k, v in m.expr_seconds.items())} |"
+            )
+    print(
+        "| node | state | rules | nodes | head series/node | alerts | group eval "
+        "| per node | dearest rules (median) | alert expressions alone |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
