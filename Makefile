@@ -96,6 +96,7 @@ bench: setup
 	$(BIN)/python benchmarks/e2e_latency.py
 	$(BIN)/python benchmarks/slow_clients.py
 	$(BIN)/python benchmarks/pod_resources.py
+	$(BIN)/python benchmarks/fleet_prometheus.py
 
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup

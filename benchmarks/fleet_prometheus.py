@@ -225,6 +225,7 @@ class Measured:
     last_evaluation: str = ""
     alerts: float = 0.0
     series: float = 0.0
+    rss: float = 0.0
     expr_seconds: dict[str, float] = field(default_factory=dict)
     rules_file: Path = RULES
 
@@ -326,6 +327,7 @@ def run_state(
         for measured in servers:
             measured.alerts = measured.gauge("count(ALERTS)")
             measured.series = measured.head_series()
+            measured.rss = psutil.Process(measured.process.pid).memory_info().rss
             measured.time_alert_expressions(measured.rules_file)
         return servers
 
@@ -355,7 +357,12 @@ def main() -> int:
     )
     print(f"capturing a {args.layout} node ...", flush=True)
     capture = capture_node(gpus, per_gpu)
-    print(f"  {len(capture.samples)} samples, {len(capture.busy_pids)} busy processes")
+    pids = {pid for s in capture.samples if (pid := _pid(s.labels)) is not None}
+    per_process = sum(1 for s in capture.samples if _pid(s.labels) is not None) / len(pids)
+    print(
+        f"  {len(capture.samples)} samples, {len(pids)} processes ({len(capture.busy_pids)} "
+        f"busy), {per_process:.1f} series per process (what each process start adds)"
+    )
     table = []
     for state in args.state or ["live", "frozen"]:
         variants = args.rules or ["shipped", "no-query"]
@@ -368,16 +375,17 @@ def main() -> int:
             )[:3]
             table.append(
                 f"| {args.layout} | {state} | {m.variant} | {args.nodes} "
-                f"| {m.series / args.nodes:.0f} | {m.alerts:.0f} "
+                f"| {m.series / args.nodes:.0f} | {m.rss / args.nodes / 1e6:.2f} MB "
+                f"| {m.alerts:.0f} "
                 f"| {1000 * median:.0f} ms | {1000 * median / args.nodes:.2f} ms "
                 f"| {', '.join(f'{k} {1000 * v:.0f} ms' for v, k in dearest)} "
                 f"| {', '.join(f'{k} {1000 * v:.0f} ms' for k, v in m.expr_seconds.items())} |"
             )
     print(
-        "| node | state | rules | nodes | head series/node | alerts | group eval "
+        "| node | state | rules | nodes | head series/node | RSS/node | alerts | group eval "
         "| per node | dearest rules (median) | alert expressions alone |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
     return 0
 
