@@ -29,6 +29,7 @@ from actuator.operators import AuthError, Principal, Role
 from actuator.policy import Duration
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
+from actuator.why import explain
 from exporter.procfs import PID_MAX_LIMIT
 from exporter.selfmetrics import TEXT_FORMAT, SelfCollector
 
@@ -178,6 +179,7 @@ def create_app(rt: Runtime) -> Flask:
     person_roles: dict[str, Role] = {
         "cases": "sre",
         "case": "sre",
+        "why": "sre",
         "snooze": "sre",
         "audit": "sre",
         "breaker_reset": "admin",
@@ -337,6 +339,13 @@ def create_app(rt: Runtime) -> Flask:
         body["timeline"] = rt.store.timeline(case_id)
         body["signals"] = rt.store.signals_for(case_id)
         return jsonify(body), 200
+
+    @app.get("/api/v1/cases/<int:case_id>/why")
+    def why(case_id: int) -> tuple[Response, int]:
+        found = rt.store.get_case(case_id)
+        if found is None:
+            return _error(404, f"no case {case_id}")
+        return jsonify(explain(found, rt.store.timeline(case_id)).to_json()), 200
 
     @app.post("/api/v1/cases/<int:case_id>/snooze")
     def snooze(case_id: int) -> tuple[Response, int]:

@@ -648,6 +648,7 @@ class Reconciler:
         evidence = {"action": str(d.action), "code": d.code, "decision_id": decision_id}
         if live is not None:
             evidence["live"] = live.evidence()
+            evidence["thresholds"] = record["thresholds"]  # what `why` judges it against
         try:
             done = self.store.transition(
                 case,

@@ -55,9 +55,11 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["certs", "agent", "n1", "--dir", missing], "no CA here"),
         (["keep", "1", "--for", "1h", "--socket", missing], "no keep socket"),
         (["wait", "--gpus", "1", "--socket", missing], "no socket at"),
+        (["why", "1", "--token-file", missing], "cannot read the token file"),
         # URLs without a scheme
         (["report", "--prometheus", "127.0.0.1:9090", "--since", "1h"], "not an http(s) URL"),
         (["backtest", "--prometheus", "prometheus", "--since", "1h"], "not an http(s) URL"),
+        (["why", "1", "--actuator", "actuator:9836"], "not an http(s) URL"),
         # broken YAML
         (["exporter", "--config", str(broken)], "not valid YAML at line 2"),
         (["actuator", "--config", str(broken)], "not valid YAML at line 2"),
@@ -76,6 +78,7 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["sim", "init", str(tmp / "node"), "--gpus", "two"], "two"),
         (["keep", "abc", "--for", "1h"], "not a whole number"),
         (["wait", "--gpus", "two"], "not a whole number"),
+        (["why", "case-one"], "not a whole number"),
         (
             ["report", "--prometheus", DOWN, "--since", "1h", "--price-per-kwh", "-1"],
             "must not be negative",
@@ -86,6 +89,7 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         # unreachable services
         (["report", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
         (["backtest", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
+        (["why", "1", "--actuator", DOWN], "cannot reach the actuator"),
     ]
 
 

@@ -1,0 +1,163 @@
+"""`gpu-reclaimer why CASE` and GET /api/v1/cases/<id>/why (actuator/why.py, why_cli.py):
+each decision with the evidence the node showed, against a real actuator."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from actuator.models import Case, State
+from actuator.why import Explanation, explain
+from exporter.sim.state import init_node
+from tests.actuator.conftest import TOKEN, ActuatorFactory, Workloads, alert_for, payload
+from tests.support import gpu_reclaimer_command
+
+
+def why(actuator_url: str, case: int, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*gpu_reclaimer_command(), "why", str(case), "--actuator", actuator_url, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_why_shows_each_decision_with_the_evidence_it_was_judged_on(
+    tmp_path: Path, actuator_factory: ActuatorFactory
+) -> None:
+    init_node(tmp_path / "node", gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    workloads = Workloads(tmp_path / "node")
+    try:
+        actuator = actuator_factory(tmp_path / "node")
+        idle = workloads.spawn(memory="3GiB")
+        busy = workloads.spawn(gpu=1, phases="busy", memory="5GiB")
+        actuator.post(payload(alert_for(idle), alert_for(busy)))
+        reclaimed = actuator.wait_state(idle, "reclaimed", "failed", "refused", "cancelled")
+        cancelled = actuator.wait_state(busy, "cancelled", "refused", "reclaimed", "failed")
+    finally:
+        workloads.cleanup()
+    assert reclaimed["state"] == "reclaimed" and cancelled["state"] == "cancelled"
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+
+    done = why(actuator.url, reclaimed["id"], "--token-file", str(token))
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith(f"case {reclaimed['id']}: ") and f"PID {idle.pid}" in text
+    for state in ("pending", "notified", "terminating", "reclaimed"):
+        assert f"  {state}: " in text, text
+    assert "SM utilisation 0% (idle at most 5%)" in text
+    assert "GPU memory held 3.0 GiB" in text
+    assert "process tree CPU 0.0" in text  # measured between two re-checks
+
+    explained = actuator.get(f"/api/v1/cases/{cancelled['id']}/why")
+    last = explained["steps"][-1]
+    assert last["state"] == "cancelled"
+    util = next(e for e in last["evidence"] if e.startswith("SM utilisation"))
+    assert util.endswith("(idle at most 5%)") and not util.startswith("SM utilisation 0%")
+    assert "GPU memory held 5.0 GiB" in last["evidence"]
+
+
+def test_why_answers_mistakes_in_one_line(
+    tmp_path: Path, actuator_factory: ActuatorFactory
+) -> None:
+    init_node(tmp_path / "node", gpus=1, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    actuator = actuator_factory(tmp_path / "node")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    missing = why(actuator.url, 999, "--token-file", str(token))
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert "no case 999" in missing.stderr and "Traceback" not in missing.stderr
+    token.write_text("not-the-token")
+    refused = why(actuator.url, 1, "--token-file", str(token))
+    assert refused.returncode == 2 and "refused the request (403)" in refused.stderr
+
+
+def test_cpu_is_measured_between_re_checks_and_a_vanished_process_says_so() -> None:
+    case = Case(
+        id=7,
+        state=State.CANCELLED,
+        version=3,
+        node="n1",
+        pid=4242,
+        start_time=1.0,
+        uuid="GPU-1",
+        start_ticks=1,
+        boot_id="b",
+        alertname="GpuProcessIdle",
+        fingerprint="f",
+        starts_ts=90.0,
+        labels={},
+        annotations={},
+        created=100.0,
+        updated=130.0,
+        reason="process exited",
+        user="alice",
+    )
+    live = {"exists": True, "sm_util": 0.0, "gpu_memory_bytes": 2 * 1024**3, "log_mtime": 40.0}
+    thresholds = {"max_sm_util": 0.05, "max_cpu_cores": 0.1, "log_quiet_for": 300.0}
+    timeline = [
+        {
+            "ts": 100.0,
+            "state": "pending",
+            "reason": "idle confirmed",
+            "evidence": {"live": {**live, "cpu_seconds": 10.0}, "thresholds": thresholds},
+        },
+        {
+            "ts": 110.0,
+            "state": "notified",
+            "reason": "owner warned",
+            "evidence": {"live": {**live, "cpu_seconds": 15.0}, "thresholds": thresholds},
+        },
+        {
+            "ts": 130.0,
+            "state": "cancelled",
+            "reason": "process exited",
+            "evidence": {"live": {"exists": False}},
+        },
+    ]
+    explained = explain(case, timeline)
+    first, second, gone = explained.steps
+    assert not any("CPU" in fact for fact in first.evidence)  # nothing to measure against yet
+    assert "process tree CPU 0.50 cores since the re-check before (idle at most 0.10 cores)" in (
+        second.evidence
+    )
+    assert "log written 1m10s before (quiet needed: 5m)" in second.evidence
+    assert gone.evidence == ("the process no longer existed",)
+    assert Explanation.from_json(explained.to_json()) == explained
+    assert explained.headline.startswith("case 7: process (PID 4242, alice) on n1 GPU-1")
+
+
+def test_hostile_text_reaches_the_terminal_as_one_plain_line() -> None:
+    case = Case(
+        id=8,
+        state=State.PENDING,
+        version=1,
+        node="n1",
+        pid=4242,
+        start_time=1.0,
+        uuid="GPU-1",
+        start_ticks=1,
+        boot_id="b",
+        alertname="GpuProcessIdle",
+        fingerprint="f",
+        starts_ts=90.0,
+        labels={},
+        annotations={},
+        created=100.0,
+        updated=100.0,
+        facts={"program": "train\x1b[2J\u202eyb-tpek\nroot's job", "user": "mallory"},
+    )
+    timeline = [
+        {
+            "ts": 100.0,
+            "state": "pending",
+            "reason": "idle\x1b]0;owned\x07",
+            "evidence": {"live": {"exists": True, "errors": ["cmdline: \x1b[31mred"]}},
+        }
+    ]
+    text = explain(case, timeline).render()
+    assert not any(c in text for c in "\x1b\x07\u202e"), repr(text)
+    assert text.splitlines()[0].startswith("case 8: train")
+    # The headline, the step, util, log, heartbeat and the error: one line each.
+    assert len(text.splitlines()) == 6
