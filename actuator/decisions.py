@@ -10,10 +10,20 @@ from enum import StrEnum
 from typing import Any
 
 from actuator.demand.fit import Choice, Verdict
-from actuator.models import SIGNALLED_STATES, Case, CaseUpdate, LiveState, Member, Reason, State
+from actuator.models import (
+    KEEP_VARIABLE,
+    SIGNALLED_STATES,
+    Case,
+    CaseUpdate,
+    LiveState,
+    Member,
+    Reason,
+    State,
+)
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice, ReclaimWhen
+from exporter.text import clean
 from exporter.thresholds import SHIPPED, Thresholds
-from exporter.units import format_duration
+from exporter.units import format_duration, parse_duration
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 DEFAULT_NOTICE = Notice()
@@ -51,6 +61,33 @@ class FleetState:
     kept_until: float | None = None  # a keep its owner asked before the case opened (wall)
     # reclaim_when: demand: whether someone waits for this case's GPU (None: not asked)
     demand: Choice | None = None
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What an owner's GPU_RECLAIMER_KEEP is worth under a rule: the runtime before which
+    the process is not judged idle (0 when none was asked or it was refused), and why."""
+
+    seconds: float
+    note: str
+
+
+def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
+    """The owner's ask, read from the process's environment on the node, judged against
+    the rule's [keep_min, keep_max] (pure). Outside the bounds it is refused, bounds named."""
+    if asked is None:
+        return Allowance(0.0, "")
+    bounds = f"{format_duration(eff.keep_min)} to {format_duration(eff.keep_max)}"
+    try:
+        seconds = parse_duration(asked.strip())
+    except ValueError:
+        return Allowance(0.0, f"{KEEP_VARIABLE}={clean(asked, 40)} is not a duration: ignored")
+    if not eff.keep_min <= seconds <= eff.keep_max:
+        return Allowance(
+            0.0,
+            f"{KEEP_VARIABLE}={format_duration(seconds)} refused: rule {eff.rule} allows {bounds}",
+        )
+    return Allowance(seconds, f"{KEEP_VARIABLE}={format_duration(seconds)} granted ({bounds})")
 
 
 def wait(**updates: Any) -> Decision:
@@ -393,6 +430,18 @@ def decide_live(
             return wait(**samples)
         if now - case.start_time < eff.min_runtime:
             return wait(**samples)  # still starting up: never judged idle yet
+        allowance = owner_allowance(live.keep_asked, eff)
+        kept_until = case.start_time + allowance.seconds
+        if now < kept_until:
+            left = kept_until - now
+            return move(
+                State.SNOOZED,
+                Reason.KEPT_BY_ENVIRONMENT,
+                f"kept by its owner: {allowance.note}, {format_duration(left)} more",
+                snoozed_until=kept_until,
+                snoozed_until_mono=mono + left,
+                **samples,
+            )
         if eff.mode == Mode.OBSERVE:
             return move(
                 State.OBSERVED, Reason.OBSERVE_MODE, f"observe mode: {would_do(eff)}", **samples

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from actuator.models import Excluded, LiveState, Member, Target
+from actuator.models import KEEP_VARIABLE, Excluded, LiveState, Member, Target
 from actuator.protect import Protection, command_names
 from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
@@ -222,6 +222,7 @@ class Inspector:
             cpu_seconds=cpu,
             log_mtime=max(written) if written else None,
             heartbeat=heartbeat,
+            keep_asked=procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),

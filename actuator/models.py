@@ -171,6 +171,7 @@ class Reason(StrEnum):
     RESUMED = "resumed"
     SNOOZED = "snoozed"
     KEPT_AHEAD = "kept_ahead"
+    KEPT_BY_ENVIRONMENT = "kept_by_environment"
     # reclaim_when: demand (actuator/demand/)
     DEMAND = "demand"  # someone waits for this GPU: the grace starts
     DEMAND_GONE = "demand_gone"  # the wait ended (or another GPU serves it): waits again
@@ -267,6 +268,12 @@ class SignalResult:
     detail: str = ""
 
 
+# The environment variable an owner starts a process with to ask not to be judged idle
+# before that much runtime (`GPU_RECLAIMER_KEEP=4h python eval.py`), within the rule's
+# [keep_min, keep_max]; read from the node, never from an alert.
+KEEP_VARIABLE = "GPU_RECLAIMER_KEEP"
+
+
 @dataclass(frozen=True)
 class LiveState:
     """What a re-check saw; None means unknown (never treated as idle)."""
@@ -299,6 +306,7 @@ class LiveState:
     cpu_seconds: float | None = None
     log_mtime: float | None = None
     heartbeat: float | None = None
+    keep_asked: str | None = None  # GPU_RECLAIMER_KEEP as the process was started with it
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
@@ -334,6 +342,7 @@ class LiveState:
             "cpu_seconds": self.cpu_seconds,
             "log_mtime": self.log_mtime,
             "heartbeat": self.heartbeat,
+            "keep_asked": self.keep_asked,
             "members": [m.pid for m in self.members],
             "excluded": [e.__dict__ for e in self.excluded],
             "errors": list(self.errors),

@@ -54,9 +54,21 @@ class Timing(Strict):
 
     idle_for: Duration | None = None
     min_runtime: Duration | None = None
+    keep_min: Duration | None = None
+    keep_max: Duration | None = None
     grace: Duration | None = None
     term_timeout: Duration | None = None
     kill_timeout: Duration | None = None
+
+    @model_validator(mode="after")
+    def _keep_bounds_in_order(self) -> Timing:
+        _check_keep_bounds(self.keep_min, self.keep_max)
+        return self
+
+
+def _check_keep_bounds(low: float | None, high: float | None) -> None:
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"keep_min ({low:g}s) is above keep_max ({high:g}s)")
 
 
 class Defaults(Strict):
@@ -65,6 +77,14 @@ class Defaults(Strict):
         0.0,
         description="a process younger than this is never judged idle (start-up, data "
         "loading, compilation): no notice before it has run this long",
+    )
+    keep_min: Duration = Field(
+        0.0,
+        description="the shortest allowance an owner may ask with GPU_RECLAIMER_KEEP "
+        "(not judged idle before that much runtime)",
+    )
+    keep_max: Duration = Field(
+        86400.0, description="the longest allowance an owner may ask with GPU_RECLAIMER_KEEP"
     )
     grace: Duration = Field(600.0, description="time between the notice and SIGTERM")
     term_timeout: Duration = Field(10.0, description="time between SIGTERM and SIGKILL")
@@ -75,6 +95,11 @@ class Defaults(Strict):
         description="idle: after the grace; demand: only when a waiting "
         "request this GPU can serve appears (the grace starts then)",
     )
+
+    @model_validator(mode="after")
+    def _keep_bounds_in_order(self) -> Defaults:
+        _check_keep_bounds(self.keep_min, self.keep_max)
+        return self
 
 
 class Idle(Strict):
@@ -264,6 +289,8 @@ class Effective(Strict):
     idle_for: float
     grace: float
     min_runtime: float = 0.0
+    keep_min: float = 0.0
+    keep_max: float = 86400.0
     term_timeout: float
     kill_timeout: float
     release_timeout: float
@@ -308,6 +335,8 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             protected=False,
             idle_for=d.idle_for,
             min_runtime=d.min_runtime,
+            keep_min=d.keep_min,
+            keep_max=d.keep_max,
             grace=d.grace,
             term_timeout=d.term_timeout,
             kill_timeout=d.kill_timeout,
@@ -321,6 +350,8 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         protected=rule.protected,
         idle_for=d.idle_for if rule.idle_for is None else rule.idle_for,
         min_runtime=d.min_runtime if rule.min_runtime is None else rule.min_runtime,
+        keep_min=d.keep_min if rule.keep_min is None else rule.keep_min,
+        keep_max=d.keep_max if rule.keep_max is None else rule.keep_max,
         grace=d.grace if rule.grace is None else rule.grace,
         term_timeout=d.term_timeout if rule.term_timeout is None else rule.term_timeout,
         kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
@@ -338,6 +369,9 @@ def safer(base: Effective, other: Effective) -> Effective:
             "protected": base.protected or other.protected,
             "idle_for": max(base.idle_for, other.idle_for),
             "min_runtime": max(base.min_runtime, other.min_runtime),
+            # the wider bounds leave the owner more say
+            "keep_min": min(base.keep_min, other.keep_min),
+            "keep_max": max(base.keep_max, other.keep_max),
             "grace": max(base.grace, other.grace),
             "term_timeout": max(base.term_timeout, other.term_timeout),
             "kill_timeout": max(base.kill_timeout, other.kill_timeout),

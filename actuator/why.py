@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from actuator.models import Case
+from actuator.decisions import owner_allowance
+from actuator.models import KEEP_VARIABLE, Case
+from actuator.policy import Effective
 from actuator.untrusted import plain
 from exporter.units import format_duration
 
@@ -153,11 +155,25 @@ def _facts(
             facts.append(f"{name} {ago} before{needed}")
         else:
             facts.append(f"no {name.split()[0]} seen")
+    asked = live.get("keep_asked")
+    if isinstance(asked, str):
+        facts.append(f"its owner asked: {_allowance_note(asked, thresholds)}")
     members = live.get("members") or []
     if len(members) > 1:
         facts.append(f"process tree of {len(members)} processes")
     facts.extend(f"could not read: {error}" for error in live.get("errors") or [])
     return facts
+
+
+def _allowance_note(asked: str, thresholds: dict[str, Any]) -> str:
+    """The ask judged as the decision judged it: by the rule's bounds then in force."""
+    try:
+        rule = Effective.model_validate(
+            {k: v for k, v in thresholds.items() if k in Effective.model_fields}
+        )
+    except ValueError:
+        return f"{KEEP_VARIABLE}={asked} (the rule's bounds were not recorded)"
+    return owner_allowance(asked, rule).note
 
 
 def _limit(value: object, fmt: str) -> str:

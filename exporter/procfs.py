@@ -181,6 +181,21 @@ def read_cmdline(pid: int, proc_root: Path = PROC) -> list[str]:
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
+def read_environ_value(pid: int, name: str, proc_root: Path = PROC) -> str | None:
+    """The value of one variable the process was started with (its environment as exec'd;
+    later setenv calls are not seen); None if absent or unreadable (root or its owner)."""
+    prefix = name.encode() + b"="
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as handle:
+            raw = handle.read(1 << 20)  # an environment is rarely above a few KiB
+    except OSError:
+        return None
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode("utf-8", "replace")
+    return None
+
+
 def read_comm(pid: int, proc_root: Path = PROC) -> str:
     try:
         with open(f"{proc_root}/{pid}/comm", "rb") as handle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_UNITS = {
@@ -61,6 +62,8 @@ def parse_duration(text: str | float) -> float:
     except ValueError:
         pass
     else:
+        if not math.isfinite(value):  # 'nan' and 'inf' are floats, not durations
+            raise ValueError(f"invalid duration {text!r}: not a finite number of seconds")
         if value < 0:
             raise ValueError(f"invalid duration {text!r}: must not be negative")
         return value
@@ -73,7 +76,7 @@ def parse_duration(text: str | float) -> float:
 def format_duration(seconds: float) -> str:
     """Seconds for people, in the units durations are written in: 86400 -> '24h',
     5400 -> '1h30m', 90 -> '1m30s', 0.25 -> '250ms' (hours at most: '48h', not '2d')."""
-    if seconds < 1:
+    if 0 < seconds < 1:
         return f"{round(seconds * 1000)}ms"
     total = round(seconds)
     out = []

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from actuator.decisions import Action, FleetState, breaker_should_open
+from actuator.decisions import Action, Allowance, FleetState, breaker_should_open, owner_allowance
 from actuator.models import Member, Reason, State
 from actuator.policy import Breaker, Mode
 from tests.helpers.cases import (
@@ -45,6 +45,39 @@ def test_a_process_younger_than_min_runtime_is_not_judged_idle_yet():
     assert young.action == Action.WAIT and young.state is None  # stays pending
     old = decide_live(case, live, eff(min_runtime=3600.0), IDLE, LIMITS, GUARD, T0)
     assert old.action == Action.NOTIFY and old.state == State.NOTIFIED
+
+
+def test_an_owner_asks_in_the_environment_for_runtime_within_the_rules_bounds():
+    """GPU_RECLAIMER_KEEP=2h, read from the process's environment on the node: a process
+    that has run 1 h is kept (snoozed until 2 h of runtime, audited as such); an ask above
+    the rule's keep_max is refused with the bounds, and the case goes on."""
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    asked = make_live(cpu_seconds=10.01, keep_asked="2h")
+    kept = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0)
+    assert (kept.state, kept.code) == (State.SNOOZED, Reason.KEPT_BY_ENVIRONMENT)
+    assert kept.updates.snoozed_until == case.start_time + 7200
+    assert "GPU_RECLAIMER_KEEP=2h granted (0s to 8h), 1h more" in kept.reason
+    refused = decide_live(case, asked, eff(keep_max=3600.0), IDLE, LIMITS, GUARD, T0)
+    assert refused.action == Action.NOTIFY  # the ask does not hold the case
+    later = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0 + 3601)
+    assert later.action == Action.NOTIFY  # 2 h of runtime are over
+
+
+@pytest.mark.parametrize(
+    "asked,seconds,note",
+    [
+        (None, 0.0, ""),
+        ("90m", 5400.0, "GPU_RECLAIMER_KEEP=1h30m granted (10m to 8h)"),
+        ("5m", 0.0, "GPU_RECLAIMER_KEEP=5m refused: rule defaults allows 10m to 8h"),
+        ("2d", 0.0, "GPU_RECLAIMER_KEEP=48h refused: rule defaults allows 10m to 8h"),
+        ("forever", 0.0, "GPU_RECLAIMER_KEEP=forever is not a duration: ignored"),
+        ("nan", 0.0, "GPU_RECLAIMER_KEEP=nan is not a duration: ignored"),
+        ("\x1b[2J1h", 0.0, "GPU_RECLAIMER_KEEP=[2J1h is not a duration: ignored"),
+    ],
+)
+def test_owner_allowance_bounds(asked, seconds, note):
+    bounds = eff(keep_min=600.0, keep_max=8 * 3600.0)
+    assert owner_allowance(asked, bounds) == Allowance(seconds, note)
 
 
 def test_cpu_burn_cancels():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from actuator.models import Case, State
 from actuator.why import Explanation, explain
 from exporter.sim.state import init_node
@@ -161,3 +163,38 @@ def test_hostile_text_reaches_the_terminal_as_one_plain_line() -> None:
     assert text.splitlines()[0].startswith("case 8: train")
     # The headline, the step, util, log, heartbeat and the error: one line each.
     assert len(text.splitlines()) == 6
+
+
+def test_an_owner_asks_for_runtime_in_the_environment_and_why_says_what_came_of_it(
+    tmp_path: Path, actuator_factory: ActuatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU_RECLAIMER_KEEP, read by the actuator from /proc/<pid>/environ: within the rule's
+    bounds (default 0s to 24h) the process is kept, beyond them it is refused and reclaimed
+    like any other; both are in the case's evidence."""
+    init_node(tmp_path / "node", gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    workloads = Workloads(tmp_path / "node")
+    try:
+        actuator = actuator_factory(tmp_path / "node")
+        monkeypatch.setenv("GPU_RECLAIMER_KEEP", "1h")
+        kept = workloads.spawn(memory="3GiB")
+        monkeypatch.setenv("GPU_RECLAIMER_KEEP", "48h")
+        greedy = workloads.spawn(gpu=1, memory="3GiB")
+        monkeypatch.delenv("GPU_RECLAIMER_KEEP")
+        actuator.post(payload(alert_for(kept), alert_for(greedy)))
+        snoozed = actuator.wait_state(kept, "snoozed", "reclaimed", "refused", "cancelled")
+        reclaimed = actuator.wait_state(greedy, "reclaimed", "failed", "refused", "cancelled")
+        assert kept.proc.poll() is None  # kept: never signalled
+    finally:
+        workloads.cleanup()
+    assert snoozed["state"] == "snoozed" and snoozed["reason_code"] == "kept_by_environment"
+    assert reclaimed["state"] == "reclaimed"
+    kept_why = actuator.get(f"/api/v1/cases/{snoozed['id']}/why")
+    assert (
+        "its owner asked: GPU_RECLAIMER_KEEP=1h granted (0s to 24h)"
+        in (kept_why["steps"][-1]["evidence"])
+    )
+    greedy_why = actuator.get(f"/api/v1/cases/{reclaimed['id']}/why")
+    notes = {e for step in greedy_why["steps"] for e in step["evidence"]}
+    assert "its owner asked: GPU_RECLAIMER_KEEP=48h refused: rule defaults allows 0s to 24h" in (
+        notes
+    )
