@@ -90,6 +90,17 @@ def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
     return Allowance(seconds, f"{KEEP_VARIABLE}={format_duration(seconds)} granted ({bounds})")
 
 
+def keep_refusal(eff: Effective, seconds: float) -> str | None:
+    """Why an owner's keep of `seconds` is outside the rule's [keep_min, keep_max]; None
+    when it is inside (pure). The same bounds as GPU_RECLAIMER_KEEP's."""
+    if eff.keep_min <= seconds <= eff.keep_max:
+        return None
+    return (
+        f"rule {eff.rule} lets owners keep a process for {format_duration(eff.keep_min)} "
+        f"to {format_duration(eff.keep_max)}, not {format_duration(seconds)}"
+    )
+
+
 def wait(**updates: Any) -> Decision:
     return Decision(Action.WAIT, updates=CaseUpdate(**updates))
 

@@ -31,8 +31,10 @@ from typing import Any
 
 from actuator import operations
 from actuator.audit import AuditError, Event
+from actuator.decisions import keep_refusal
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
+from actuator.policy import Effective
 from actuator.runtime import Runtime
 from actuator.wait_socket import queue, serve_wait
 from actuator.waitlist import WaitList
@@ -262,6 +264,17 @@ class KeepSocket:
             if action == "keep":
                 return self._keep_ahead(uid, pid, owner, seconds, who)
             return {"ok": False, "error": f"process {pid} has no open case: nothing to release"}
+        if action == "keep" and case.effective:
+            # The rule that applies to this case bounds what its owner may ask (root's and
+            # the SRE groups' longer holds go through the API's snooze).
+            try:
+                rule = Effective.model_validate(case.effective)
+            except ValueError:  # a case recorded by another version: notifier.keep_max only
+                rule = None
+            refusal = keep_refusal(rule, seconds) if rule is not None else None
+            if refusal is not None:
+                self._audit(uid, pid, action, case.id, f"refused: {refusal}")
+                return {"ok": False, "error": refusal}
         self._audit(uid, pid, action, case.id, "accepted")
         if action == "keep":
             kept = operations.snooze(

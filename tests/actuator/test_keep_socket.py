@@ -47,8 +47,9 @@ def _keep_actuator(
     shared.chmod(0o755)
     request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
     sock = shared / "keep.sock"
+    defaults = {"grace": "120s", **policy.pop("defaults", {})}  # type: ignore[dict-item]
     actuator = actuator_factory(
-        workloads.node_dir, defaults={"grace": "120s"}, server={"keep_socket": str(sock)}, **policy
+        workloads.node_dir, defaults=defaults, server={"keep_socket": str(sock)}, **policy
     )
     wait_until(sock.exists, 20)
     return actuator, sock
@@ -193,3 +194,33 @@ def test_keep_on_the_node_knows_the_caller_from_the_kernel(
     ]
     no_case = _keep(sock, str(w.pid), "--release")
     assert no_case.returncode == 2 and "only a notified case" in no_case.stderr
+
+
+def test_an_owners_keep_is_bounded_by_the_rule_of_the_case(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """The rule's [keep_min, keep_max] (here the defaults' 0s to 1h) bounds what the keep
+    command may ask; the refusal names the bounds, changes nothing and is audited."""
+    actuator, sock = _keep_actuator(
+        actuator_factory, workloads, request, defaults={"keep_max": "1h"}
+    )
+    w = workloads.spawn()
+    _notified(actuator, w)
+    refused = _keep(sock, str(w.pid), "--for", "2h")
+    assert refused.returncode == 2
+    assert "rule defaults lets owners keep a process for 0s to 1h, not 2h" in refused.stderr
+    assert actuator.case_for(w)["state"] == "notified"
+    kept = _keep(sock, str(w.pid), "--for", "30m")
+    assert kept.returncode == 0, kept.stderr
+    assert actuator.case_for(w)["state"] == "snoozed"
+    results = [
+        r["result"]
+        for r in (
+            json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text().splitlines()
+        )
+        if r.get("event") == "keep_socket"
+    ]
+    assert results == [
+        "refused: rule defaults lets owners keep a process for 0s to 1h, not 2h",
+        "accepted",
+    ]
