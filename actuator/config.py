@@ -155,6 +155,10 @@ class NotifierSettings(Strict):
     keep_max: Duration = Field(
         86400.0, ge=3600, le=7 * 86400, description="the longest an owner keeps a job by link"
     )
+    energy_price_per_kwh: float | None = Field(
+        None, ge=0, description="notices say what the idle time cost at this price per kWh"
+    )
+    currency: str = Field("", max_length=8, description="printed before the cost, e.g. ¥ or $")
     email: EmailSettings | None = None
     wecom: RobotSettings | None = None
     dingtalk: RobotSettings | None = None

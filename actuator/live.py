@@ -222,11 +222,24 @@ class Inspector:
             cpu_seconds=cpu,
             log_mtime=max(written) if written else None,
             heartbeat=heartbeat,
+            power_share_watts=power_share(gpu, mem),
             keep_asked=procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),
         )
+
+
+def power_share(gpu: GpuReading | None, memory: int | None) -> float | None:
+    """The GPU's board power shared by memory held: what keeping `memory` on it costs
+    (the rules' gpu_process:power_share_watts). None when anything is unknown."""
+    if gpu is None or gpu.power_watts is None or memory is None:
+        return None
+    held = [p.memory_used for p in gpu.processes]
+    if None in held:
+        return None
+    total = sum(m for m in held if m is not None)
+    return gpu.power_watts * memory / total if total > 0 else None
 
 
 def target_of(node: str, pid: int, uuid: str, proc_root: Path = procfs.PROC) -> Target:

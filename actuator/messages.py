@@ -112,8 +112,29 @@ def duration(seconds: float, language: str) -> str:
     return f"{seconds:g} 秒" if language == "zh-CN" else f"{seconds:g} s"
 
 
+@dataclass(frozen=True)
+class Price:
+    """What a kWh costs, for the notices' cost line (None: say the energy only)."""
+
+    per_kwh: float | None = None
+    currency: str = ""
+
+
+def idle_energy(power_watts: float | None, seconds: float, price: Price) -> str:
+    """'1.10 kWh' (and ', ¥0.88' with a price): the process's share of its GPU's power
+    now, over the time it has been idle. An estimate from one reading: the text says so."""
+    if power_watts is None or seconds <= 0:
+        return ""
+    kwh = power_watts * seconds / 3.6e6
+    cost = f", {price.currency}{kwh * price.per_kwh:.2f}" if price.per_kwh is not None else ""
+    return f"{kwh:.2f} kWh{cost}"
+
+
 class Renderer:
-    def __init__(self, site_dir: str | Path | None = None, *, sre: str = "") -> None:
+    def __init__(
+        self, site_dir: str | Path | None = None, *, sre: str = "", price: Price = Price()
+    ) -> None:
+        self.price = price
         search = [str(site_dir)] if site_dir else []
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader([*search, str(BUILTIN_TEMPLATES)]),
@@ -155,6 +176,7 @@ class Renderer:
             "freed": Trusted(size(notice.freed_bytes)),
             "since": local(notice.since),
             "idle_minutes": max(0, round((now - notice.since) / 60)),
+            "idle_energy": Trusted(idle_energy(facts.power_watts, now - notice.since, self.price)),
             "deadline": local(notice.deadline),
             "timezone": Trusted(contact.timezone),
             "term_timeout": Trusted(duration(notice.term_timeout, language)),

@@ -307,6 +307,9 @@ class LiveState:
     log_mtime: float | None = None
     heartbeat: float | None = None
     keep_asked: str | None = None  # GPU_RECLAIMER_KEEP as the process was started with it
+    # The GPU's board power now, shared by the memory each process on it holds (as the
+    # rules' gpu_process:power_share_watts); None where the driver reports no power.
+    power_share_watts: float | None = None
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
@@ -343,6 +346,7 @@ class LiveState:
             "log_mtime": self.log_mtime,
             "heartbeat": self.heartbeat,
             "keep_asked": self.keep_asked,
+            "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],
             "excluded": [e.__dict__ for e in self.excluded],
             "errors": list(self.errors),

@@ -42,6 +42,7 @@ class ProvenFacts:
     pod: str = ""
     slurm_job: str = ""
     last_activity: float | None = None  # its latest heartbeat or log write (unix seconds)
+    power_watts: float | None = None  # its share of the GPU's board power (by memory held)
     checked_at: float = 0.0
 
     @classmethod
@@ -63,6 +64,7 @@ class ProvenFacts:
             pod=live.pod,
             slurm_job=live.slurm_job,
             last_activity=live.last_activity,
+            power_watts=live.power_share_watts,
             checked_at=live.sampled_at,
         )
 

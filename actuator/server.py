@@ -35,7 +35,7 @@ from actuator.demand.slurm_queue import SlurmQueue
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
-from actuator.messages import Renderer
+from actuator.messages import Price, Renderer
 from actuator.node import LocalNode, local_node
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
 from actuator.operators import OidcVerifier, Operators
@@ -170,7 +170,11 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
         return OwnerNotifier(
             directory,
             build_channels(settings),
-            Renderer(settings.templates_dir, sre=settings.sre_contact),
+            Renderer(
+                settings.templates_dir,
+                sre=settings.sre_contact,
+                price=Price(settings.energy_price_per_kwh, settings.currency),
+            ),
             ldap=build_ldap(settings),
         )
     hook = settings.webhook

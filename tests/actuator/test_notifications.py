@@ -31,10 +31,12 @@ from actuator.channels import (
     WeComChannel,
 )
 from actuator.config import ConfigError, load_config
-from actuator.messages import Renderer
+from actuator.live import power_share
+from actuator.messages import Price, Renderer
 from actuator.notice import Notice, ProvenFacts
 from actuator.notify import OwnerNotifier
 from actuator.owners import Contact, DirectoryError, OwnerDirectory
+from exporter.nvml_reader import GpuProcessReading, GpuReading
 from tests.helpers.robots import robot
 from tests.support import free_port
 
@@ -125,6 +127,38 @@ def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
     assert "联系 GPU 运维（企业微信群 GPU-help），注明工单号 42" in text
     assert "心跳" in text.splitlines()[-1]  # how to avoid it next time
     assert "<strong>" in message.html and 'lang="zh-CN"' in message.html
+
+
+def test_a_notice_says_what_the_idle_time_cost_where_the_gpu_reports_power() -> None:
+    """350 W shared to this process for 3 h idle: 1.05 kWh, at ¥0.8 per kWh ¥0.84; without
+    a price the energy only; without power from the driver, nothing (never a made-up 0)."""
+    idle_3h = notice(power_watts=350.0, since=NOW - 3 * 3600)
+    priced = Renderer(price=Price(0.8, "¥"))
+    assert (
+        "已持续 180 分钟无活动（至今约耗电 1.05 kWh, ¥0.84），"
+        in priced.render(idle_3h, LILEI, NOW).text
+    )
+    assert "for 180 minutes (about 1.05 kWh so far)." in Renderer().render(idle_3h, BOB, NOW).text
+    unknown = Renderer(price=Price(0.8, "¥")).render(notice(since=NOW - 3 * 3600), BOB, NOW)
+    assert "for 180 minutes. Is it still working?" in unknown.text and "kWh" not in unknown.text
+
+
+def test_a_process_is_charged_the_share_of_power_its_memory_holds() -> None:
+    gpu = GpuReading(
+        index=0,
+        uuid="GPU-0",
+        name="NVIDIA H100 80GB HBM3",
+        memory_total=80 * GiB,
+        memory_used=40 * GiB,
+        utilization=0.0,
+        process_util_supported=True,
+        processes=(GpuProcessReading(1, 30 * GiB, 0.0), GpuProcessReading(2, 10 * GiB, 0.0)),
+        power_watts=400.0,
+    )
+    assert power_share(gpu, 30 * GiB) == 300.0
+    assert power_share(dataclasses.replace(gpu, power_watts=None), 30 * GiB) is None
+    partly_unknown = (GpuProcessReading(1, 30 * GiB, 0.0), GpuProcessReading(2, None, 0.0))
+    assert power_share(dataclasses.replace(gpu, processes=partly_unknown), 30 * GiB) is None
 
 
 def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
