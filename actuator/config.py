@@ -322,6 +322,12 @@ class KubernetesSettings(Strict):
         min_length=1,
         description="a pod annotation naming its owner (a user name or an e-mail address)",
     )
+    keep_annotation: str = Field(
+        "gpu-reclaimer.io/keep",
+        min_length=1,
+        description="a pod annotation asking not to be judged idle before that much runtime "
+        "(within the rule's keep_min and keep_max)",
+    )
 
 
 class PromqlPool(Strict):

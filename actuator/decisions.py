@@ -11,7 +11,6 @@ from typing import Any
 
 from actuator.demand.fit import Choice, Verdict
 from actuator.models import (
-    KEEP_VARIABLE,
     SIGNALLED_STATES,
     Case,
     CaseUpdate,
@@ -77,17 +76,18 @@ def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
     the rule's [keep_min, keep_max] (pure). Outside the bounds it is refused, bounds named."""
     if asked is None:
         return Allowance(0.0, "")
+    where, _, value = asked.partition("=")
     bounds = f"{format_duration(eff.keep_min)} to {format_duration(eff.keep_max)}"
     try:
-        seconds = parse_duration(asked.strip())
+        seconds = parse_duration(value.strip())
     except ValueError:
-        return Allowance(0.0, f"{KEEP_VARIABLE}={clean(asked, 40)} is not a duration: ignored")
+        return Allowance(0.0, f"{where}={clean(value, 40)} is not a duration: ignored")
     if not eff.keep_min <= seconds <= eff.keep_max:
         return Allowance(
             0.0,
-            f"{KEEP_VARIABLE}={format_duration(seconds)} refused: rule {eff.rule} allows {bounds}",
+            f"{where}={format_duration(seconds)} refused: rule {eff.rule} allows {bounds}",
         )
-    return Allowance(seconds, f"{KEEP_VARIABLE}={format_duration(seconds)} granted ({bounds})")
+    return Allowance(seconds, f"{where}={format_duration(seconds)} granted ({bounds})")
 
 
 def keep_refusal(eff: Effective, seconds: float) -> str | None:
@@ -447,7 +447,7 @@ def decide_live(
             left = kept_until - now
             return move(
                 State.SNOOZED,
-                Reason.KEPT_BY_ENVIRONMENT,
+                Reason.KEPT_AS_ASKED,
                 f"kept by its owner: {allowance.note}, {format_duration(left)} more",
                 snoozed_until=kept_until,
                 snoozed_until_mono=mono + left,

@@ -223,11 +223,15 @@ class Inspector:
             log_mtime=max(written) if written else None,
             heartbeat=heartbeat,
             power_share_watts=power_share(gpu, mem),
-            keep_asked=procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir),
+            keep_asked=_keep_asked(procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir)),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),
         )
+
+
+def _keep_asked(value: str | None) -> str | None:
+    return f"{KEEP_VARIABLE}={value}" if value is not None else None
 
 
 def power_share(gpu: GpuReading | None, memory: int | None) -> float | None:

@@ -171,7 +171,7 @@ class Reason(StrEnum):
     RESUMED = "resumed"
     SNOOZED = "snoozed"
     KEPT_AHEAD = "kept_ahead"
-    KEPT_BY_ENVIRONMENT = "kept_by_environment"
+    KEPT_AS_ASKED = "kept_as_asked"  # GPU_RECLAIMER_KEEP, or the pod's keep annotation
     # reclaim_when: demand (actuator/demand/)
     DEMAND = "demand"  # someone waits for this GPU: the grace starts
     DEMAND_GONE = "demand_gone"  # the wait ended (or another GPU serves it): waits again
@@ -306,7 +306,9 @@ class LiveState:
     cpu_seconds: float | None = None
     log_mtime: float | None = None
     heartbeat: float | None = None
-    keep_asked: str | None = None  # GPU_RECLAIMER_KEEP as the process was started with it
+    # An owner's ask not to be judged idle before that much runtime, as "WHERE=VALUE": the
+    # environment's GPU_RECLAIMER_KEEP=4h, or the pod's gpu-reclaimer.io/keep=4h annotation.
+    keep_asked: str | None = None
     # The GPU's board power now, shared by the memory each process on it holds (as the
     # rules' gpu_process:power_share_watts); None where the driver reports no power.
     power_share_watts: float | None = None

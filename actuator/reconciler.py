@@ -533,6 +533,11 @@ class Reconciler:
             eff = self._recorded_eff(case)
             return decide_signalled(case, seen.alive, seen.listed, eff, now, mono=mono), None, eff
         eff = self._eff(case, seen)
+        for scheduler in self.schedulers:
+            asked = scheduler.keep_asked(seen) if scheduler.applies(seen) else None
+            if asked is not None:
+                seen = replace(seen, keep_asked=asked)  # audited with the live evidence
+                break
         decision = decide_live(
             case,
             seen,

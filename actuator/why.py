@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from actuator.decisions import owner_allowance
-from actuator.models import KEEP_VARIABLE, Case
+from actuator.models import Case
 from actuator.policy import Effective
 from actuator.untrusted import plain
 from exporter.units import format_duration
@@ -172,7 +172,7 @@ def _allowance_note(asked: str, thresholds: dict[str, Any]) -> str:
             {k: v for k, v in thresholds.items() if k in Effective.model_fields}
         )
     except ValueError:
-        return f"{KEEP_VARIABLE}={asked} (the rule's bounds were not recorded)"
+        return f"{asked} (the rule's bounds were not recorded)"
     return owner_allowance(asked, rule).note
 
 

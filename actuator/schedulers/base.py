@@ -42,6 +42,11 @@ class Scheduler(Protocol):
         """Who the workload names as its owner, for the notice (None: the process's user)."""
         ...
 
+    def keep_asked(self, live: LiveState) -> str | None:
+        """An owner's ask, made through the scheduler, not to be judged idle before some
+        runtime ("WHERE=VALUE", judged against the rule's bounds); None: none asked."""
+        ...
+
     def facts(self, live: LiveState) -> dict[str, str]:
         """What the scheduler says of the workload that policy rules match on (asked of
         every scheduler, whether or not it gates the process)."""

@@ -44,17 +44,30 @@ class KubePods:
             return self.namespaces.action_for(namespace)
         return self.settings.action
 
-    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
-        """The pod's owner annotation: a user name (looked up like any user) or an e-mail
-        address (told in the namespace's notice language); read from the pod whose UID
-        the cgroup names, else nothing."""
+    def keep_asked(self, live: LiveState) -> str | None:
+        """The pod's keep annotation (`gpu-reclaimer.io/keep: 4h`), read from the pod whose
+        UID the cgroup names; the annotation wins over the process's environment."""
+        pod = self._proven_pod(live)
+        if pod is None:
+            return None
+        value = pod.annotations.get(self.settings.keep_annotation)
+        return f"{self.settings.keep_annotation}={value}" if value is not None else None
+
+    def _proven_pod(self, live: LiveState) -> Pod | None:
         if not (live.pod and live.namespace):
             return None
         try:
             pod = self.api.pod(live.namespace, live.pod)
         except KubeError:
             return None
-        if pod is None or pod.uid != live.pod_uid:
+        return pod if pod is not None and pod.uid == live.pod_uid else None
+
+    def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
+        """The pod's owner annotation: a user name (looked up like any user) or an e-mail
+        address (told in the namespace's notice language); read from the pod whose UID
+        the cgroup names, else nothing."""
+        pod = self._proven_pod(live)
+        if pod is None:
             return None
         value = pod.annotations.get(self.settings.owner_annotation, "").strip()
         if _EMAIL.fullmatch(value):

@@ -90,6 +90,9 @@ class SlurmJobs:
     def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
         return None  # the job's user is the process's user (checked by uid)
 
+    def keep_asked(self, live: LiveState) -> str | None:
+        return None  # a job asks in its environment (GPU_RECLAIMER_KEEP), like any process
+
     def facts(self, live: LiveState) -> dict[str, str]:
         """The job's partition and account (cached), for `match.partitions`/`accounts`,
         whatever the action: only of a job of the process's own uid; unknown (Slurm away)

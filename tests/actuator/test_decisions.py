@@ -52,9 +52,9 @@ def test_an_owner_asks_in_the_environment_for_runtime_within_the_rules_bounds():
     that has run 1 h is kept (snoozed until 2 h of runtime, audited as such); an ask above
     the rule's keep_max is refused with the bounds, and the case goes on."""
     case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
-    asked = make_live(cpu_seconds=10.01, keep_asked="2h")
+    asked = make_live(cpu_seconds=10.01, keep_asked="GPU_RECLAIMER_KEEP=2h")
     kept = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0)
-    assert (kept.state, kept.code) == (State.SNOOZED, Reason.KEPT_BY_ENVIRONMENT)
+    assert (kept.state, kept.code) == (State.SNOOZED, Reason.KEPT_AS_ASKED)
     assert kept.updates.snoozed_until == case.start_time + 7200
     assert "GPU_RECLAIMER_KEEP=2h granted (0s to 8h), 1h more" in kept.reason
     refused = decide_live(case, asked, eff(keep_max=3600.0), IDLE, LIMITS, GUARD, T0)
@@ -77,7 +77,8 @@ def test_an_owner_asks_in_the_environment_for_runtime_within_the_rules_bounds():
 )
 def test_owner_allowance_bounds(asked, seconds, note):
     bounds = eff(keep_min=600.0, keep_max=8 * 3600.0)
-    assert owner_allowance(asked, bounds) == Allowance(seconds, note)
+    ask = None if asked is None else f"GPU_RECLAIMER_KEEP={asked}"
+    assert owner_allowance(ask, bounds) == Allowance(seconds, note)
 
 
 def test_cpu_burn_cancels():

@@ -186,7 +186,7 @@ def test_an_owner_asks_for_runtime_in_the_environment_and_why_says_what_came_of_
         assert kept.proc.poll() is None  # kept: never signalled
     finally:
         workloads.cleanup()
-    assert snoozed["state"] == "snoozed" and snoozed["reason_code"] == "kept_by_environment"
+    assert snoozed["state"] == "snoozed" and snoozed["reason_code"] == "kept_as_asked"
     assert reclaimed["state"] == "reclaimed"
     kept_why = actuator.get(f"/api/v1/cases/{snoozed['id']}/why")
     assert (

@@ -304,3 +304,17 @@ def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod
     wait_until(lambda: [a for a in site.audit("handed_off") if a["case"] == case["id"]], 30, 0.1)
     (handed,) = [a for a in site.audit("handed_off") if a["case"] == case["id"]]
     assert handed["who"] == "pod training/resnet-0"
+
+
+def test_a_pod_asks_in_an_annotation_not_to_be_judged_idle_before_its_runtime(
+    site: Site,
+) -> None:
+    """`gpu-reclaimer.io/keep: 2h` on the pod the cgroup proves (the annotation wins over
+    the process's environment): kept, as asked, within the rule's bounds (0s to 24h)."""
+    # GPU 0's pods were evicted and deleted above: the kubelet lists them no more.
+    w, pod = site.pod(0, "research", "eval-0", annotations={"gpu-reclaimer.io/keep": "2h"})
+    assert site.actuator.post(payload(alert_for(w))).status_code == 200
+    case = _final(site, w, "snoozed", "reclaimed", "refused", "cancelled", "failed")
+    assert (case["state"], case["reason_code"]) == ("snoozed", "kept_as_asked"), case
+    assert "gpu-reclaimer.io/keep=2h granted (0s to 24h)" in case["reason"]
+    assert pod.evictions == [] and w.alive()
