@@ -90,6 +90,15 @@ def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
     return Allowance(seconds, f"{where}={format_duration(seconds)} granted ({bounds})")
 
 
+def recorded_rule(case: Case) -> Effective | None:
+    """The rule the reconciler recorded on the case (None before its first decision, or
+    when another version recorded it)."""
+    try:
+        return Effective.model_validate(case.effective) if case.effective else None
+    except ValueError:
+        return None
+
+
 def keep_refusal(eff: Effective, seconds: float) -> str | None:
     """Why an owner's keep of `seconds` is outside the rule's [keep_min, keep_max]; None
     when it is inside (pure). The same bounds as GPU_RECLAIMER_KEEP's."""

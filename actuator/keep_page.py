@@ -14,6 +14,7 @@ from flask import Blueprint, Response, request
 
 from actuator import operations, untrusted
 from actuator.audit import AuditError, Event
+from actuator.decisions import keep_refusal, recorded_rule
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
@@ -127,6 +128,14 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
     template = env.get_template("keep.html.j2")
     hours = tuple(h for h in KEEP_HOURS if h * 3600 <= keep_max) or (int(keep_max // 3600),)
 
+    def offered(case: Case) -> tuple[int, ...]:
+        """The buttons this case's owner may use: within the site's keep_max and the
+        case's rule's [keep_min, keep_max]."""
+        rule = recorded_rule(case)
+        if rule is None:
+            return hours
+        return tuple(h for h in hours if keep_refusal(rule, h * 3600.0) is None)
+
     def render(
         status: int,
         lang: str,
@@ -167,7 +176,7 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "why": t["stalled" if "Stalled" in case.alertname else "idle"],
                 "deadline": deadline,
                 "csrf": links.csrf(token),
-                "keep_hours": hours,
+                "keep_hours": offered(case),
                 "state": t["states"].get(str(case.state), str(case.state)),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
@@ -220,8 +229,11 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             keep_hours = int(request.form.get("hours", "0"))
         except ValueError:
             keep_hours = 0
-        if action == "keep" and keep_hours not in hours:
-            return render(422, lang, case, token, problem=f"hours must be one of {hours}")
+        if action == "keep" and keep_hours not in offered(case):
+            rule = recorded_rule(case)
+            refusal = keep_refusal(rule, keep_hours * 3600.0) if rule is not None else None
+            problem = refusal or f"hours must be one of {offered(case)}"
+            return render(422, lang, case, token, problem=problem)
         if action not in ("keep", "release"):
             return render(422, lang, case, token, problem="unknown action")
         if action == "release" and case.state != State.NOTIFIED:

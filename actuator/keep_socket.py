@@ -31,10 +31,9 @@ from typing import Any
 
 from actuator import operations
 from actuator.audit import AuditError, Event
-from actuator.decisions import keep_refusal
+from actuator.decisions import keep_refusal, recorded_rule
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
-from actuator.policy import Effective
 from actuator.runtime import Runtime
 from actuator.wait_socket import queue, serve_wait
 from actuator.waitlist import WaitList
@@ -264,14 +263,11 @@ class KeepSocket:
             if action == "keep":
                 return self._keep_ahead(uid, pid, owner, seconds, who)
             return {"ok": False, "error": f"process {pid} has no open case: nothing to release"}
-        if action == "keep" and case.effective:
+        rule = recorded_rule(case)
+        if action == "keep" and rule is not None:
             # The rule that applies to this case bounds what its owner may ask (root's and
             # the SRE groups' longer holds go through the API's snooze).
-            try:
-                rule = Effective.model_validate(case.effective)
-            except ValueError:  # a case recorded by another version: notifier.keep_max only
-                rule = None
-            refusal = keep_refusal(rule, seconds) if rule is not None else None
+            refusal = keep_refusal(rule, seconds)
             if refusal is not None:
                 self._audit(uid, pid, action, case.id, f"refused: {refusal}")
                 return {"ok": False, "error": refusal}

@@ -17,7 +17,7 @@ from actuator.notice import ProvenFacts
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.helpers.api import TOKEN, make_runtime
-from tests.helpers.cases import make_case
+from tests.helpers.cases import eff, make_case
 
 PUBLIC = "https://reclaimer.example.com"
 
@@ -69,9 +69,8 @@ def notified_case(rt: Runtime, **over: Any) -> int:
         gpu_memory_bytes=8 << 30,
         notified_at=rt.clock(),
         notified_mono=rt.mono(),
-        effective={"grace": 600},
         facts=facts.to_json(),
-        **over,
+        **({"effective": {"grace": 600}} | over),
     )
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
@@ -184,3 +183,17 @@ def test_a_case_already_signalled_cannot_be_kept(rt, client):
     refused = client.post(path, data={"csrf": csrf, "action": "keep", "hours": "1"})
     assert refused.status_code == 409
     assert rt.store.get_case(case_id).state == State.TERMINATING
+
+
+def test_the_page_offers_only_what_the_cases_rule_allows(rt, client):
+    """The case's rule lets owners keep for 0s to 4h: no 24 h button, and a forged 24 h
+    post is refused with the bounds and changes nothing."""
+    rule = eff(keep_max=4 * 3600.0).model_dump()
+    case_id = notified_case(rt, effective=rule)
+    path = path_of(rt.links.url(case_id))
+    page = client.get(path + "?lang=en").get_data(as_text=True)
+    assert 'id="keep-1h"' in page and 'id="keep-4h"' in page and 'id="keep-24h"' not in page
+    forged = client.post(path, data={"csrf": csrf_of(page), "action": "keep", "hours": "24"})
+    assert forged.status_code == 422
+    assert "lets owners keep a process for 0s to 4h, not 24h" in forged.get_data(as_text=True)
+    assert rt.store.get_case(case_id).state == State.NOTIFIED
