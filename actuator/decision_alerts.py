@@ -15,8 +15,10 @@ Alertmanager tried, failures counted); it never holds a decision back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +54,35 @@ class DecisionAlerts:
         self.failures = 0
         self._breaker_sent: float | None = None
         self._breaker_open = False
+        # Inside `batched()` (a reconciler pass), case alerts wait here and leave as one
+        # list per pass: one POST per Alertmanager, not one per decision.
+        self._lock = threading.Lock()
+        self._batching = 0
+        self._pending: list[dict[str, Any]] = []
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Case alerts raised meanwhile (from any thread) are posted together at the end."""
+        with self._lock:
+            self._batching += 1
+        try:
+            yield
+        finally:
+            pending: list[dict[str, Any]] = []
+            with self._lock:
+                self._batching -= 1
+                if self._batching == 0:
+                    pending, self._pending = self._pending, []
+            if pending:
+                self.post(pending)
+
+    def _send(self, alert: dict[str, Any]) -> bool:
+        """Now, or with the pass's others when inside `batched()` (True: queued)."""
+        with self._lock:
+            if self._batching:
+                self._pending.append(alert)
+                return True
+        return self.post([alert])
 
     def post(self, alerts: list[dict[str, Any]]) -> bool:
         """To every Alertmanager (an HA pair deduplicates); True when one accepted."""
@@ -104,61 +135,53 @@ class DecisionAlerts:
 
     def scheduled(self, notice: Notice, case: Case) -> bool:
         f, deadline = notice.facts, notice.deadline
-        return self.post(
-            [
-                self._case_alert(
-                    "GpuReclaimScheduled",
-                    "info",
-                    case,
-                    f"{notice.user or '?'}'s {f.program or 'process'} (PID {f.pid}) on {f.node} "
-                    f"GPU {f.gpu} will be reclaimed at {_iso(deadline)} unless kept",
-                    deadline + HOLD_S,
-                    deadline=_iso(deadline),
-                )
-            ]
+        return self._send(
+            self._case_alert(
+                "GpuReclaimScheduled",
+                "info",
+                case,
+                f"{notice.user or '?'}'s {f.program or 'process'} (PID {f.pid}) on {f.node} "
+                f"GPU {f.gpu} will be reclaimed at {_iso(deadline)} unless kept",
+                deadline + HOLD_S,
+                deadline=_iso(deadline),
+            )
         )
 
     def reclaimed(self, case: Case) -> bool:
-        return self.post(
-            [
-                self._case_alert(
-                    "GpuProcessReclaimed",
-                    "info",
-                    case,
-                    f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
-                    f"{case.freed_bytes / 2**30:.1f} GiB freed",
-                    self.clock() + HOLD_S,
-                )
-            ]
+        return self._send(
+            self._case_alert(
+                "GpuProcessReclaimed",
+                "info",
+                case,
+                f"{case.user or '?'}'s PID {case.pid} on {case.node} was reclaimed: "
+                f"{case.freed_bytes / 2**30:.1f} GiB freed",
+                self.clock() + HOLD_S,
+            )
         )
 
     def handed_off(self, case: Case) -> bool:
         """The GPU reclaimed for a waiting request is free: chat says who it is for."""
-        return self.post(
-            [
-                self._case_alert(
-                    "GpuHandedOff",
-                    "info",
-                    case,
-                    f"GPU {case.uuid} on {case.node} was freed for {case.demand_who or '?'}",
-                    self.clock() + HOLD_S,
-                    waiting_for=case.demand_for or "",
-                )
-            ]
+        return self._send(
+            self._case_alert(
+                "GpuHandedOff",
+                "info",
+                case,
+                f"GPU {case.uuid} on {case.node} was freed for {case.demand_who or '?'}",
+                self.clock() + HOLD_S,
+                waiting_for=case.demand_for or "",
+            )
         )
 
     def failed(self, case: Case) -> bool:
-        return self.post(
-            [
-                self._case_alert(
-                    "GpuReclaimFailed",
-                    "warning",
-                    case,
-                    f"PID {case.pid} on {case.node} was signalled but its GPU memory was not "
-                    f"freed: {case.reason}",
-                    self.clock() + HOLD_S,
-                )
-            ]
+        return self._send(
+            self._case_alert(
+                "GpuReclaimFailed",
+                "warning",
+                case,
+                f"PID {case.pid} on {case.node} was signalled but its GPU memory was not "
+                f"freed: {case.reason}",
+                self.clock() + HOLD_S,
+            )
         )
 
     def breaker(self, is_open: bool, reason: str, mono: float) -> None:

@@ -221,7 +221,8 @@ class Reconciler:
             self.rearm()
             cases = self.store.live_cases()
             self._choices = self.planner.plan(cases)
-            self._advance_all(cases)
+            with self.alerts.batched() if self.alerts is not None else contextlib.nullcontext():
+                self._advance_all(cases)  # the pass's decision alerts leave as one list
             self.planner.watch()
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)

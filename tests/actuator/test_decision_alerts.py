@@ -157,3 +157,42 @@ def test_an_unreachable_alertmanager_is_counted_not_raised() -> None:
     alerts = DecisionAlerts(["http://127.0.0.1:9"], clock=time.time, timeout=1)
     case = make_case(id=8)
     assert not alerts.failed(case) and alerts.failures == 1
+
+
+def test_a_passs_decision_alerts_leave_as_one_post() -> None:
+    """Inside a reconciler pass (`batched`), the alerts of many decisions, from several
+    threads, reach Alertmanager as one list in one POST; outside, each is posted at once."""
+    posts: list[list[dict[str, Any]]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(json.loads(body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        alerts = DecisionAlerts([f"http://127.0.0.1:{server.server_port}"], clock=time.time)
+        with alerts.batched():
+            workers = [
+                threading.Thread(target=alerts.reclaimed, args=(make_case(id=i),))
+                for i in range(1, 11)
+            ]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            assert posts == []  # nothing leaves before the pass ends
+        assert len(posts) == 1 and sorted(int(a["labels"]["case"]) for a in posts[0]) == list(
+            range(1, 11)
+        )
+        assert alerts.failed(make_case(id=11))  # outside a pass: at once
+        assert len(posts) == 2 and posts[1][0]["labels"]["alertname"] == "GpuReclaimFailed"
+    finally:
+        server.shutdown()
