@@ -8,6 +8,7 @@ the protection are the actuator's own.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -26,6 +27,10 @@ from exporter.procfs import ProcStat
 from exporter.slurm import slurm_job_of
 
 POD_LIST_MAX_AGE = 0.25  # as the shared NVML reading (actuator/node.py)
+# One whole-host /proc pass serves the cases re-checked within this long (one tick's run
+# through a node's cases): it only says who descends from whom; every member's CPU and
+# state are read fresh at each re-check.
+TABLE_MAX_AGE = 0.1
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,13 @@ class Inspector:
         *,
         nvml_timeout: float,
         clock: Callable[[], float] = time.time,
+        table_max_age: float = TABLE_MAX_AGE,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.protection = protection
+        self.table_max_age, self._mono = table_max_age, mono
+        self._table_lock = threading.Lock()
+        self._table: tuple[float, dict[int, list[int]]] | None = None
         self.nvml = nvml
         self.evidence = evidence
         self.nvml_timeout = nvml_timeout
@@ -107,6 +117,32 @@ class Inspector:
     @property
     def proc_root(self) -> Path:
         return self.evidence.proc_root
+
+    def _host_children(self) -> dict[int, list[int]]:
+        """Parent -> children of every process on the host, from a /proc pass at most
+        `table_max_age` old (shared by the re-checks of one tick)."""
+        with self._table_lock:
+            now = self._mono()
+            if self._table is None or now - self._table[0] > self.table_max_age:
+                table = procfs.read_process_table(self.proc_root)
+                self._table = (now, procfs.children_map(table))
+            return self._table[1]
+
+    def _tree_stats(self, root: ProcStat) -> dict[int, ProcStat]:
+        """Fresh stats of `root` and of its descendants as the shared pass knows them (a
+        child forked since then is seen at the next re-check; one gone is skipped)."""
+        host = self._host_children()
+        fresh = {root.pid: root}
+        stack = list(host.get(root.pid, ()))
+        while stack:
+            pid = stack.pop()
+            if pid in fresh:
+                continue
+            stat = procfs.read_stat(pid, self.proc_root)
+            if stat is not None:
+                fresh[pid] = stat
+                stack.extend(host.get(pid, ()))
+        return fresh
 
     def gpu(self, uuid: str, not_before: float = float("-inf")) -> tuple[GpuReading | None, str]:
         """The GPU's reading (taken after `not_before`, wall clock), or (None, why unknown /
@@ -172,9 +208,8 @@ class Inspector:
         slurm_job = slurm_job_of(target.pid, root_dir, container.slurm_job)
         mapping = self.evidence.projects
         project = mapping.project_for(identity.user or "", groups, namespace) if mapping else ""
-        table = procfs.read_process_table(root_dir)
-        table.setdefault(stat.pid, stat)
-        children = procfs.children_map(table)
+        table = self._tree_stats(stat)
+        children = procfs.children_map(table)  # by the fresh stats' own parent links
         tree = process_tree(stat, status.uid, table, self.protection, root_dir, children)
         cpu = procfs.tree_cpu_seconds(target.pid, table, children)
         errors: list[str] = [pod_error] if pod_error else []

@@ -1,0 +1,78 @@
+"""The live re-check (actuator/live.py): one /proc pass shared by the re-checks of a tick,
+every member's CPU read fresh."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from actuator.live import Evidence, Inspector
+from actuator.models import Target
+from actuator.policy import Protect
+from actuator.protect import Protection
+from exporter import procfs
+from exporter.nvml_reader import NvmlReading
+
+# A parent that idles while its child burns CPU (a DataLoader worker's shape).
+PARENT = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+class Mono:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def inspector(mono: Mono) -> Inspector:
+    protect = Protect(protect_root=False, protected_uid_below=0)
+    return Inspector(
+        Protection(protect),
+        lambda _not_before: NvmlReading(up=True),
+        Evidence(),
+        nvml_timeout=1.0,
+        mono=mono,
+    )
+
+
+def target(pid: int) -> Target:
+    stat = procfs.read_stat(pid)
+    assert stat is not None
+    return Target("n", pid, stat.start_ticks, procfs.boot_id(), "GPU-0", 0.0)
+
+
+def test_re_checks_of_one_tick_share_a_proc_pass_but_read_cpu_fresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes = []
+    real = procfs.read_process_table
+    monkeypatch.setattr(procfs, "read_process_table", lambda root: passes.append(1) or real(root))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        mono = Mono()
+        check = inspector(mono)
+        first = check.inspect(target(parent.pid))
+        time.sleep(0.3)
+        second = check.inspect(target(parent.pid))  # the same tick: no second pass
+        assert len(passes) == 1
+        assert [m.pid for m in second.members] == [parent.pid, child]
+        assert first.cpu_seconds is not None and second.cpu_seconds is not None
+        assert second.cpu_seconds - first.cpu_seconds >= 0.1  # the child's burn, read fresh
+        mono.now += 1.0  # the next tick: a new pass
+        check.inspect(target(parent.pid))
+        assert len(passes) == 2
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
