@@ -237,12 +237,16 @@ class Price:
     per_gpu_hour: float | None = None
     currency: str = ""
     per_kwh: float | None = None
+    grid_g_per_kwh: float | None = None  # the grid's carbon intensity, g CO2e per kWh
 
     def cost(self, gpu_hours: float) -> float | None:
         return None if self.per_gpu_hour is None else gpu_hours * self.per_gpu_hour
 
     def energy_cost(self, kwh: float) -> float | None:
         return None if self.per_kwh is None else kwh * self.per_kwh
+
+    def co2e_kg(self, kwh: float) -> float | None:
+        return None if self.grid_g_per_kwh is None else kwh * self.grid_g_per_kwh / 1000
 
 
 def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
@@ -273,6 +277,9 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
     energy = price.energy_cost(f.total.idle_kwh)
     if energy is not None:
         rows.append((f"cost of idle energy ({price.currency})", f"{energy:.2f}"))
+    co2e = price.co2e_kg(f.total.idle_kwh)
+    if co2e is not None:
+        rows.append(("emissions of idle energy", f"{co2e:.2f} kg CO2e"))
     return rows
 
 
@@ -282,7 +289,14 @@ def group_rows(f: Figures, price: Price) -> list[dict[str, Any]]:
         for name, usage in sorted(groups.items(), key=lambda kv: -kv[1].idle_gpu_hours):
             figures = {k: round(v, 4) for k, v in asdict(usage).items()}
             rows.append(
-                {"by": kind, "name": name, **figures, "cost": price.cost(usage.idle_gpu_hours)}
+                {
+                    "by": kind,
+                    "name": name,
+                    **figures,
+                    "cost": price.cost(usage.idle_gpu_hours),
+                    "energy_cost": price.energy_cost(usage.idle_kwh),
+                    "co2e_kg": price.co2e_kg(usage.idle_kwh),
+                }
             )
     return rows
 
@@ -305,6 +319,8 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                 "idle_memory_gib_hours",
                 "idle_kwh",
                 "cost",
+                "energy_cost",
+                "co2e_kg",
             ],
         )
         writer.writeheader()
@@ -331,6 +347,8 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                     "idle GiB-h",
                     "idle kWh",
                     *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else []),
+                    *([f"energy cost ({price.currency})"] if price.per_kwh is not None else []),
+                    *(["kg CO2e"] if price.grid_g_per_kwh is not None else []),
                 ],
                 [
                     [
@@ -341,6 +359,8 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                         f"{g['idle_memory_gib_hours']:.1f}",
                         f"{g['idle_kwh']:.2f}",
                         *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else []),
+                        *([f"{g['energy_cost']:.2f}"] if price.per_kwh is not None else []),
+                        *([f"{g['co2e_kg']:.2f}"] if price.grid_g_per_kwh is not None else []),
                     ]
                     for g in groups
                 ],
@@ -364,6 +384,7 @@ def _as_json(f: Figures, price: Price) -> dict[str, Any]:
         "freed_gib": round(f.freed_gib, 4),
         "idle_cost": price.cost(f.total.idle_gpu_hours),
         "idle_energy_cost": price.energy_cost(f.total.idle_kwh),
+        "idle_co2e_kg": price.co2e_kg(f.total.idle_kwh),
         "currency": price.currency or None,
         "groups": group_rows(f, price),
     }

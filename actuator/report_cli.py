@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 import time
@@ -49,6 +50,12 @@ def add_commands(commands: Any) -> None:
         metavar="X",
         help="the price of a kWh: the idle energy's cost (idle processes' share of their GPUs' "
         "board power, from gpu_power_usage_watts)",
+    )
+    parser.add_argument(
+        "--grid-carbon",
+        type=float,
+        metavar="G",
+        help="the grid's carbon intensity in g CO2e per kWh: the idle energy's emissions",
     )
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
     parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
@@ -101,10 +108,12 @@ def run_report(args: argparse.Namespace) -> int:
     from actuator.report import NoData, Price, build, render
 
     start, end = period(args)
-    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
-        raise CommandError("--price-per-gpu-hour must not be negative")
-    if args.price_per_kwh is not None and args.price_per_kwh < 0:
-        raise CommandError("--price-per-kwh must not be negative")
+    if args.price_per_gpu_hour is not None and not 0 <= args.price_per_gpu_hour < math.inf:
+        raise CommandError("--price-per-gpu-hour must not be negative (nor nan or inf)")
+    if args.grid_carbon is not None and not 0 <= args.grid_carbon < 10_000:
+        raise CommandError("--grid-carbon must be g CO2e per kWh, from 0 to 10000")
+    if args.price_per_kwh is not None and not 0 <= args.price_per_kwh < math.inf:
+        raise CommandError("--price-per-kwh must not be negative (nor nan or inf)")
     prom = connect(args.prometheus, args.timeout)
 
     def progress(step: str) -> None:
@@ -122,6 +131,6 @@ def run_report(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
         raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
-    price = Price(args.price_per_gpu_hour, args.currency, args.price_per_kwh)
+    price = Price(args.price_per_gpu_hour, args.currency, args.price_per_kwh, args.grid_carbon)
     sys.stdout.write(render(figures, args.format, price, before))
     return 0

@@ -84,6 +84,11 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
             "must not be negative",
         ),
         (["wait", "--memory", "lots"], "--memory"),
+        (
+            ["report", "--prometheus", DOWN, "--since", "1h", "--price-per-kwh", "nan"],
+            "must not be negative (nor nan or inf)",
+        ),
+        (["report", "--prometheus", DOWN, "--since", "1h", "--grid-carbon", "-5"], "--grid-carbon"),
         (["wait", "--gpus", "1", "--for", "a while"], "invalid duration"),
         (["--log-level", "chatty", "exporter"], "--log-level"),
         # unreachable services

@@ -151,6 +151,8 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
         "CNY",
         "--price-per-kwh",
         "0.8",
+        "--grid-carbon",
+        "500",
     )
     assert done.returncode == 0, done.stderr
     assert "querying" in done.stderr  # progress
@@ -164,6 +166,7 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     # 120 W x 1 h + (80 + 40) W x 0.5 h = 0.18 kWh; at 0.8 a kWh, 0.144
     assert got["idle_kwh"] == pytest.approx(0.18)
     assert got["idle_energy_cost"] == pytest.approx(0.144)
+    assert got["idle_co2e_kg"] == pytest.approx(0.09)  # at 500 g CO2e a kWh
     assert got["reclaims"] == pytest.approx(1, rel=0.01)
     assert got["freed_gib"] == pytest.approx(4, rel=0.01)
     groups = {(g["by"], g["name"]): g for g in got["groups"]}
@@ -173,6 +176,8 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     assert groups[("user", "bob")]["idle_memory_gib_hours"] == 1.5
     assert groups[("project", "vision")]["cost"] == 10.0
     assert groups[("user", "bob")]["idle_kwh"] == pytest.approx(0.06)
+    assert groups[("user", "bob")]["energy_cost"] == pytest.approx(0.048)
+    assert groups[("user", "bob")]["co2e_kg"] == pytest.approx(0.03)
     assert groups[("node", "n1")]["idle_gpu_hours"] == 1.5
     assert ("user", "carol") not in groups  # idle only before the period
 
@@ -240,9 +245,14 @@ def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
     assert "cost of idle GPU time (CNY)  15.00" in table.stdout
     rows = report(prom, *period, "--format", "csv").stdout.splitlines()
     assert rows[0] == (
-        "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,idle_kwh,cost"
+        "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,idle_kwh,cost,"
+        "energy_cost,co2e_kg"
     )
-    assert "user,alice,1.0,1.0,4.0,0.12," in rows
+    assert "user,alice,1.0,1.0,4.0,0.12,,," in rows
+    carbon = report(prom, *period, "--price-per-kwh", "0.8", "--grid-carbon", "500")
+    assert "emissions of idle energy  0.09 kg CO2e" in carbon.stdout, carbon.stdout
+    alice = next(line.split() for line in carbon.stdout.splitlines() if "alice" in line)
+    assert alice[-2:] == ["0.10", "0.06"]  # 0.12 kWh: its energy cost and kg CO2e
 
 
 def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(
