@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -99,15 +100,20 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
 
 
 def test_every_command_answers_a_mistake_with_exit_2_and_the_problem(tmp_path: Path) -> None:
-    failures = []
-    for argv, expected in _corpus(tmp_path):
-        done = subprocess.run(
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, "-m", "exporter.cli", *argv],
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=60,
         )
+
+    corpus = _corpus(tmp_path)
+    with ThreadPoolExecutor(4) as pool:  # each case is its own process: no shared state
+        answers = list(pool.map(run, [argv for argv, _ in corpus]))
+    failures = []
+    for (argv, expected), done in zip(corpus, answers, strict=True):
         problems = []
         if done.returncode != 2:
             problems.append(f"exit {done.returncode}")

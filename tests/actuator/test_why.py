@@ -4,6 +4,7 @@ each decision with the evidence the node showed, against a real actuator."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,23 @@ import pytest
 from actuator.models import Case, State
 from actuator.why import Explanation, explain
 from exporter.sim.state import init_node
-from tests.actuator.conftest import TOKEN, ActuatorFactory, Workloads, alert_for, payload
+from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
 from tests.support import gpu_reclaimer_command
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workloads, Actuator, Path]]:
+    """One simulated node of 4 GPUs and one real actuator for this module's cases; the
+    token as a file, as an SRE keeps it."""
+    base = tmp_path_factory.mktemp("why")
+    init_node(base / "node", gpus=4, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+    workloads = Workloads(base / "node")
+    actuator = Actuator(base / "actuator", base / "node", {}).start()
+    token = base / "token"
+    token.write_text(TOKEN + "\n")
+    yield workloads, actuator, token
+    actuator.stop()
+    workloads.cleanup()
 
 
 def why(actuator_url: str, case: int, *options: str) -> subprocess.CompletedProcess[str]:
@@ -25,22 +41,15 @@ def why(actuator_url: str, case: int, *options: str) -> subprocess.CompletedProc
 
 
 def test_why_shows_each_decision_with_the_evidence_it_was_judged_on(
-    tmp_path: Path, actuator_factory: ActuatorFactory
+    node: tuple[Workloads, Actuator, Path],
 ) -> None:
-    init_node(tmp_path / "node", gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
-    workloads = Workloads(tmp_path / "node")
-    try:
-        actuator = actuator_factory(tmp_path / "node")
-        idle = workloads.spawn(memory="3GiB")
-        busy = workloads.spawn(gpu=1, phases="busy", memory="5GiB")
-        actuator.post(payload(alert_for(idle), alert_for(busy)))
-        reclaimed = actuator.wait_state(idle, "reclaimed", "failed", "refused", "cancelled")
-        cancelled = actuator.wait_state(busy, "cancelled", "refused", "reclaimed", "failed")
-    finally:
-        workloads.cleanup()
+    workloads, actuator, token = node
+    idle = workloads.spawn(memory="3GiB")
+    busy = workloads.spawn(gpu=1, phases="busy", memory="5GiB")
+    actuator.post(payload(alert_for(idle), alert_for(busy)))
+    reclaimed = actuator.wait_state(idle, "reclaimed", "failed", "refused", "cancelled")
+    cancelled = actuator.wait_state(busy, "cancelled", "refused", "reclaimed", "failed")
     assert reclaimed["state"] == "reclaimed" and cancelled["state"] == "cancelled"
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
 
     done = why(actuator.url, reclaimed["id"], "--token-file", str(token))
     assert done.returncode == 0, done.stderr
@@ -61,17 +70,15 @@ def test_why_shows_each_decision_with_the_evidence_it_was_judged_on(
 
 
 def test_why_answers_mistakes_in_one_line(
-    tmp_path: Path, actuator_factory: ActuatorFactory
+    node: tuple[Workloads, Actuator, Path], tmp_path: Path
 ) -> None:
-    init_node(tmp_path / "node", gpus=1, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
-    actuator = actuator_factory(tmp_path / "node")
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
+    _, actuator, token = node
     missing = why(actuator.url, 999, "--token-file", str(token))
     assert (missing.returncode, missing.stdout) == (2, "")
     assert "no case 999" in missing.stderr and "Traceback" not in missing.stderr
-    token.write_text("not-the-token")
-    refused = why(actuator.url, 1, "--token-file", str(token))
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-token")
+    refused = why(actuator.url, 1, "--token-file", str(wrong))
     assert refused.returncode == 2 and "refused the request (403)" in refused.stderr
 
 
@@ -166,26 +173,21 @@ def test_hostile_text_reaches_the_terminal_as_one_plain_line() -> None:
 
 
 def test_an_owner_asks_for_runtime_in_the_environment_and_why_says_what_came_of_it(
-    tmp_path: Path, actuator_factory: ActuatorFactory, monkeypatch: pytest.MonkeyPatch
+    node: tuple[Workloads, Actuator, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GPU_RECLAIMER_KEEP, read by the actuator from /proc/<pid>/environ: within the rule's
     bounds (default 0s to 24h) the process is kept, beyond them it is refused and reclaimed
     like any other; both are in the case's evidence."""
-    init_node(tmp_path / "node", gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
-    workloads = Workloads(tmp_path / "node")
-    try:
-        actuator = actuator_factory(tmp_path / "node")
-        monkeypatch.setenv("GPU_RECLAIMER_KEEP", "1h")
-        kept = workloads.spawn(memory="3GiB")
-        monkeypatch.setenv("GPU_RECLAIMER_KEEP", "48h")
-        greedy = workloads.spawn(gpu=1, memory="3GiB")
-        monkeypatch.delenv("GPU_RECLAIMER_KEEP")
-        actuator.post(payload(alert_for(kept), alert_for(greedy)))
-        snoozed = actuator.wait_state(kept, "snoozed", "reclaimed", "refused", "cancelled")
-        reclaimed = actuator.wait_state(greedy, "reclaimed", "failed", "refused", "cancelled")
-        assert kept.proc.poll() is None  # kept: never signalled
-    finally:
-        workloads.cleanup()
+    workloads, actuator, _ = node
+    monkeypatch.setenv("GPU_RECLAIMER_KEEP", "1h")
+    kept = workloads.spawn(gpu=2, memory="3GiB")
+    monkeypatch.setenv("GPU_RECLAIMER_KEEP", "48h")
+    greedy = workloads.spawn(gpu=3, memory="3GiB")
+    monkeypatch.delenv("GPU_RECLAIMER_KEEP")
+    actuator.post(payload(alert_for(kept), alert_for(greedy)))
+    snoozed = actuator.wait_state(kept, "snoozed", "reclaimed", "refused", "cancelled")
+    reclaimed = actuator.wait_state(greedy, "reclaimed", "failed", "refused", "cancelled")
+    assert kept.proc.poll() is None  # kept: never signalled
     assert snoozed["state"] == "snoozed" and snoozed["reason_code"] == "kept_as_asked"
     assert reclaimed["state"] == "reclaimed"
     kept_why = actuator.get(f"/api/v1/cases/{snoozed['id']}/why")
