@@ -96,6 +96,9 @@ def _corpus(tmp: Path) -> list[tuple[list[str], str]]:
         (["report", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
         (["backtest", "--prometheus", DOWN, "--since", "1h"], "Connection refused"),
         (["why", "1", "--actuator", DOWN], "cannot reach the actuator"),
+        (["tune", "--prometheus", DOWN, "--since", "1d"], "cannot reach Prometheus"),
+        (["tune", "--prometheus", DOWN, "--since", "1d", "--util", "5"], "from 0 to 1"),
+        (["tune", "--prometheus", DOWN, "--since", "1d", "--for", "soon"], "invalid duration"),
     ]
 
 

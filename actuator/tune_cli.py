@@ -1,0 +1,131 @@
+"""`gpu-reclaimer tune --since 30d [--project P]`: thresholds fitted to each project's own
+history (actuator/tune.py), proposed as a reviewable diff of the rules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from actuator.backtest_cli import SHIPPED_RULES
+from actuator.report_cli import connect, period
+from exporter import argtypes
+from exporter.argtypes import CommandError
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a utilisation ratio is from 0 to 1, not {text}")
+    return value
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "tune",
+        help="propose idle thresholds fitted to each project's history",
+        description="Run the backtest over a grid of candidate thresholds (per-process SM "
+        "utilisation) and hold times (for:) of GpuProcessIdle, and judge each per project by "
+        "what the processes it flags did next: a process that resumed work soon after being "
+        "flagged (the alert stopped while it lived on) was wrongly flagged. Per project, the "
+        "proposal is the candidate that flags the most process-hours with none wrongly "
+        "flagged; with --project it is printed as a diff of the rules file.",
+        epilog="Example: gpu-reclaimer tune --prometheus http://prometheus:9090 --since 30d "
+        "--project vision --write vision.rules.yml",
+    )
+    parser.add_argument(
+        "--prometheus", required=True, metavar="URL", type=argtypes.url, help="Prometheus URL"
+    )
+    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
+    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    parser.add_argument("--project", help="only this project (and print its proposal's diff)")
+    parser.add_argument(
+        "--rules", type=Path, default=SHIPPED_RULES, metavar="FILE", help="rules to tune"
+    )
+    parser.add_argument(
+        "--util",
+        type=_ratio,
+        action="append",
+        metavar="RATIO",
+        help="candidate utilisation bars (repeatable; default 0.02 0.05 0.1 0.2)",
+    )
+    parser.add_argument(
+        "--for",
+        dest="holds",
+        type=argtypes.duration,
+        action="append",
+        metavar="DURATION",
+        help="candidate hold times (repeatable; default 5m 10m 20m 30m)",
+    )
+    parser.add_argument(
+        "--resumed-within",
+        type=argtypes.duration,
+        default=1800.0,
+        metavar="DURATION",
+        help="a flagged process that worked again within this long of its first firing "
+        "was wrongly flagged (default 30m)",
+    )
+    parser.add_argument("--step", type=argtypes.duration, default=60.0, help="default 60s")
+    parser.add_argument("--write", type=Path, metavar="FILE", help="write the proposed rules")
+    parser.add_argument(
+        "--timeout", type=argtypes.duration, default=120.0, help="per query (default 120s)"
+    )
+    parser.set_defaults(func=run_tune)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from prometheus_api_client import PrometheusApiClientException
+    from requests import RequestException
+
+    from actuator.backtest import BacktestError, RuleSet
+    from actuator.tune import DEFAULT_HOLDS, DEFAULT_UTILS, grid, render, rules_diff, tune
+
+    start, end = period(args)
+    if args.write is not None and args.project is None:
+        raise CommandError("--write needs --project: whose proposal to write")
+    if args.step <= 0 or args.resumed_within <= 0:
+        raise CommandError("--step and --resumed-within must be positive")
+    candidates = grid(args.util or DEFAULT_UTILS, args.holds or DEFAULT_HOLDS)
+    try:
+        rules = RuleSet.load(args.rules)
+        prom = connect(args.prometheus, args.timeout)
+
+        def progress(step: str) -> None:
+            print(f"querying {args.prometheus}: {step} ...", file=sys.stderr, flush=True)
+
+        proposals = tune(
+            prom,
+            rules,
+            candidates,
+            start,
+            end,
+            args.step,
+            args.resumed_within,
+            args.project,
+            progress,
+        )
+    except BacktestError as error:
+        raise CommandError(str(error)) from None
+    except (RequestException, PrometheusApiClientException) as error:
+        raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
+    sys.stdout.write(render(proposals))
+    if args.project is None:
+        return 0
+    (mine,) = proposals
+    if mine.best is None:
+        if args.write is not None:
+            raise CommandError(f"project {args.project}: no proposal, nothing written")
+        return 0
+    tuned, diff = rules_diff(args.rules.read_text(), args.rules.name, mine.best.candidate)
+    sys.stdout.write(diff or "(the proposal is the rules as they are)\n")
+    if args.write is not None:
+        try:
+            args.write.write_text(tuned)
+        except OSError as exc:
+            raise CommandError(f"cannot write {args.write}: {exc.strerror}") from None
+        print(f"wrote {args.write}", file=sys.stderr)
+    return 0

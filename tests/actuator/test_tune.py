@@ -1,0 +1,90 @@
+"""`gpu-reclaimer tune` against a real Prometheus holding a known history
+(tests/helpers/history.py): each project's proposal, judged by what its flagged processes
+did next, and the proposal as a diff of the rules."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actuator.backtest import RuleSet
+from actuator.tune import Candidate, Verdict, propose
+from tests.helpers.history import M, history
+from tests.helpers.prom import Server, backfilled_prometheus
+from tests.support import gpu_reclaimer_command
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, int]]:
+    work = tmp_path_factory.mktemp("tune")
+    start = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on the hour
+    with backfilled_prometheus(work, history(start, start + 120 * M)) as prom:
+        yield prom, start
+
+
+def tune(prom: Server, start: int, *args: str) -> subprocess.CompletedProcess[str]:
+    since, until = _iso(start), _iso(start + 120 * M)
+    command = [*gpu_reclaimer_command(), "tune", "--prometheus", prom.url]
+    return subprocess.run(
+        [*command, "--since", since, "--until", until, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _iso(ts: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(ts))
+
+
+def _proposed(text: str, project: str) -> str:
+    block = text.split(f"project {project}:", 1)[1].split("\nproject ", 1)[0]
+    (line,) = [line for line in block.splitlines() if line.endswith("<- proposed")]
+    return line
+
+
+def test_each_project_gets_the_most_aggressive_rule_its_history_allows(
+    backfilled: tuple[Server, int],
+) -> None:
+    """alice's job idled an hour (minutes 10-70): flagged rightly with any hold up to 20m,
+    wrongly with 30m (it works again 29 minutes after that first firing). bob's idled at
+    15 % SM: only a 20 % bar flags it. dave's idled 20 minutes and worked again: any hold
+    that flags it is wrong, so his proposal flags nothing."""
+    prom, start = backfilled
+    done = tune(prom, start)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "util <= 0.2, for: 5m" in _proposed(out, "p-alice")
+    assert "util <= 0.2, for: 5m" in _proposed(out, "p-bob")
+    dave = _proposed(out, "p-dave")
+    assert "for: 20m" in dave or "for: 30m" in dave, out
+    assert "resumed soon after: dave's PID 400 on n1" in out
+    assert "p-carol" not in out  # never idle: nothing to fit
+
+
+def test_a_projects_proposal_is_a_diff_of_the_rules_and_can_be_written(
+    backfilled: tuple[Server, int], tmp_path: Path
+) -> None:
+    prom, start = backfilled
+    written = tmp_path / "bob.rules.yml"
+    done = tune(prom, start, "--project", "p-bob", "--for", "5m", "--write", str(written))
+    assert done.returncode == 0, done.stderr
+    assert "-            gpu_process:sm_utilization_ratio:max_window <= 0.05" in done.stdout
+    assert "+            gpu_process:sm_utilization_ratio:max_window <= 0.2" in done.stdout
+    rules = RuleSet.load(written)
+    assert "<= 0.2" in rules.records["gpu_process:idle_condition"]
+    assert rules.alerts["GpuProcessIdle"].hold_s == 300
+    refused = tune(prom, start, "--write", str(written))
+    assert refused.returncode == 2 and "--write needs --project" in refused.stderr
+
+
+def test_a_candidate_that_flags_nothing_in_a_project_is_clean_there() -> None:
+    cautious, eager = Candidate(0.02, 1800.0), Candidate(0.2, 300.0)
+    wrong = Verdict(eager, flagged=1, wrongly=1)
+    (proposal,) = propose([(cautious, {}), (eager, {"p": wrong})])
+    assert proposal.best is not None and proposal.best.candidate == cautious
+    assert proposal.verdicts[1] is wrong
