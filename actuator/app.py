@@ -183,6 +183,7 @@ def create_app(rt: Runtime) -> Flask:
         "snooze": "sre",
         "audit": "sre",
         "breaker_reset": "admin",
+        "repeat_reset": "admin",
     }
 
     @app.before_request
@@ -395,6 +396,20 @@ def create_app(rt: Runtime) -> Flask:
         if isinstance(result, Refused):
             return _error(HTTP_STATUS[result.why], result.detail)
         return jsonify({"open": False, "was_open": result.was_open, "opened_at": result.since}), 200
+
+    @app.post("/api/v1/owners/<user>/repeat-reset")
+    def repeat_reset(user: str) -> tuple[Response, int]:
+        data = request.get_json(silent=True) if request.content_length else {}
+        try:
+            body = BreakerReset.model_validate(data or {})  # the same {reason, by}
+        except ValidationError as exc:
+            return _error(422, "invalid reset request", details=_validation_details(exc))
+        if not user or len(user) > 64:
+            return _error(400, "a user name, at most 64 characters")
+        result = operations.reset_repeats(rt, user, actor(body.by), body.reason)
+        if isinstance(result, Refused):
+            return _error(HTTP_STATUS[result.why], result.detail)
+        return jsonify({"user": user, "reclaims_before": result, "count": 0}), 200
 
     # -- metrics and health -------------------------------------------------------------
 

@@ -34,6 +34,7 @@ class Event(StrEnum):
     AUTH_FAILED = "auth_failed"
     BREAKER_OPEN = "breaker_open"
     BREAKER_RESET = "breaker_reset"
+    REPEAT_RESET = "repeat_reset"
     DECISION = "decision"
     DECISION_ABORTED = "decision_aborted"
     DEMAND_SOURCE = "demand_source"  # a demand source went down or came back

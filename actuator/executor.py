@@ -158,6 +158,9 @@ class Executor:
                 language=owner.get("language", ""),
             ),
             thresholds=self.thresholds,
+            repeat_prior=eff.repeat_prior,
+            repeat_window=eff.repeat_window,
+            copy_project=eff.copy_project,
         )
 
     def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:

@@ -112,6 +112,17 @@ def duration(seconds: float, language: str) -> str:
     return f"{seconds:g} 秒" if language == "zh-CN" else f"{seconds:g} s"
 
 
+def span(seconds: float, language: str) -> str:
+    """A window for people: '30 days' / '30 天' from a day on, else as `duration`."""
+    if seconds >= 86400:
+        days = round(seconds / 86400)
+        return f"{days} 天" if language == "zh-CN" else f"{days} day{'s' if days != 1 else ''}"
+    hours = round(seconds / 3600)
+    if seconds >= 3600:
+        return f"{hours} 小时" if language == "zh-CN" else f"{hours} h"
+    return duration(seconds, language)
+
+
 @dataclass(frozen=True)
 class Price:
     """What a kWh costs, for the notices' cost line (None: say the energy only)."""
@@ -182,6 +193,9 @@ class Renderer:
             "term_timeout": Trusted(duration(notice.term_timeout, language)),
             "grace": Trusted(duration(notice.grace, language)),
             "waiting": notice.waiting,
+            "repeat_prior": notice.repeat_prior,
+            "repeat_window": Trusted(span(notice.repeat_window, language)),
+            "copy_project": notice.copy_project,
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits

@@ -133,6 +133,11 @@ class Notice:
     owner: OwnerHint = OwnerHint()
     thresholds: tuple[tuple[str, float], ...] = ()
     waiting: str = ""  # who waits for this GPU (reclaim_when: demand); untrusted text
+    # Repeat habits: the owner's earlier reclaims within `repeat_window` when a step
+    # applies (0: none); `copy_project`: the project's contact is told too.
+    repeat_prior: int = 0
+    repeat_window: float = 0.0
+    copy_project: bool = False
 
     @property
     def user(self) -> str:

@@ -129,7 +129,22 @@ class OwnerNotifier:
         detail = f"to {who} ({recipient.contact.language}): " + "; ".join(
             f"{name} {'delivered' if r.delivered else 'failed'}: {r.detail}" for name, r in results
         )
+        if notice.copy_project and recipient.via == "user":
+            detail += self._copy_project(notice, project)
+        # The owner's delivery is the gate; the copy is told, not waited for.
         return NoticeResult(any(r.delivered for _, r in results), detail)
+
+    def _copy_project(self, notice: Notice, project: str) -> str:
+        """Repeat habits: the project's contact gets the owner's notice too."""
+        contact = self.directory.projects.get(project)
+        channels = contact.reachable(set(self.channels)) if contact else []
+        if contact is None or not channels:
+            return f"; project {project or '(none)'}'s contact not copied: no address"
+        message = self.renderer.render(notice, contact, self.clock())
+        copied = [(name, self.channels[name].send(message, contact)) for name in channels]
+        return f"; copied to project {contact.name or project}: " + ", ".join(
+            f"{name} {'delivered' if r.delivered else 'failed'}" for name, r in copied
+        )
 
     def followup(self, notice: Notice) -> NoticeResult:
         """After a reclaim: what was freed and the case id (best effort, not a gate)."""

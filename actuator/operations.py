@@ -129,6 +129,21 @@ def release(rt: Runtime, case_id: int) -> Case | Refused:
     return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
 
 
+def reset_repeats(rt: Runtime, user: str, by: str, reason: str) -> int | Refused:
+    """Repeat habits: count `user`'s reclaims afresh from now (audited first); the count
+    it had within the window is returned."""
+    window = rt.config.repeat.window if rt.config.repeat else 0.0
+    had = rt.store.reclaims_since(user, rt.clock() - window) if window else 0
+    try:
+        rt.audit.write(
+            {"event": Event.REPEAT_RESET, "user": user, "had": had, "by": by, "reason": reason}
+        )
+    except AuditError as exc:
+        return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
+    rt.store.reset_repeats(user, rt.clock())
+    return had
+
+
 def reset_breaker(rt: Runtime, by: str, reason: str) -> BreakerWas | Refused:
     """Close the circuit breaker (whether or not it was open)."""
     was_open, since, why = rt.store.breaker()

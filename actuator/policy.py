@@ -269,6 +269,28 @@ class Notice(Strict):
     extra_grace: Duration = Field(3600.0, ge=0, description="added to the grace (extra_grace)")
 
 
+class RepeatStep(Strict):
+    """What follows once an owner's jobs were reclaimed `after` times within the window."""
+
+    after: int = Field(ge=1, description="earlier reclaims of the owner's within the window")
+    grace: Duration | None = Field(None, gt=0, description="a shorter grace (never longer)")
+    copy_project: bool = Field(False, description="the project's contact gets the notice too")
+
+
+class Repeat(Strict):
+    """Repeat habits: per owner, a rolling count of reclaims, and the steps it triggers."""
+
+    window: Duration = Field(30 * 86400.0, gt=0)
+    steps: tuple[RepeatStep, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _steps_in_order(self) -> Repeat:
+        afters = [s.after for s in self.steps]
+        if afters != sorted(set(afters)):
+            raise ValueError(f"repeat.steps: `after` must increase from step to step: {afters}")
+        return self
+
+
 class Policy(Strict):
     mode: Mode = Mode.OBSERVE
     notice: Notice = Notice()
@@ -278,6 +300,7 @@ class Policy(Strict):
     projects: tuple[ProjectRule, ...] = ()
     limits: Limits = Limits()
     breaker: Breaker = Breaker()
+    repeat: Repeat | None = None
 
 
 class Effective(Strict):
@@ -295,6 +318,11 @@ class Effective(Strict):
     kill_timeout: float
     release_timeout: float
     reclaim_when: ReclaimWhen = ReclaimWhen.IDLE
+    # Repeat habits (`repeat`): the owner's earlier reclaims within the window when a step
+    # applies (0: none), the window, and whether the project's contact is copied.
+    repeat_prior: int = 0
+    repeat_window: float = 0.0
+    copy_project: bool = False
 
 
 @dataclass(frozen=True)

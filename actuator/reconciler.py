@@ -59,6 +59,7 @@ from actuator.node import Node, NodeUnreachable
 from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
+from actuator.repeat import with_repeat
 from actuator.schedulers import Scheduler, Schedulers, gate
 from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
 from actuator.startup import idle_thresholds
@@ -132,6 +133,7 @@ class Reconciler:
         self.config = config
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
+        self._repeat_counts: dict[str, int] = {}  # owner -> reclaims in the repeat window
         self.links = links
         self.alerts = alerts
         self.store = store
@@ -217,6 +219,7 @@ class Reconciler:
         if not self.store.acquire_lease(self.holder, self.mono(), self.config.reconciler.lease_ttl):
             return False
         try:
+            self._repeat_counts = {}  # recounted each tick
             self.ingest()
             self.rearm()
             cases = self.store.live_cases()
@@ -574,7 +577,19 @@ class Reconciler:
             project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")
         )
         policy = self.namespaces.policy(self.config) if self.namespaces else self.config
-        return resolve(policy, facts, claims)
+        eff = resolve(policy, facts, claims)
+        if self.config.repeat is None or not facts.user:
+            return eff
+        return with_repeat(eff, self._reclaims_of(facts.user), self.config.repeat)
+
+    def _reclaims_of(self, user: str) -> int:
+        """The owner's reclaims within the repeat window (counted once per tick)."""
+        assert self.config.repeat is not None
+        known = self._repeat_counts.get(user)
+        if known is None:
+            since = self.clock() - self.config.repeat.window
+            known = self._repeat_counts[user] = self.store.reclaims_since(user, since)
+        return known
 
     def _guard(self, case: Case, mono: float) -> FleetState:
         return FleetState(

@@ -18,6 +18,7 @@ from actuator.store.episodes import Episode, EpisodeQueries, Ingest
 from actuator.store.keep_links import KeepLinkQueries
 from actuator.store.keeps import AdvanceKeep, KeepQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
+from actuator.store.repeats import RepeatQueries
 from actuator.store.signals import SignalQueries
 from actuator.store.waiters import Waiter, WaiterQueries
 
@@ -47,6 +48,7 @@ class Store(
     KeepLinkQueries,
     KeepQueries,
     WaiterQueries,
+    RepeatQueries,
 ):
     """The actuator's store on SQLite: every domain's queries over one Database."""
 

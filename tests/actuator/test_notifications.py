@@ -398,6 +398,28 @@ def test_the_owner_notifier_tries_each_channel_and_says_which_worked() -> None:
     assert not nobody.delivered and "nobody to tell" in nobody.detail  # SRE has no wecom
 
 
+def test_a_repeat_step_copies_the_project_contact_and_the_notice_says_why() -> None:
+    """The owner's 3rd reclaim in 30 days under a step with `copy_project`: the owner is
+    told (the gate), and the project's contact gets the same notice in their language."""
+    vision = Contact(name="Vision on-call", wecom="vision-oncall", language="en")
+    directory = OwnerDirectory(users={"lilei": LILEI}, projects={"vision": vision})
+    repeat = notice(repeat_prior=3, repeat_window=30 * 86400, copy_project=True, grace=120.0)
+    with robot("wecom") as wecom:
+        notifier = OwnerNotifier(
+            directory, {"wecom": WeComChannel(wecom.url)}, Renderer(), clock=lambda: NOW
+        )
+        result = notifier.send(repeat, dry_run=False)
+        once = notifier.send(notice(), dry_run=False)  # no step applies: the owner only
+    assert result.delivered and "copied to project Vision on-call: wecom delivered" in result.detail
+    assert "copied" not in once.detail
+    owner, copy, _ = wecom.received
+    assert (
+        "您的任务在最近 30 天内已被回收 3 次：宽限期为 2 分钟，并抄送项目负责人。"
+        in (owner["markdown"]["content"])
+    )
+    assert "Your jobs were reclaimed 3 times in the last 30 days" in copy["markdown"]["content"]
+
+
 def test_config_names_what_is_missing(tmp_path: Path) -> None:
     owners = tmp_path / "owners.yml"
     owners.write_text("users: {}\n")

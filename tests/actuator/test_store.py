@@ -133,3 +133,27 @@ def test_a_new_connection_never_lets_another_process_delete_the_live_log(tmp_pat
         [sys.executable, "-c", fresh, str(path)], check=True, capture_output=True, text=True
     ).stdout.strip()
     assert seen == str(sorted(["before", "from a second connection", "other", "after"]))
+
+
+def test_an_owners_reclaims_are_counted_within_the_window_and_from_a_reset(database):
+    from tests.helpers.cases import make_case
+
+    store = open_store(database)
+    store.init()
+    with store._tx() as conn:
+        for i, (user, state, updated) in enumerate(
+            [
+                ("alice", State.RECLAIMED, 100.0),  # before the window
+                ("alice", State.RECLAIMED, 1000.0),
+                ("alice", State.RECLAIMED, 2000.0),
+                ("alice", State.CANCELLED, 2000.0),  # not a reclaim
+                ("bob", State.RECLAIMED, 2000.0),  # someone else's
+            ],
+            start=1,
+        ):
+            case = make_case(id=i, pid=1000 + i, state=state, user=user, updated=updated)
+            insert_case(conn, case, {})
+    assert store.reclaims_since("alice", 500.0) == 2
+    store.reset_repeats("alice", 1500.0)  # an SRE's reset: only what came after counts
+    assert store.reclaims_since("alice", 500.0) == 1
+    assert store.reclaims_since("bob", 500.0) == 1
