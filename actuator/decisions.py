@@ -100,8 +100,14 @@ def recorded_rule(case: Case) -> Effective | None:
 
 
 def keep_refusal(eff: Effective, seconds: float) -> str | None:
-    """Why an owner's keep of `seconds` is outside the rule's [keep_min, keep_max]; None
-    when it is inside (pure). The same bounds as GPU_RECLAIMER_KEEP's."""
+    """Why an owner's keep of `seconds` is refused: outside the rule's [keep_min, keep_max]
+    (the same bounds as GPU_RECLAIMER_KEEP's), or held for an SRE by a repeat step; None
+    when it may be kept (pure)."""
+    if eff.keep_needs_sre:
+        return (
+            f"after {eff.repeat_prior} reclaims of your jobs, keeping needs an SRE's "
+            "approval: ask them to snooze the case"
+        )
     if eff.keep_min <= seconds <= eff.keep_max:
         return None
     return (

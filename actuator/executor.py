@@ -161,6 +161,7 @@ class Executor:
             repeat_prior=eff.repeat_prior,
             repeat_window=eff.repeat_window,
             copy_project=eff.copy_project,
+            keep_needs_sre=eff.keep_needs_sre,
         )
 
     def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:

@@ -138,6 +138,7 @@ class Notice:
     repeat_prior: int = 0
     repeat_window: float = 0.0
     copy_project: bool = False
+    keep_needs_sre: bool = False
 
     @property
     def user(self) -> str:

@@ -275,6 +275,9 @@ class RepeatStep(Strict):
     after: int = Field(ge=1, description="earlier reclaims of the owner's within the window")
     grace: Duration | None = Field(None, gt=0, description="a shorter grace (never longer)")
     copy_project: bool = Field(False, description="the project's contact gets the notice too")
+    keep_needs_sre: bool = Field(
+        False, description="the owner's keeps (command, page) wait for an SRE's snooze"
+    )
 
 
 class Repeat(Strict):
@@ -323,6 +326,7 @@ class Effective(Strict):
     repeat_prior: int = 0
     repeat_window: float = 0.0
     copy_project: bool = False
+    keep_needs_sre: bool = False
 
 
 @dataclass(frozen=True)

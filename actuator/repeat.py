@@ -2,7 +2,8 @@
 
 Per owner, the reclaims within `repeat.window` (since an SRE's reset, if later) are counted;
 the last step whose `after` that count reaches applies to the owner's next case: a shorter
-grace (never a longer one) and, if it says so, the project's contact copied on the notice.
+grace (never a longer one) and, if it says so, the project's contact copied on the notice
+and the owner's own keeps held for an SRE (who keeps through the API's snooze).
 The notice says which step applies and why.
 """
 
@@ -29,5 +30,6 @@ def with_repeat(eff: Effective, prior: int, repeat: Repeat | None) -> Effective:
             "repeat_prior": prior,
             "repeat_window": repeat.window,
             "copy_project": step.copy_project,
+            "keep_needs_sre": step.keep_needs_sre,
         }
     )

@@ -197,3 +197,17 @@ def test_the_page_offers_only_what_the_cases_rule_allows(rt, client):
     assert forged.status_code == 422
     assert "lets owners keep a process for 0s to 4h, not 24h" in forged.get_data(as_text=True)
     assert rt.store.get_case(case_id).state == State.NOTIFIED
+
+
+def test_after_repeated_reclaims_the_owners_keep_waits_for_an_sre(rt, client):
+    """A repeat step with keep_needs_sre: the page offers no keep, and a forged one is
+    refused saying why; an SRE keeps through the API's snooze."""
+    rule = eff(repeat_prior=5, keep_needs_sre=True).model_dump()
+    case_id = notified_case(rt, effective=rule)
+    path = path_of(rt.links.url(case_id))
+    page = client.get(path + "?lang=en").get_data(as_text=True)
+    assert 'id="keep-1h"' not in page and 'id="release"' in page
+    forged = client.post(path, data={"csrf": csrf_of(page), "action": "keep", "hours": "1"})
+    assert forged.status_code == 422
+    assert "after 5 reclaims of your jobs, keeping needs an SRE" in forged.get_data(as_text=True)
+    assert rt.store.get_case(case_id).state == State.NOTIFIED

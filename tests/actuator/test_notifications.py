@@ -403,7 +403,13 @@ def test_a_repeat_step_copies_the_project_contact_and_the_notice_says_why() -> N
     told (the gate), and the project's contact gets the same notice in their language."""
     vision = Contact(name="Vision on-call", wecom="vision-oncall", language="en")
     directory = OwnerDirectory(users={"lilei": LILEI}, projects={"vision": vision})
-    repeat = notice(repeat_prior=3, repeat_window=30 * 86400, copy_project=True, grace=120.0)
+    repeat = notice(
+        repeat_prior=3,
+        repeat_window=30 * 86400,
+        copy_project=True,
+        grace=120.0,
+        keep_needs_sre=True,
+    )
     with robot("wecom") as wecom:
         notifier = OwnerNotifier(
             directory, {"wecom": WeComChannel(wecom.url)}, Renderer(), clock=lambda: NOW
@@ -413,10 +419,8 @@ def test_a_repeat_step_copies_the_project_contact_and_the_notice_says_why() -> N
     assert result.delivered and "copied to project Vision on-call: wecom delivered" in result.detail
     assert "copied" not in once.detail
     owner, copy, _ = wecom.received
-    assert (
-        "您的任务在最近 30 天内已被回收 3 次：宽限期为 2 分钟，并抄送项目负责人。"
-        in (owner["markdown"]["content"])
-    )
+    told = "您的任务在最近 30 天内已被回收 3 次：宽限期为 2 分钟，并抄送项目负责人；"
+    assert told + "保留任务需经运维团队批准。" in owner["markdown"]["content"]
     assert "Your jobs were reclaimed 3 times in the last 30 days" in copy["markdown"]["content"]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from actuator.decisions import keep_refusal
 from actuator.policy import Repeat, RepeatStep
 from actuator.repeat import repeat_step, with_repeat
 from exporter.sim.state import init_node
@@ -17,7 +18,10 @@ from tests.helpers.cases import eff
 
 STEPS = Repeat(
     window=86400.0,
-    steps=(RepeatStep(after=2, copy_project=True), RepeatStep(after=4, grace=60.0)),
+    steps=(
+        RepeatStep(after=2, copy_project=True),
+        RepeatStep(after=4, grace=60.0, keep_needs_sre=True),
+    ),
 )
 
 
@@ -33,6 +37,12 @@ def test_a_step_only_ever_shortens_the_grace() -> None:
     assert (copied.grace, copied.copy_project, copied.repeat_prior) == (600.0, True, 2)
     assert with_repeat(eff(grace=600.0), 5, STEPS).grace == 60.0
     assert with_repeat(eff(grace=30.0), 5, STEPS).grace == 30.0  # never longer
+
+
+def test_a_step_can_hold_the_owners_keeps_for_an_sre() -> None:
+    assert keep_refusal(with_repeat(eff(), 2, STEPS), 3600.0) is None
+    held = keep_refusal(with_repeat(eff(), 4, STEPS), 3600.0)
+    assert held is not None and "after 4 reclaims of your jobs, keeping needs an SRE" in held
 
 
 def test_steps_must_climb() -> None:
