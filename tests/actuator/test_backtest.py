@@ -14,16 +14,14 @@ import pytest
 
 from actuator.backtest import BacktestError, RuleSet
 from actuator.backtest_cli import SHIPPED_RULES
-from tests.helpers.history import M, history
-from tests.helpers.prom import Server, backfilled_prometheus
+from tests.helpers.history import M, backfilled_history
+from tests.helpers.prom import Server
 from tests.support import gpu_reclaimer_command
 
 
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, int]]:
-    work = tmp_path_factory.mktemp("backtest")
-    start = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on the hour
-    with backfilled_prometheus(work, history(start, start + 120 * M)) as prom:
+    with backfilled_history(tmp_path_factory.mktemp("backtest")) as (prom, start):
         yield prom, start
 
 

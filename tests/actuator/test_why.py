@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from actuator.models import Case, State
+from actuator.models import State
 from actuator.why import Explanation, explain
 from exporter.sim.state import init_node
 from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
+from tests.helpers.cases import make_case
 from tests.support import gpu_reclaimer_command
 
 
@@ -83,25 +84,8 @@ def test_why_answers_mistakes_in_one_line(
 
 
 def test_cpu_is_measured_between_re_checks_and_a_vanished_process_says_so() -> None:
-    case = Case(
-        id=7,
-        state=State.CANCELLED,
-        version=3,
-        node="n1",
-        pid=4242,
-        start_time=1.0,
-        uuid="GPU-1",
-        start_ticks=1,
-        boot_id="b",
-        alertname="GpuProcessIdle",
-        fingerprint="f",
-        starts_ts=90.0,
-        labels={},
-        annotations={},
-        created=100.0,
-        updated=130.0,
-        reason="process exited",
-        user="alice",
+    case = make_case(
+        id=7, state=State.CANCELLED, node="n1", uuid="GPU-1", reason="process exited", user="alice"
     )
     live = {"exists": True, "sm_util": 0.0, "gpu_memory_bytes": 2 * 1024**3, "log_mtime": 40.0}
     thresholds = {"max_sm_util": 0.05, "max_cpu_cores": 0.1, "log_quiet_for": 300.0}
@@ -138,23 +122,10 @@ def test_cpu_is_measured_between_re_checks_and_a_vanished_process_says_so() -> N
 
 
 def test_hostile_text_reaches_the_terminal_as_one_plain_line() -> None:
-    case = Case(
+    case = make_case(
         id=8,
-        state=State.PENDING,
-        version=1,
         node="n1",
-        pid=4242,
-        start_time=1.0,
         uuid="GPU-1",
-        start_ticks=1,
-        boot_id="b",
-        alertname="GpuProcessIdle",
-        fingerprint="f",
-        starts_ts=90.0,
-        labels={},
-        annotations={},
-        created=100.0,
-        updated=100.0,
         facts={"program": "train\x1b[2J\u202eyb-tpek\nroot's job", "user": "mallory"},
     )
     timeline = [

@@ -218,7 +218,8 @@ def test_file_of_another_user_is_not_matched(tmp_path: Path) -> None:
     assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {}
 
 
-def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> None:
+def container_process_with_a_beat(tmp_path: Path) -> tuple[Path, Path]:
+    """A fake /proc with PID 4242 (PID 7 in its container) and its heartbeat at 5.0."""
     proc, beats = tmp_path / "proc", tmp_path / "beats"
     beats.mkdir()
     fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
@@ -229,6 +230,11 @@ def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> N
         start_ticks=123456,
         timestamp=5.0,
     )
+    return proc, beats
+
+
+def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> None:
+    proc, beats = container_process_with_a_beat(tmp_path)
     reader = HeartbeatReader(proc)
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
     # The namespace and the PID in it cannot change while the process lives: the next
@@ -244,16 +250,7 @@ def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> N
 
 
 def test_reader_forgets_processes_that_left(tmp_path: Path) -> None:
-    proc, beats = tmp_path / "proc", tmp_path / "beats"
-    beats.mkdir()
-    fake_process(proc, 4242, "4242\t7", 4026532000, 123456)
-    write_record(
-        beats / "4026532000-7.json",
-        pid=7,
-        pid_namespace=4026532000,
-        start_ticks=123456,
-        timestamp=5.0,
-    )
+    proc, beats = container_process_with_a_beat(tmp_path)
     reader = HeartbeatReader(proc)
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 5.0}
     assert reader.read(beats, []) == {}

@@ -4,7 +4,12 @@ on two GPUs, whose utilisation over two hours is given minute by minute (OpenMet
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tests.helpers.prom import Server, backfilled_prometheus
 
 GiB = 1024**3
 INSTANCE = 'instance="n1:9838",job="gpu-exporter"'
@@ -62,3 +67,12 @@ def history(start: int, end: int) -> str:
         metric = f"{name}_total" if kind == "counter" else name
         lines += [line.replace(name, metric, 1) for line in samples]
     return "\n".join(lines) + "\n# EOF\n"
+
+
+@contextlib.contextmanager
+def backfilled_history(work: Path) -> Iterator[tuple[Server, int]]:
+    """A real Prometheus holding `history` over two hours that began a day ago, on the
+    hour: (the server, the start)."""
+    start = (int(time.time()) // 3600 - 24) * 3600
+    with backfilled_prometheus(work, history(start, start + 120 * M)) as prom:
+        yield prom, start
