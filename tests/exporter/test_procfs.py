@@ -15,10 +15,16 @@ def test_one_variable_of_the_environment_a_process_was_started_with() -> None:
         [
             sys.executable,
             "-c",
-            "import os, time; os.environ['GPU_RECLAIMER_KEEP'] = '9h'; time.sleep(30)",
+            "import os, time; os.environ['GPU_RECLAIMER_KEEP'] = '9h'; print('ready', "
+            "flush=True); time.sleep(30)",
         ],
         env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert child.stdout is not None
+    # Until exec, /proc/<pid>/environ is still the forked parent's: wait for the child.
+    assert child.stdout.readline() == "ready\n"
     try:
         # As exec'd: a later setenv inside the process is not what it was started with,
         # and a value that merely contains the name is not the variable.
