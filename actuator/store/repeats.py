@@ -7,11 +7,11 @@ from actuator.store.database import Database
 
 class RepeatQueries(Database):
     def reclaims_since(self, user: str, since: float) -> int:
-        """The owner's cases reclaimed at or after `since` (or the last reset): by their
-        last update, which for an ended case is its end or a follow-up just after."""
+        """The owner's cases reclaimed whose SIGTERM (or eviction, or scancel) went out at
+        or after `since` (or the last reset): a time set once, never moved by later updates."""
         since = max(since, self.repeat_reset_at(user))
         rows = self._read(
-            'SELECT COUNT(*) AS n FROM cases WHERE "user" = ? AND state = ? AND updated >= ?',
+            'SELECT COUNT(*) AS n FROM cases WHERE "user" = ? AND state = ? AND term_at >= ?',
             (user, "reclaimed", since),
         )
         return int(rows[0]["n"]) if rows else 0

@@ -141,7 +141,7 @@ def test_an_owners_reclaims_are_counted_within_the_window_and_from_a_reset(datab
     store = open_store(database)
     store.init()
     with store._tx() as conn:
-        for i, (user, state, updated) in enumerate(
+        for i, (user, state, term_at) in enumerate(
             [
                 ("alice", State.RECLAIMED, 100.0),  # before the window
                 ("alice", State.RECLAIMED, 1000.0),
@@ -151,7 +151,7 @@ def test_an_owners_reclaims_are_counted_within_the_window_and_from_a_reset(datab
             ],
             start=1,
         ):
-            case = make_case(id=i, pid=1000 + i, state=state, user=user, updated=updated)
+            case = make_case(id=i, pid=1000 + i, state=state, user=user, term_at=term_at)
             insert_case(conn, case, {})
     assert store.reclaims_since("alice", 500.0) == 2
     store.reset_repeats("alice", 1500.0)  # an SRE's reset: only what came after counts
