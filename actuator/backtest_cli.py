@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actuator.report_cli import connect, period
+from actuator.report_cli import add_history_arguments, connect, period
 from exporter import argtypes
 from exporter.argtypes import CommandError
 
@@ -47,15 +47,7 @@ def add_commands(commands: Any) -> None:
         "(idle means util <= 10 %); --for 15m (every alert); --for GpuProcessIdle=30m; "
         "--rules my-rules.yml. Times: a duration back from now (7d) or an ISO date/time.",
     )
-    parser.add_argument(
-        "--prometheus",
-        required=True,
-        metavar="URL",
-        type=argtypes.url,
-        help="Prometheus base URL, e.g. http://prometheus:9090",
-    )
-    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
-    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    add_history_arguments(parser, timeout=120.0)
     parser.add_argument(
         "--rules",
         type=Path,
@@ -101,9 +93,6 @@ def add_commands(commands: Any) -> None:
         help="evaluation step, like a rule group's interval (default 60s)",
     )
     parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
-    parser.add_argument(
-        "--timeout", type=argtypes.duration, default=120.0, help="per query (default 120s)"
-    )
     parser.set_defaults(func=run_backtest)
 
 

@@ -28,15 +28,7 @@ def add_commands(commands: Any) -> None:
         epilog="Times: a duration back from now (7d, 12h) or an ISO date/time "
         "(2026-11-24, 2026-11-24T08:00+08:00).",
     )
-    parser.add_argument(
-        "--prometheus",
-        required=True,
-        metavar="URL",
-        type=argtypes.url,
-        help="Prometheus base URL, e.g. http://prometheus:9090",
-    )
-    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
-    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    add_history_arguments(parser, timeout=60.0)
     parser.add_argument(
         "--compare-to",
         metavar="DURATION",
@@ -59,9 +51,6 @@ def add_commands(commands: Any) -> None:
     )
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
     parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
-    parser.add_argument(
-        "--timeout", type=argtypes.duration, default=60.0, help="per query (default 60s)"
-    )
     parser.set_defaults(func=run_report)
 
 
@@ -79,6 +68,26 @@ def parse_time(text: str, now: float) -> float:
             f"not a time: {text!r}; use a duration back from now (7d) or an ISO date/time"
         ) from None
     return moment.timestamp()
+
+
+def add_history_arguments(parser: argparse.ArgumentParser, *, timeout: float) -> None:
+    """The options of every command that reads Prometheus's history (report, backtest,
+    tune): where it is, the period, and how long one query may take."""
+    parser.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        type=argtypes.url,
+        help="Prometheus base URL, e.g. http://prometheus:9090",
+    )
+    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
+    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    parser.add_argument(
+        "--timeout",
+        type=argtypes.duration,
+        default=timeout,
+        help=f"per query (default {timeout:g}s)",
+    )
 
 
 def connect(url: str, timeout: float) -> Any:

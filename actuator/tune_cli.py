@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from actuator.backtest_cli import SHIPPED_RULES
-from actuator.report_cli import connect, period
+from actuator.report_cli import add_history_arguments, connect, period
 from exporter import argtypes
 from exporter.argtypes import CommandError
 
@@ -37,11 +37,7 @@ def add_commands(commands: Any) -> None:
         epilog="Example: gpu-reclaimer tune --prometheus http://prometheus:9090 --since 30d "
         "--project vision --write vision.rules.yml",
     )
-    parser.add_argument(
-        "--prometheus", required=True, metavar="URL", type=argtypes.url, help="Prometheus URL"
-    )
-    parser.add_argument("--since", required=True, metavar="TIME", help="start of the period")
-    parser.add_argument("--until", metavar="TIME", help="end of the period (default: now)")
+    add_history_arguments(parser, timeout=120.0)
     parser.add_argument("--project", help="only this project (and print its proposal's diff)")
     parser.add_argument(
         "--rules", type=Path, default=SHIPPED_RULES, metavar="FILE", help="rules to tune"
@@ -71,9 +67,6 @@ def add_commands(commands: Any) -> None:
     )
     parser.add_argument("--step", type=argtypes.duration, default=60.0, help="default 60s")
     parser.add_argument("--write", type=Path, metavar="FILE", help="write the proposed rules")
-    parser.add_argument(
-        "--timeout", type=argtypes.duration, default=120.0, help="per query (default 120s)"
-    )
     parser.set_defaults(func=run_tune)
 
 
