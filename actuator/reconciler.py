@@ -537,7 +537,9 @@ class Reconciler:
             eff = self._recorded_eff(case)
             return decide_signalled(case, seen.alive, seen.listed, eff, now, mono=mono), None, eff
         eff = self._eff(case, seen)
-        for scheduler in self.schedulers:
+        # Only a pending case reads the owner's allowance: asking a pod's API server on every
+        # step of every case would put one API call on each decision's hot path.
+        for scheduler in self.schedulers if case.state == State.PENDING else ():
             asked = scheduler.keep_asked(seen) if scheduler.applies(seen) else None
             if asked is not None:
                 seen = replace(seen, keep_asked=asked)  # audited with the live evidence

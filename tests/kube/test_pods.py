@@ -291,8 +291,12 @@ def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod
     assert site.actuator.post(payload(alert_for(w))).status_code == 200
     case = _final(site, w, "notified", "reclaimed", "refused", "cancelled")
     assert case["state"] == "notified" and "GpuReclaimPolicy waiting-room" in case["rule"], case
+    path = "/api/v1/namespaces/waiting-room/pods/notebook-0"
+    reads = sum(1 for m, p in site.api.requests if m == "GET" and p == path)
     time.sleep(2)  # many reads of the (empty) pending list, and many graces: still kept
     assert site.actuator.case_for(w)["state"] == "notified" and pod.evictions == []
+    # Steps of a case past pending do not ask the API server for the pod's keep annotation.
+    assert sum(1 for m, p in site.api.requests if m == "GET" and p == path) == reads
     site.api.pending = [_pending_pod("resnet-0", 1)]
     try:
         case = _final(site, w)
