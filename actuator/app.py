@@ -192,6 +192,8 @@ def create_app(rt: Runtime) -> Flask:
             return None
         if rt.links is not None and request.path.startswith("/keep/"):
             return None  # the signed link is the credential (actuator/keep_page.py)
+        if rt.pictures is not None and request.path.startswith("/evidence/"):
+            return None  # so is a picture's (actuator/evidence/page.py)
         if rt.operators is not None and request.path != "/api/v1/alerts":
             return check_person(person_roles.get(request.endpoint or "", "admin"))
         denied = check_auth()
@@ -365,6 +367,11 @@ def create_app(rt: Runtime) -> Flask:
         from actuator.keep_page import keep_blueprint
 
         app.register_blueprint(keep_blueprint(rt, rt.links, rt.config.notifier.keep_max))
+
+    if rt.pictures is not None:
+        from actuator.evidence.page import picture_blueprint
+
+        app.register_blueprint(picture_blueprint(rt.store, rt.pictures))
 
     @app.get("/api/v1/audit")
     def audit() -> tuple[Response, int]:

@@ -83,7 +83,8 @@ def encoded_subject(subject: str) -> str:
 
 
 class EmailChannel:
-    """Multipart (text + HTML) mail over SMTP: STARTTLS, implicit TLS or plain, with AUTH."""
+    """Multipart (text + HTML, the evidence picture inline) mail over SMTP: STARTTLS,
+    implicit TLS or plain, with AUTH."""
 
     name = "email"
 
@@ -110,7 +111,21 @@ class EmailChannel:
         mail["To"] = formataddr((untrusted.plain(contact.name), contact.email or ""))
         mail["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)
         mail.set_content(message.text)
-        mail.add_alternative(message.html, subtype="html")
+        if message.picture:  # the evidence picture, inline below the HTML text
+            cid = make_msgid(domain=self.sender.rpartition("@")[2] or None)
+            mail.add_alternative(message.html_with(cid[1:-1]), subtype="html")
+            html = mail.get_body(("html",))
+            assert isinstance(html, EmailMessage)
+            html.add_related(
+                message.picture,
+                "image",
+                "png",
+                cid=cid,
+                filename="evidence.png",
+                disposition="inline",
+            )
+        else:
+            mail.add_alternative(message.html, subtype="html")
         mail["Content-Language"] = message.language  # after: set_content drops Content-*
         return mail
 

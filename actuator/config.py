@@ -139,6 +139,22 @@ class LdapSettings(Strict):
     timeout: Duration = Field(5.0, gt=0, le=60)
 
 
+class EvidenceSettings(Strict):
+    """The picture each notice carries (actuator/evidence/): the process over the last
+    hours, drawn from the Prometheus the idle rules run in."""
+
+    prometheus: str = Field(
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="the Prometheus the idle rules run in (a base URL)",
+    )
+    span: Duration = Field(
+        3 * 3600.0, ge=600, le=7 * 86400, description="how far back a picture reaches"
+    )
+    timeout: Duration = Field(
+        5.0, gt=0, le=60, description="per query: a slower Prometheus means no picture"
+    )
+
+
 class NotifierSettings(Strict):
     webhook: WebhookSettings | None = None
     ldap: LdapSettings | None = Field(None, description="people from LDAP (over the file's)")
@@ -159,6 +175,9 @@ class NotifierSettings(Strict):
         None, ge=0, description="notices say what the idle time cost at this price per kWh"
     )
     currency: str = Field("", max_length=8, description="printed before the cost, e.g. ¥ or $")
+    evidence: EvidenceSettings | None = Field(
+        None, description="a picture of the process's last hours with each notice"
+    )
     email: EmailSettings | None = None
     wecom: RobotSettings | None = None
     dingtalk: RobotSettings | None = None

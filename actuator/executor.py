@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from actuator.audit import AuditError, AuditLog, Event
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import Action, Decision, after_notice
+from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
 from actuator.models import Case, LiveState, Reason, State
 from actuator.node import Node
@@ -60,11 +61,13 @@ class Executor:
         fence: Callable[[], Fence],
         alerts: DecisionAlerts | None = None,
         links: KeepLinks | None = None,
+        pictures: EvidencePictures | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.store, self.audit, self.notifier, self.gate = store, audit, notifier, gate
         self.clock, self.mono, self.fence = clock, mono, fence
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
+        self.pictures = pictures
 
     def carry_out(self, step: Step) -> None:
         """What the committed decision means: its action's effect, then its new state's."""
@@ -133,13 +136,21 @@ class Executor:
     # -- the one place each side effect happens ------------------------------------------
 
     def notice(
-        self, case: Case, eff: Effective, sigterm_at: float, kind: Kind = "warning"
+        self,
+        case: Case,
+        eff: Effective,
+        sigterm_at: float,
+        kind: Kind = "warning",
+        *,
+        picture: bool = True,
     ) -> Notice | None:
-        """What people are told, from the facts the node proved (None: it proved none)."""
+        """What people are told, from the facts the node proved (None: it proved none), with
+        the evidence picture when pictures are on (`picture`: False for rehearsals)."""
         facts = ProvenFacts.of_case(case)
         if facts is None:
             return None
         owner = case.owner or {}
+        drawn = self.pictures.take(case) if picture and self.pictures is not None else None
         return Notice(
             kind=kind,
             case=case.id,
@@ -162,6 +173,8 @@ class Executor:
             repeat_window=eff.repeat_window,
             copy_project=eff.copy_project,
             keep_needs_sre=eff.keep_needs_sre,
+            picture_png=drawn.png if drawn else b"",
+            picture_url=drawn.url if drawn else "",
         )
 
     def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
@@ -169,7 +182,9 @@ class Executor:
         someone needs the GPU. Only a delivered one opens the way to any signal."""
         kept = eff.reclaim_when == ReclaimWhen.DEMAND
         sigterm_at = 0.0 if kept else now + eff.grace + case.notice_extra_grace
-        notice = self.notice(case, eff, sigterm_at, "idle" if kept else "warning")
+        notice = self.notice(
+            case, eff, sigterm_at, "idle" if kept else "warning", picture=not dry_run
+        )
         if notice is None:  # never: a notice follows a live re-check, which records facts
             log.error("case %d: no proven facts to tell anyone; not notified", case.id)
             return

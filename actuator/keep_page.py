@@ -15,6 +15,7 @@ from flask import Blueprint, Response, request
 from actuator import operations, untrusted
 from actuator.audit import AuditError, Event
 from actuator.decisions import keep_refusal, recorded_rule
+from actuator.evidence.links import PictureRef
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
@@ -61,6 +62,8 @@ TEXT: dict[str, dict[str, Any]] = {
         "closed": "该工单已是“{}”状态，不能再保留。",
         "used": "此链接已使用过（{}）。",
         "csrf": "表单已失效，请从通知中的链接重新打开本页。",
+        "evidence": "规则所见：SM 利用率、显存、进程树 CPU、心跳与日志"
+        "（虚线为空闲阈值，阴影为判定空闲的时段）",
     },
     "en": {
         "title": "Keep a GPU job",
@@ -100,10 +103,12 @@ TEXT: dict[str, dict[str, Any]] = {
         "closed": "This case is {} now: it can no longer be kept.",
         "used": "This link was already used ({}).",
         "csrf": "This form has expired: open the page again from the link in your notice.",
+        "evidence": "What the rule saw: SM utilisation, memory, process-tree CPU, heartbeat and "
+        "log writes (dashed: the idle thresholds; shaded: where the rule held)",
     },
 }
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",  # the link is a credential: never leak it onward
@@ -180,10 +185,22 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "state": t["states"].get(str(case.state), str(case.state)),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
+                "picture": picture_src(case.id),
             }
         response = Response(template.render(values), status=status, mimetype="text/html")
         response.headers.update(SECURITY_HEADERS)
         return response, status
+
+    def picture_src(case_id: int) -> str:
+        """The case's latest evidence picture, relative to this page (/keep/<token>), so it
+        resolves under whatever path the public URL puts the actuator."""
+        if rt.pictures is None:
+            return ""
+        try:
+            latest = rt.store.latest_picture(case_id)
+        except StoreUnavailable:
+            return ""
+        return ".." + rt.pictures.path(PictureRef(case_id, latest)) if latest else ""
 
     def load(token: str, lang: str) -> tuple[Case | None, str, tuple[Response, int] | None]:
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
@@ -46,14 +46,26 @@ class Message:
     subject_markdown: str
     slack: str  # Slack mrkdwn
     subject_slack: str
+    picture: bytes = field(default=b"", repr=False)  # the evidence picture (PNG), if any
 
     @property
     def html(self) -> str:
-        """The mail's HTML part from the Markdown, with raw HTML never passed through."""
+        return self.html_with()
+
+    def html_with(self, picture_cid: str = "") -> str:
+        """The mail's HTML part from the Markdown, with raw HTML never passed through; the
+        evidence picture shown below it when the mail carries it as `picture_cid`."""
         converter = markdown.Markdown(output_format="html")
         converter.preprocessors.deregister("html_block")
         converter.inlinePatterns.deregister("html")
         body = converter.convert(self.markdown)
+        if picture_cid:
+            alt = (
+                "GPU use over the last hours"
+                if self.language == "en"
+                else "近几小时的 GPU 使用情况"
+            )
+            body += f'<p><img src="cid:{picture_cid}" alt="{alt}" width="640"></p>'
         return (
             f'<!DOCTYPE html><html lang="{self.language}"><head><meta charset="utf-8">'
             f"<title>{jinja2.filters.escape(self.subject)}</title></head>"
@@ -203,6 +215,8 @@ class Renderer:
             else "",
             # The page opens in the owner's language whatever their browser says.
             "keep_url": Trusted(keep_url),
+            # A signed link to the evidence picture (read-only; chat shows it to the channel).
+            "evidence_url": Trusted(notice.picture_url),
             "sre": Trusted(
                 self.sre or ("GPU 运维团队" if language == "zh-CN" else "the GPU SRE team")
             ),
@@ -239,4 +253,5 @@ class Renderer:
             subject_markdown=out["markdown"][0],
             slack=out["slack"][1],
             subject_slack=out["slack"][0],
+            picture=notice.picture_png,
         )

@@ -11,7 +11,7 @@ Every channel, template, the keep page, the decision alerts and the audit read `
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from actuator.models import Case, LiveState
@@ -139,6 +139,9 @@ class Notice:
     repeat_window: float = 0.0
     copy_project: bool = False
     keep_needs_sre: bool = False
+    # The evidence picture (actuator/evidence/): the PNG for e-mail, its link for chat.
+    picture_png: bytes = field(default=b"", repr=False)
+    picture_url: str = ""
 
     @property
     def user(self) -> str:
@@ -175,6 +178,7 @@ class Notice:
             "owner_language": self.owner.language,
             "thresholds": dict(self.thresholds),
             "waiting": self.waiting,
+            "picture_url": self.picture_url,
             "message": self.message(),
         }
 

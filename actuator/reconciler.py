@@ -41,6 +41,7 @@ from actuator.decisions import (
 from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
 from actuator.demand.reader import DemandReader
+from actuator.evidence.pictures import EvidencePictures
 from actuator.executor import Executor, Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.keeplinks import KeepLinks
@@ -126,6 +127,7 @@ class Reconciler:
         mono: Callable[[], float] = boottime,
         holder: str | None = None,
         links: KeepLinks | None = None,
+        pictures: EvidencePictures | None = None,
         alerts: DecisionAlerts | None = None,
         schedulers: Schedulers | None = None,
         demand: DemandReader | None = None,
@@ -175,6 +177,7 @@ class Reconciler:
             fence=self.fence,
             alerts=alerts,
             links=links,
+            pictures=pictures,
             thresholds=(
                 ("max_sm_util", self.thresholds.max_sm_util),
                 ("log_quiet_for", config.idle.log_quiet_for),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from actuator.audit import AuditLog
 from actuator.clock import boottime
 from actuator.config import ActuatorConfig
+from actuator.evidence.links import PictureLinks
 from actuator.keeplinks import KeepLinks
 from actuator.operators import Operators
 from actuator.store import Store
@@ -23,6 +24,7 @@ class Runtime:
     audit: AuditLog
     token: str
     links: KeepLinks | None = None  # "keep my job" links, when notifier.public_url is set
+    pictures: PictureLinks | None = None  # evidence pictures' links (notifier.evidence too)
     operators: Operators | None = None  # people at the API, when `operators` is set
     clock: Callable[[], float] = time.time
     mono: Callable[[], float] = boottime

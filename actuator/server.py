@@ -32,6 +32,8 @@ from actuator.demand import DemandSource
 from actuator.demand.promql_queue import PromqlQueue
 from actuator.demand.reader import DemandReader
 from actuator.demand.slurm_queue import SlurmQueue
+from actuator.evidence.links import PictureLinks
+from actuator.evidence.pictures import EvidencePictures
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
@@ -44,6 +46,7 @@ from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
+from actuator.startup import idle_thresholds
 from actuator.store import Store, StoreUnavailable, open_store
 from actuator.waitlist import WaitList, WaitListDemand
 from exporter import ownprocs
@@ -159,6 +162,29 @@ def build_links(config: ActuatorConfig, token: str) -> KeepLinks | None:
     if not settings.public_url:
         return None
     return KeepLinks(link_key(token), settings.public_url, ttl=settings.keep_link_ttl)
+
+
+def build_picture_links(config: ActuatorConfig, token: str) -> PictureLinks | None:
+    """Links to evidence pictures (chat, the keep page): with a public URL and pictures on;
+    they expire with the evidence (the store's retention)."""
+    settings = config.notifier
+    if not settings.public_url or settings.evidence is None:
+        return None
+    return PictureLinks(link_key(token), settings.public_url, ttl=config.storage.retention)
+
+
+def build_pictures(
+    config: ActuatorConfig, store: Store, links: PictureLinks | None
+) -> EvidencePictures | None:
+    settings = config.notifier.evidence
+    if settings is None:
+        return None
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    # No retries: a notice waits for its picture at most one timeout per query.
+    prom = PrometheusConnect(url=settings.prometheus, timeout=settings.timeout, retry=Retry(0))
+    return EvidencePictures(prom, store, idle_thresholds(config), span=settings.span, links=links)
 
 
 def build_notifier(config: ActuatorConfig) -> Notifier:
@@ -277,6 +303,7 @@ class _Worker:
         store = open_store(config.storage.database)
         audit = open_audit(config)
         links = build_links(config, token)
+        picture_links = build_picture_links(config, token)
         # Every wait is measured on the store's clock: this host's boot-time clock for
         # SQLite, the database server's for replicas sharing PostgreSQL.
         try:
@@ -289,6 +316,7 @@ class _Worker:
             audit=audit,
             token=token,
             links=links,
+            pictures=picture_links,
             operators=build_operators(config),
             mono=store.mono,
             started_mono=started,
@@ -305,6 +333,7 @@ class _Worker:
             nodes,
             build_notifier(config),
             links=links,
+            pictures=build_pictures(config, store, picture_links),
             alerts=build_decision_alerts(config),
             mono=store.mono,
             schedulers=schedulers,

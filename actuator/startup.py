@@ -125,6 +125,12 @@ def check_notifier(config: ActuatorConfig) -> None:
             raise ConfigError(f"{key}: {path} is not readable")
     if settings.templates_dir and not Path(settings.templates_dir).is_dir():
         raise ConfigError(f"notifier.templates_dir: {settings.templates_dir} is not a directory")
+    if settings.evidence is not None:
+        from actuator.evidence.chart import available
+
+        missing = available()
+        if missing:
+            raise ConfigError(f"notifier.evidence: {missing}")
 
 
 def load_projects(config: ActuatorConfig) -> ProjectMapping | None:

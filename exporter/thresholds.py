@@ -21,6 +21,8 @@ class Thresholds:
     max_cpu_cores: float = 0.1
     # GPU memory growing by more than this is a process loading a model, not an idle one.
     max_memory_growth_bytes: int = 64 * 2**20
+    # The rules' sample window (`[1m]`), as PromQL writes it: evidence pictures use it.
+    sample_window: str = "1m"
 
 
 SHIPPED = Thresholds()
@@ -33,6 +35,12 @@ _IN_IDLE_CONDITION = {
         rf"gpu_process:memory_growth_bytes:window\s*<=\s*{_NUMBER}"
     ),
 }
+
+
+# The window of the per-process SM reading, the one every other [range] of the rules matches.
+_SAMPLE_WINDOW = re.compile(
+    r"max_over_time\(gpu_process_sm_utilization_ratio\[((?:\d+(?:ms|[smhdwy]))+)\]\)"
+)
 
 
 class ThresholdsError(ValueError):
@@ -50,7 +58,15 @@ def from_rules(text: str, source: str = "rules") -> Thresholds:
                 f" <= N) in gpu_process:idle_condition, found {found or 'none'}"
             )
         values[name] = float(found[0])
+    windows = set(_SAMPLE_WINDOW.findall(text))
+    if len(windows) != 1:
+        raise ThresholdsError(
+            f"{source}: expected one window in gpu_process:sm_utilization_ratio:max_window "
+            f"(max_over_time(gpu_process_sm_utilization_ratio[W])), "
+            f"found {sorted(windows) or 'none'}"
+        )
     return Thresholds(
+        sample_window=windows.pop(),
         max_sm_util=values["max_sm_util"],
         max_cpu_cores=values["max_cpu_cores"],
         max_memory_growth_bytes=int(values["max_memory_growth_bytes"]),

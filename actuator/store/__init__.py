@@ -18,6 +18,7 @@ from actuator.store.episodes import Episode, EpisodeQueries, Ingest
 from actuator.store.keep_links import KeepLinkQueries
 from actuator.store.keeps import AdvanceKeep, KeepQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
+from actuator.store.pictures import PictureQueries
 from actuator.store.repeats import RepeatQueries
 from actuator.store.signals import SignalQueries
 from actuator.store.waiters import Waiter, WaiterQueries
@@ -49,6 +50,7 @@ class Store(
     KeepQueries,
     WaiterQueries,
     RepeatQueries,
+    PictureQueries,
 ):
     """The actuator's store on SQLite: every domain's queries over one Database."""
 

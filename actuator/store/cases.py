@@ -259,8 +259,9 @@ class CaseQueries(Database):
         return [c for c in cases if c.ended_mono is not None and c.ended_mono <= ended_before_mono]
 
     def prune(self, before: float, batch: int = 5000) -> int:
-        """Delete ended cases last changed before `before` (wall time) with their timeline
-        and signals, and processed episodes not seen since then; returns cases deleted."""
+        """Delete ended cases last changed before `before` (wall time) with their timeline,
+        signals and evidence pictures, and processed episodes not seen since then; returns
+        the number of cases deleted."""
         with self._tx() as conn:
             ids = [
                 r["id"]
@@ -273,6 +274,7 @@ class CaseQueries(Database):
                 for table, column in (
                     ("timeline", "case_id"),
                     ("signals", "case_id"),
+                    ("pictures", "case_id"),
                     ("cases", "id"),
                 ):
                     conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)

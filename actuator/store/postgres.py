@@ -38,6 +38,7 @@ def pg_schema() -> str:
     )
     text = re.sub(r"\bINTEGER\b", "BIGINT", text)
     text = re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
+    text = re.sub(r"\bBLOB\b", "BYTEA", text)
     return text
 
 

@@ -116,3 +116,11 @@ CREATE TABLE IF NOT EXISTS waiters (
     taken        REAL NOT NULL DEFAULT 0  -- when its job was seen on its GPUs (0: not yet)
 );
 CREATE INDEX IF NOT EXISTS waiters_node ON waiters (node, state);
+-- Evidence pictures sent with notices (PNG): kept as long as their case.
+CREATE TABLE IF NOT EXISTS pictures (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    case_id INTEGER NOT NULL,
+    created REAL NOT NULL,
+    png     BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pictures_case ON pictures (case_id);

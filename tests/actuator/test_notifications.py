@@ -723,3 +723,18 @@ def test_untrusted_text_is_rendered_as_data_in_every_channel(
     feishu = FeishuChannel("http://127.0.0.1:9/").payload(message, hostile_contact)
     (post,) = feishu["content"]["post"].values()
     assert {e["tag"] for line in post["content"] for e in line} <= {"at", "text"}
+
+
+@pytest.mark.parametrize("kind", ["warning", "idle", "reclaimed"])
+def test_every_notice_links_its_evidence_picture_in_both_languages(kind: str) -> None:
+    url = "https://reclaimer.example.com/evidence/abc.png"
+    for contact in (LILEI, BOB):
+        message = Renderer().render(
+            notice(kind=kind, picture_url=url, picture_png=b"\x89PNG"), contact, NOW
+        )
+        assert url in message.text and url in message.markdown and url in message.slack
+        assert message.picture == b"\x89PNG"
+        without = Renderer().render(notice(kind=kind), contact, NOW)
+        assert "/evidence/" not in without.text and without.picture == b""
+        # The mail's HTML shows the picture only where the mail carries it.
+        assert '<img src="cid:p1@x"' in message.html_with("p1@x") and "<img" not in message.html
