@@ -31,6 +31,7 @@ class Sink:
     port: int = 0
     received: list[Received] = field(default_factory=list)
     pages: dict[str, str] = field(default_factory=dict)  # GET path -> HTML (the runbook)
+    failing: set[str] = field(default_factory=set)  # POST paths answered 503 (a channel down)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -59,7 +60,14 @@ class Sink:
                 except ValueError:
                     body = None
                 with sink._lock:
-                    sink.received.append(Received(self.path, time.time(), body))
+                    down = self.path in sink.failing
+                    if not down:
+                        sink.received.append(Received(self.path, time.time(), body))
+                if down:  # as a robot's service does when it is down
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 # Answered as a WeCom/DingTalk robot does; chat relays ignore the body.
                 reply = b'{"errcode": 0, "errmsg": "ok"}'
                 self.send_response(200)

@@ -1,0 +1,80 @@
+"""`gpu-reclaimer chaos`: many faults at once against the whole loop on this machine, every
+signal judged against the simulated node's ground truth; exit 0 only with no violation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter import argtypes
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}") from None
+    if not 1 <= value <= 24 * 60:
+        raise argparse.ArgumentTypeError("between 1 and 1440 minutes")
+    return value
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "chaos",
+        help="run the whole loop under many faults at once and judge every signal",
+        description="Start the stack on loopback (simulated node, exporter, Prometheus with "
+        "the shipped rules, Alertmanager, the actuator in enforce mode), run a seeded mix "
+        "of workloads with churn and a seeded schedule of faults (components killed and "
+        "restarted, NVML faults, slow and hostile clients, forged and replayed alerts, the "
+        "notice channel down), and judge every signal against the simulated node's ground "
+        "truth. Writes chaos.json and chaos.md to --out; exits 0 only with no violation.",
+    )
+    parser.add_argument("--minutes", type=_minutes, default=3.0, help="how long (default 3)")
+    parser.add_argument("--seed", type=int, default=1, help="the plan's seed (default 1)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("chaos-report"), help="where the report goes"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the run directory goes (default: the temp dir)"
+    )
+    parser.add_argument(
+        "--arrival",
+        type=argtypes.duration,
+        default=2.0,
+        help="mean time between workload starts (default 2s)",
+    )
+    parser.add_argument(
+        "--fault-every",
+        type=argtypes.duration,
+        default=12.0,
+        help="mean time between faults (default 12s)",
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from actuator.chaos.report import write
+    from actuator.chaos.run import ChaosOptions, run
+    from actuator.demo.stack import StackError
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    options = ChaosOptions(
+        minutes=args.minutes,
+        seed=args.seed,
+        workdir=args.workdir,
+        arrival=args.arrival,
+        fault_every=args.fault_every,
+    )
+    try:
+        outcome = run(options, progress)
+    except StackError as exc:
+        print(f"gpu-reclaimer chaos: {exc}", file=sys.stderr)
+        return 2
+    report = write(outcome, args.out)
+    print((args.out / "chaos.md").read_text(encoding="utf-8"))
+    return 0 if not report["violations"] else 1

@@ -1,0 +1,199 @@
+"""The faults a chaos run injects, each through the interface a real fault would use: a
+SIGKILL to a component's whole process group and a restart, the simulated NVML's fault
+switches, raw sockets for slow and hostile clients, forged and replayed alerts on the
+actuator's own API with its real token, and the notice channel answering 503."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+
+from actuator.chaos.plan import FaultPlan
+from actuator.chaos.truth import Truth
+from actuator.demo.stack import Stack
+from exporter import procfs
+from exporter.sim.state import load_node
+
+SERVICE_OF = {
+    "kill_exporter": "exporter",
+    "kill_actuator": "actuator",
+    "kill_prometheus": "prometheus",
+    "kill_alertmanager": "alertmanager",
+}
+NVML_CALL = "nvmlDeviceGetComputeRunningProcesses"
+
+
+class Injector:
+    def __init__(self, stack: Stack, truth: Any) -> None:
+        self.stack = stack
+        self.truth = truth  # the TruthRecorder (snapshot() -> Truth)
+        self.counts: Counter[str] = Counter()
+        self.log: list[dict[str, Any]] = []  # every fault with its time
+        self.restarting: set[str] = set()  # services being restarted (not sampled meanwhile)
+        self._threads: list[threading.Thread] = []
+
+    def inject(self, fault: FaultPlan) -> None:
+        self.counts[fault.kind] += 1
+        self.log.append({"at": time.time(), "kind": fault.kind, "seconds": fault.seconds})
+        action = getattr(self, f"_{fault.kind}", None)
+        if fault.kind in SERVICE_OF:
+            action = self._kill_and_restart
+        assert action is not None, fault.kind
+        thread = threading.Thread(target=action, args=(fault,), name=fault.kind, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def join(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- components -----------------------------------------------------------------------
+
+    def _kill_and_restart(self, fault: FaultPlan) -> None:
+        name = SERVICE_OF[fault.kind]
+        if name in self.restarting:
+            return  # already down: one restart at a time
+        self.restarting.add(name)
+        try:
+            self.stack.kill_service(name)
+            time.sleep(1.0)
+            self.stack.restart_service(name)
+        finally:
+            self.restarting.discard(name)
+
+    # -- NVML ------------------------------------------------------------------------------
+
+    def _for_a_while(self, fault: FaultPlan, on: list[str], off: list[str]) -> None:
+        self.stack.fault(*on)
+        time.sleep(fault.seconds)
+        self.stack.fault(*off)
+
+    def _nvml_hang(self, fault: FaultPlan) -> None:
+        self._for_a_while(fault, ["--hang", NVML_CALL, "--hang-seconds", "3"], ["--hang", ""])
+
+    def _nvml_error(self, fault: FaultPlan) -> None:
+        self._for_a_while(fault, ["--nvml-missing", "on"], ["--nvml-missing", "off"])
+
+    def _nvml_no_process_util(self, fault: FaultPlan) -> None:
+        self._for_a_while(fault, ["--no-process-util", str(fault.gpu)], ["--clear"])
+
+    def _gpu_lost(self, fault: FaultPlan) -> None:
+        g = str(fault.gpu)
+        self._for_a_while(fault, ["--lose-gpu", g], ["--restore-gpu", g])
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.stack.ports["actuator"]
+
+    def _slow_clients(self, fault: FaultPlan) -> None:
+        """Clients that send half a request and wait: the actuator must keep serving."""
+        held = []
+        try:
+            for _ in range(16):
+                with contextlib.suppress(OSError):
+                    sock = socket.create_connection(self._address(), timeout=2)
+                    sock.sendall(b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nContent-Length: 9")
+                    held.append(sock)
+            time.sleep(fault.seconds)
+        finally:
+            for sock in held:
+                sock.close()
+
+    def _hostile_requests(self, fault: FaultPlan) -> None:
+        """Garbage, huge headers, poison JSON and a wrong token: each must be refused."""
+        url = self.stack.url("actuator") + "/api/v1/alerts"
+        token = {"Authorization": f"Bearer {self.stack.token}"}
+        poison = {
+            "alerts": [
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "GpuProcessIdle", "pid": "1e309", "node": "\u202e"},
+                    "startsAt": "NaN",
+                }
+            ]
+        }
+        bodies: list[tuple[dict[str, str], bytes]] = [
+            (token, b"\x00\xff{not json"),
+            (token, json.dumps(poison).encode()),
+            ({"Authorization": "Bearer wrong"}, b"{}"),
+            ({**token, "X-Huge": "x" * 60000}, b"{}"),
+        ]
+        deadline = time.monotonic() + max(fault.seconds, 1.0)
+        while time.monotonic() < deadline:
+            for headers, body in bodies:
+                with contextlib.suppress(requests.RequestException):
+                    requests.post(url, data=body, headers=headers, timeout=3)
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(self._address(), timeout=2) as sock,
+            ):
+                sock.sendall(b"\x16\x03\x01garbage that is no HTTP at all\r\n\r\n")
+
+    # -- alerts ----------------------------------------------------------------------------
+
+    def _post_alert(self, labels: dict[str, str], start_time: float) -> None:
+        alert = {
+            "status": "firing",
+            "labels": {
+                "alertname": "GpuProcessIdle",
+                "reclaim": "true",
+                "severity": "warning",
+                "node": self.stack.options.node_name,
+                "boot_id": procfs.boot_id(),
+                **labels,
+            },
+            "annotations": {"start_time": repr(start_time)},
+            "startsAt": datetime.now(UTC).isoformat(),
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://chaos/forged",
+            "fingerprint": uuid.uuid4().hex[:16],
+        }
+        body = {"version": "4", "status": "firing", "receiver": "reclaim", "alerts": [alert]}
+        with contextlib.suppress(requests.RequestException):
+            self.stack.session.post(
+                self.stack.url("actuator") + "/api/v1/alerts", json=body, timeout=5
+            )
+
+    def _target(self, truth: Truth, *, alive: bool) -> dict[str, str] | None:
+        now = time.time()
+        lines = [
+            line
+            for line in truth.timelines.values()
+            if line.parent is None and (now - line.last_seen < 1.0) == alive
+        ]
+        if not lines:
+            return None
+        line = lines[len(lines) // 2]
+        uuid_ = load_node(self.stack.node_dir).gpus[line.gpu].uuid
+        return {"pid": str(line.pid), "uuid": uuid_, "start_ticks": str(line.ticks)}
+
+    def _forged_alert(self, fault: FaultPlan) -> None:
+        """An alert, with the real token, naming a live process whatever it is doing: the
+        live re-check must judge it by what the node shows, never by the alert."""
+        labels = self._target(self.truth.snapshot(), alive=True)
+        if labels is not None:
+            self._post_alert({**labels, "command": "forged", "user": "someone-else"}, 0.0)
+
+    def _replayed_alert(self, fault: FaultPlan) -> None:
+        """An alert for a process that has gone (reclaimed or exited): nothing to act on."""
+        labels = self._target(self.truth.snapshot(), alive=False)
+        if labels is not None:
+            self._post_alert(labels, 0.0)
+
+    # -- the notice channel -----------------------------------------------------------------
+
+    def _notice_channel_down(self, fault: FaultPlan) -> None:
+        self.stack.sink.failing.add("/notice")
+        time.sleep(fault.seconds)
+        self.stack.sink.failing.discard("/notice")

@@ -1,0 +1,230 @@
+"""One chaos run: the stack on loopback (simulated node, exporter, Prometheus with the
+shipped rules, Alertmanager with the reference routes, the actuator in enforce mode with
+notices required), the plan's workloads and faults on schedule, the ground truth recorded
+beside them, every component's descriptors, threads and memory sampled, and the actuator's
+health probed each second; at the end the audit log is judged (actuator/chaos/oracle.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+
+from actuator.chaos.faults import Injector
+from actuator.chaos.oracle import Spawned, Usage, Verdict, Violation, judge, leaks
+from actuator.chaos.plan import Plan, WorkloadPlan, make_plan
+from actuator.chaos.truth import TruthRecorder
+from actuator.demo.stack import Stack, StackOptions
+
+SCALE = 1 / 15  # the rules' windows and `for:`, as the demo runs them
+GRACE = 10.0
+WINDOW = 300 * SCALE  # `for: 5m`: the ground-truth idleness every signal needs at least
+MISS_AFTER = WINDOW + 60 * SCALE + GRACE + 30.0  # idle this long and never reclaimed: missed
+UNSERVED_LIMIT = 20.0  # seconds the actuator may not answer its health probe (not restarting)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    minutes: float
+    seed: int
+    workdir: Path | None = None
+    arrival: float = 2.0  # seconds between workload starts, on average
+    fault_every: float = 12.0  # seconds between faults, on average
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    verdict: Verdict
+    faults: dict[str, int]
+    fault_log: list[dict[str, Any]]
+    records: list[dict[str, Any]]
+    usage: dict[str, list[Usage]]
+    cases: dict[str, int]
+    run_dir: Path
+    started: float
+    ended: float
+
+
+def _policy() -> dict[str, Any]:
+    return {
+        "notice": {"required": True},  # no signal without a delivered notice
+        "defaults": {"grace": f"{GRACE:g}s", "term_timeout": "4s"},
+    }
+
+
+def _spawn(stack: Stack, w: WorkloadPlan) -> Any:
+    return stack.spawn(
+        w.label,
+        phases=w.phases,
+        gpu=w.gpu,
+        memory="3GiB",
+        name=w.name or None,
+        heartbeat=w.heartbeat,
+        ignore_sigterm=w.ignore_sigterm,
+        cpu=w.cpu,
+        children=w.children,
+        log=w.log,
+        wait=False,
+    )
+
+
+class _Sampler:
+    """Every component's process tree each `every` seconds, and the actuator's health."""
+
+    def __init__(self, stack: Stack, injector: Injector, every: float = 2.0) -> None:
+        self.stack, self.injector, self.every = stack, injector, every
+        self.usage: dict[str, list[Usage]] = defaultdict(list)
+        self.unserved: list[float] = []  # times the health probe got no answer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        next_usage = 0.0
+        while not self._stop.wait(1.0):
+            now = time.time()
+            if "actuator" not in self.injector.restarting:
+                try:
+                    requests.get(self.stack.url("actuator") + "/-/healthy", timeout=2)
+                except requests.RequestException:
+                    self.unserved.append(now)
+            if now >= next_usage:
+                next_usage = now + self.every
+                for name, managed in self.stack.services.items():
+                    if name not in self.injector.restarting:
+                        with contextlib.suppress(psutil.Error, OSError):
+                            self.usage[f"{name} (pid {managed.pid})"].append(_tree(managed.pid))
+
+    def unserved_spans(self) -> list[tuple[float, float]]:
+        spans: list[tuple[float, float]] = []
+        for t in self.unserved:
+            if spans and t - spans[-1][1] <= 2.5:
+                spans[-1] = (spans[-1][0], t)
+            else:
+                spans.append((t, t))
+        return spans
+
+
+def _tree(pid: int) -> Usage:
+    root = psutil.Process(pid)
+    procs = [root, *root.children(recursive=True)]
+    fds = threads = rss = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            fds += p.num_fds()
+            threads += p.num_threads()
+            rss += p.memory_info().rss
+    return Usage(time.time(), fds, threads, rss)
+
+
+def read_audit(path: Path) -> list[dict[str, Any]]:
+    """Every record of the audit log and its rotated files, oldest first."""
+    import json
+
+    files = sorted(path.parent.glob(path.name + ".*"), reverse=True)
+    records = []
+    for file in [*[f for f in files if f.suffix != ".lock"], path]:
+        with contextlib.suppress(OSError):
+            for line in file.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(line))
+    return records
+
+
+def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None) -> Outcome:
+    seconds = options.minutes * 60.0
+    plan = make_plan(
+        options.seed, seconds, arrival=options.arrival, fault_every=options.fault_every
+    )
+    stack_options = StackOptions(
+        workdir=options.workdir, label="chaos", grace=GRACE, term_timeout=4.0, policy=_policy()
+    )
+    progress(
+        f"chaos: seed {plan.seed}, {options.minutes:g} min, {len(plan.workloads)} workloads, "
+        f"{len(plan.faults)} faults; starting the stack"
+    )
+    with Stack(stack_options) as stack:
+        stack.wait_scraped()
+        recorder = TruthRecorder(stack.node_dir).start()
+        injector = Injector(stack, recorder)
+        sampler = _Sampler(stack, injector).start()
+        spawned: list[Spawned] = []
+        schedule: list[tuple[float, Any]] = sorted(
+            [(w.start_at, w) for w in plan.workloads] + [(f.at, f) for f in plan.faults],
+            key=lambda item: item[0],
+        )
+        started = time.time()
+        shown = 0.0
+        for at, item in schedule:
+            delay = started + at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            if isinstance(item, WorkloadPlan):
+                workload = _spawn(stack, item)
+                spawned.append(Spawned(item.label, item.kind, workload.pid, workload.started))
+            else:
+                injector.inject(item)
+            if time.time() - shown >= 30:
+                shown = time.time()
+                progress(
+                    f"chaos: {shown - started:4.0f}s  {len(spawned)} workloads started, "
+                    f"{sum(injector.counts.values())} faults"
+                )
+        time.sleep(max(0.0, started + seconds - time.time()))
+        ended = time.time()
+        progress("chaos: the schedule is done; judging")
+        injector.join()
+        sampler.stop()
+        recorder.stop()
+        records = read_audit(stack.audit_log)
+        verdict = judge(
+            records,
+            recorder.snapshot(),
+            spawned,
+            window=WINDOW,
+            miss_after=MISS_AFTER,
+            end=ended,
+        )
+        verdict.violations += leaks(sampler.usage)
+        for a, b in sampler.unserved_spans():
+            if b - a >= UNSERVED_LIMIT:
+                verdict.violations.append(
+                    Violation("stopped_serving", a, f"no answer to /-/healthy for {b - a:.0f}s")
+                )
+        cases: dict[str, int] = defaultdict(int)
+        with contextlib.suppress(requests.RequestException, ValueError):
+            for case in stack.actuator_api("/api/v1/cases", limit=1000).get("cases", []):
+                cases[str(case.get("state"))] += 1
+        return Outcome(
+            plan=plan,
+            verdict=verdict,
+            faults=dict(injector.counts),
+            fault_log=injector.log,
+            records=records,
+            usage=dict(sampler.usage),
+            cases=dict(cases),
+            run_dir=stack.run_dir,
+            started=started,
+            ended=ended,
+        )
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "load_1m": round(os.getloadavg()[0], 2)}

@@ -1,0 +1,52 @@
+"""A short seeded chaos run in `make test`: the real stack on loopback (simulated node,
+exporter, Prometheus with the shipped rules, Alertmanager, the actuator with notices
+required) under churn and a fault of each kind the time allows, every signal judged
+against the simulated node's ground truth: zero violations. The long run is `make chaos`
+(docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.prom import require_binary
+from tests.support import gpu_reclaimer_command
+
+pytestmark = pytest.mark.timeout(300)
+SEED = 3
+
+
+def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
+    require_binary("prometheus")
+    out = tmp_path / "report"
+    done = subprocess.run(
+        [
+            *gpu_reclaimer_command(),
+            "chaos",
+            "--minutes",
+            "1.4",
+            "--seed",
+            str(SEED),
+            "--arrival",
+            "2.5s",
+            "--fault-every",
+            "5s",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    report = json.loads((out / "chaos.json").read_text())
+    assert report["violations"] == [], (out / "chaos.md").read_text()
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The run did what it says: signals judged, reclaims made, faults of several kinds.
+    assert report["signals"] > 0 and report["reclaims"] > 0, report
+    assert len(report["faults"]) >= 5, report["faults"]
+    assert "# Chaos run: seed 3" in (out / "chaos.md").read_text()

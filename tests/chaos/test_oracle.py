@@ -1,0 +1,142 @@
+"""The chaos oracle's judgement on hand-made truths and audit records: each violation class
+found, and nothing found where everything was right."""
+
+from __future__ import annotations
+
+from actuator.chaos.oracle import Spawned, Usage, judge, leaks
+from actuator.chaos.plan import KINDS, make_plan
+from actuator.chaos.truth import Truth
+
+T0 = 1_000_000.0
+
+
+def _truth(*lines: tuple[int, int, list[tuple[float, str]]], parent: int | None = None) -> Truth:
+    truth = Truth()
+    for pid, ticks, samples in lines:
+        for at, phase in samples:
+            extra: dict[str, object] = {"phase": phase}
+            if parent is not None and phase == "worker":
+                extra["parent"] = parent
+            truth.observe(T0 + at, pid, ticks, 0, extra)
+    return truth
+
+
+def _signal(case: int, at: float, pid: int, signal: str = "SIGTERM") -> dict[str, object]:
+    return {
+        "event": "signals",
+        "case": case,
+        "ts": T0 + at,
+        "signal": signal,
+        "results": [{"pid": pid, "signal": signal, "sent": True}],
+    }
+
+
+def _notice(case: int, at: float, delivered: bool = True) -> dict[str, object]:
+    return {"event": "notice", "case": case, "ts": T0 + at, "delivered": delivered}
+
+
+def _judge(records, truth, spawned, end: float = 200.0):  # type: ignore[no-untyped-def]
+    return judge(records, truth, spawned, window=20.0, miss_after=60.0, end=T0 + end)
+
+
+ABANDONED = Spawned("abandoned-1", "abandoned", 100, T0)
+
+
+def test_a_signal_after_the_window_of_ground_truth_idleness_is_right() -> None:
+    truth = _truth((100, 1, [(0, "busy"), (5, "idle"), (60, "idle")]))
+    verdict = _judge([_notice(1, 30), _signal(1, 50, 100)], truth, [ABANDONED])
+    assert verdict.violations == [] and verdict.signals == 1
+    (reclaim,) = verdict.reclaims
+    assert reclaim.latency == 45.0 and verdict.missed == []
+
+
+def test_each_wrong_signal_is_a_violation_of_its_class() -> None:
+    truth = _truth(
+        (100, 1, [(0, "busy"), (5, "idle"), (30, "busy")]),  # resumed before the signal
+        (200, 2, [(0, "idle")]),  # protected
+        (300, 3, [(0, "busy"), (40, "idle")]),  # idle 10 s only
+    )
+    spawned = [
+        ABANDONED,
+        Spawned("protected-2", "protected", 200, T0),
+        Spawned("resumes-3", "resumes", 300, T0),
+    ]
+    records = [
+        _notice(1, 20),
+        _signal(1, 40, 100),
+        _signal(2, 60, 200),  # no notice for case 2 either
+        _notice(3, 45),
+        _signal(3, 50, 300),
+        _signal(3, 51, 300),  # the same step twice
+        _signal(4, 70, 999),  # a process the run never started
+    ]
+    kinds = sorted(v.kind for v in _judge(records, truth, spawned).violations)
+    assert kinds == sorted(
+        [
+            "not_idle",
+            "no_notice",
+            "protected",
+            "not_idle",
+            "step_twice",
+            "not_idle",
+            "unknown_process",
+        ]
+    )
+
+
+def test_a_dataloader_worker_is_judged_by_its_job_and_a_reused_pid_by_its_own_process() -> None:
+    truth = _truth((100, 1, [(0, "busy"), (5, "idle")]))
+    truth.observe(T0 + 1, 101, 9, 0, {"phase": "worker", "parent": 100})
+    records = [_notice(1, 20), _signal(1, 40, 100), _signal(1, 40, 101)]
+    assert _judge(records, truth, [ABANDONED]).violations == []
+    # PID 100 reused at 100 s by a busy process: a signal then is judged by the new one.
+    truth.observe(T0 + 100, 100, 77, 0, {"phase": "busy"})
+    reused = Spawned("busy-9", "busy", 100, T0 + 99.5)
+    verdict = _judge([_notice(2, 101), _signal(2, 120, 100)], truth, [ABANDONED, reused])
+    assert [v.kind for v in verdict.violations] == ["not_idle"]
+
+
+def test_a_reclaimed_case_whose_process_still_holds_the_gpu_is_not_freed() -> None:
+    truth = _truth((100, 1, [(0, "idle"), (90, "idle")]))
+    reclaimed = {
+        "event": "decision",
+        "case": 1,
+        "to": "reclaimed",
+        "ts": T0 + 50,
+        "pid": 100,
+        "start_ticks": 1,
+    }
+    verdict = _judge([_notice(1, 20), _signal(1, 30, 100), reclaimed], truth, [ABANDONED])
+    assert [v.kind for v in verdict.violations] == ["not_freed"]
+
+
+def test_idle_long_enough_and_never_reclaimed_is_missed_with_why() -> None:
+    truth = _truth((100, 1, [(0, "busy"), (10, "idle"), (150, "idle")]))
+    decision = {
+        "event": "decision",
+        "case": 7,
+        "to": "deferred",
+        "pid": 100,
+        "ts": T0 + 40,
+        "reason": "NVML down",
+    }
+    verdict = _judge([decision], truth, [ABANDONED], end=150.0)
+    (missed,) = verdict.missed
+    assert missed.label == "abandoned-1" and "NVML down" in missed.why and not verdict.violations
+
+
+def test_growth_past_the_tolerance_is_a_leak_and_a_flat_component_is_not() -> None:
+    flat = [Usage(T0 + i * 2, 40, 10, 100 * 2**20) for i in range(30)]
+    growing = [Usage(T0 + i * 2, 40 + 2 * i, 10, 100 * 2**20) for i in range(30)]
+    found = leaks({"actuator": flat, "exporter": growing})
+    assert [v.detail.split(":")[0] for v in found] == ["exporter"]
+
+
+def test_the_same_seed_gives_the_same_plan_with_every_kind_and_faults() -> None:
+    a, b = make_plan(7, 180), make_plan(7, 180)
+    assert a == b and a != make_plan(8, 180)
+    assert {w.kind for w in a.workloads} == set(KINDS)
+    assert all(20 <= f.at < 180 - 40 for f in a.faults)
+    assert all(w.start_at < 180 - 40 for w in a.workloads)
+    kinds = [f.kind for f in a.faults]
+    assert len(set(kinds)) == len(kinds)  # every kind once before any repeats
