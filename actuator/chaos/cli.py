@@ -52,6 +52,12 @@ def add_commands(commands: Any) -> None:
         default=12.0,
         help="mean time between faults (default 12s)",
     )
+    parser.add_argument(
+        "--create-users",
+        action="store_true",
+        help="as root: run the jobs as the day's accounts (day-alice, ...), creating them; "
+        "each notice must reach its job's owner",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -69,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         arrival=args.arrival,
         fault_every=args.fault_every,
+        create_users=args.create_users,
     )
     try:
         outcome = run(options, progress)

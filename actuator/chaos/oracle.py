@@ -27,6 +27,17 @@ class Spawned:
     kind: Kind
     pid: int
     started_at: float  # when the run launched it (unix seconds)
+    owner: str = ""  # who the notice must reach (its account's chat id)
+
+
+@dataclass(frozen=True)
+class Told:
+    """One notice as the channel received it: which case, and whom it mentioned."""
+
+    at: float
+    case: int
+    mentioned: str
+    pid: int | None  # the PID the notice says it is about
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class Verdict:
     reclaims: list[Reclaim] = field(default_factory=list)
     missed: list[Missed] = field(default_factory=list)
     signals: int = 0
+    notices: int = 0  # notices the owners' channel received, each judged by whom it reached
 
 
 @dataclass(frozen=True)
@@ -88,9 +100,11 @@ def judge(
     window: float,
     miss_after: float,
     end: float,
+    told: Sequence[Told] = (),
 ) -> Verdict:
     """`window`: how long a process must have idled by ground truth before any signal;
-    `miss_after`: how long idle without a reclaim counts as missed (by `end`)."""
+    `miss_after`: how long idle without a reclaim counts as missed (by `end`); `told`: the
+    notices the owners' channel received, each judged by whom it reached."""
     verdict = Verdict()
     decisions: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     delivered: dict[int, float] = {}
@@ -124,7 +138,52 @@ def judge(
             if step.get("to") == "reclaimed":
                 _judge_freed(verdict, truth, case, step)
     _missed(verdict, truth, spawned, decisions, signalled, miss_after, end)
+    _judge_recipients(verdict, truth, spawned, decisions, told)
     return verdict
+
+
+def _judge_recipients(
+    verdict: Verdict,
+    truth: Truth,
+    spawned: Sequence[Spawned],
+    decisions: Mapping[int, list[Mapping[str, Any]]],
+    told: Sequence[Told],
+) -> None:
+    """Every notice reaches the owner of the process its case is about, by ground truth."""
+    verdict.notices = len(told)
+    for notice in told:
+        steps = decisions.get(notice.case)
+        if not steps or not isinstance(steps[0].get("pid"), int):
+            verdict.violations.append(
+                Violation(
+                    "wrong_person", notice.at, "a notice for a case never decided", notice.case
+                )
+            )
+            continue
+        first = steps[0]
+        line = truth.timelines.get((first["pid"], int(first.get("start_ticks") or 0)))
+        who = _spawned_for(line, spawned) if line is not None else None
+        if who is None:
+            continue  # not a process of the run: the signal check names it
+        if notice.pid != first["pid"]:
+            verdict.violations.append(
+                Violation(
+                    "false_fact",
+                    notice.at,
+                    f"the notice for {who.label} names PID {notice.pid}, not {first['pid']}",
+                    notice.case,
+                )
+            )
+        if notice.mentioned != who.owner:
+            verdict.violations.append(
+                Violation(
+                    "wrong_person",
+                    notice.at,
+                    f"the notice for {who.label} reached {notice.mentioned or 'nobody'}, "
+                    f"not its owner {who.owner}",
+                    notice.case,
+                )
+            )
 
 
 def _judge_signal(

@@ -85,6 +85,9 @@ class WorkloadPlan:
     # a log that stays quiet while it holds GPU memory is stalled by definition
     # (GpuProcessStalled: whatever its CPU does, as a spinning hang's does).
     log: bool = True
+    # Which of the run's accounts it runs as (an index; drawn apart from the mix, so the
+    # same seed gives the same jobs with or without accounts).
+    owner: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def make_plan(
                 cpu=kind == "cpu",
                 children=2 if kind == "dataloader" else 0,
                 log=kind != "cpu",
+                owner=random.Random(f"{seed}-owner-{n}").randrange(1 << 16),
             )
         )
         t += rng.expovariate(1.0 / arrival)

@@ -40,6 +40,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "workloads": dict(Counter(w.kind for w in plan.workloads)),
         "faults": outcome.faults,
         "signals": v.signals,
+        "notices": v.notices,
         "violations": [
             {**asdict(x), "audit": _around(outcome.records, x.case)} for x in v.violations
         ],
@@ -65,7 +66,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Machine: {report['machine']['cpus']} CPUs, load {report['machine']['load_1m']}.",
         "",
         f"- Violations: **{len(report['violations'])}**",
-        f"- Signals sent: {report['signals']}; reclaims judged: {report['reclaims']}",
+        f"- Signals sent: {report['signals']}; reclaims judged: {report['reclaims']}; "
+        f"notices judged by recipient and PID: {report['notices']}",
         f"- Reclaim latency from ground-truth idle (s): median {lat['median']}, "
         f"p90 {lat['p90']}, max {lat['max']}",
         f"- Missed reclaims (idle {report['miss_after_seconds']:g}s or more, never "

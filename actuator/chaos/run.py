@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections import defaultdict
@@ -20,15 +21,19 @@ import psutil
 import requests
 
 from actuator.chaos.faults import Injector
-from actuator.chaos.oracle import Spawned, Usage, Verdict, Violation, judge, leaks
+from actuator.chaos.oracle import Spawned, Told, Usage, Verdict, Violation, judge, leaks
 from actuator.chaos.plan import Plan, WorkloadPlan, make_plan
 from actuator.chaos.truth import TruthRecorder
+from actuator.demo.accounts import day_accounts
 from actuator.demo.stack import Stack, StackOptions
 
 SCALE = 1 / 15  # the rules' windows and `for:`, as the demo runs them
 GRACE = 10.0
 WINDOW = 300 * SCALE  # `for: 5m`: the ground-truth idleness every signal needs at least
 MISS_AFTER = WINDOW + 60 * SCALE + GRACE + 30.0  # idle this long and never reclaimed: missed
+# The caller's chat id in the stack's owner directory (actuator/demo/stack.py): jobs that
+# run as whoever runs the chaos are theirs; the day's accounts are reached by their name.
+CALLER_CHAT_ID = "demo-owner"
 UNSERVED_LIMIT = 20.0  # seconds the actuator may not answer its health probe (not restarting)
 
 
@@ -39,6 +44,7 @@ class ChaosOptions:
     workdir: Path | None = None
     arrival: float = 2.0  # seconds between workload starts, on average
     fault_every: float = 12.0  # seconds between faults, on average
+    create_users: bool = False  # root: run jobs as the day's accounts, creating them
 
 
 @dataclass
@@ -62,7 +68,7 @@ def _policy() -> dict[str, Any]:
     }
 
 
-def _spawn(stack: Stack, w: WorkloadPlan) -> Any:
+def _spawn(stack: Stack, w: WorkloadPlan, user: str | None) -> Any:
     return stack.spawn(
         w.label,
         phases=w.phases,
@@ -75,6 +81,7 @@ def _spawn(stack: Stack, w: WorkloadPlan) -> Any:
         children=w.children,
         log=w.log,
         wait=False,
+        user=user,
     )
 
 
@@ -134,6 +141,26 @@ def _tree(pid: int) -> Usage:
     return Usage(time.time(), fds, threads, rss)
 
 
+def told(stack: Stack) -> list[Told]:
+    """The notices the owners' channel (a WeCom-format robot the sink stands in for)
+    received: the case each quotes, whom it mentions, the PID it names."""
+    found = []
+    for post in stack.sink.posts("/notice"):
+        content = ((post.body or {}).get("markdown") or {}).get("content", "")
+        case = re.search(r"(?:case|工单号) (\d+)", content)
+        mention = re.search(r"<@([^>]+)>\s*$", content)
+        pid = re.search(r"PID (\d+)", content)
+        found.append(
+            Told(
+                post.at,
+                int(case.group(1)) if case else -1,
+                mention.group(1) if mention else "",
+                int(pid.group(1)) if pid else None,
+            )
+        )
+    return found
+
+
 def read_audit(path: Path) -> list[dict[str, Any]]:
     """Every record of the audit log and its rotated files, oldest first."""
     import json
@@ -153,12 +180,20 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
     plan = make_plan(
         options.seed, seconds, arrival=options.arrival, fault_every=options.fault_every
     )
+    accounts = day_accounts(create_missing=options.create_users)
+    users = sorted(accounts.users)
     stack_options = StackOptions(
-        workdir=options.workdir, label="chaos", grace=GRACE, term_timeout=4.0, policy=_policy()
+        workdir=options.workdir,
+        label="chaos",
+        grace=GRACE,
+        term_timeout=4.0,
+        policy=_policy(),
+        users=accounts.users,
     )
     progress(
         f"chaos: seed {plan.seed}, {options.minutes:g} min, {len(plan.workloads)} workloads, "
-        f"{len(plan.faults)} faults; starting the stack"
+        f"{len(plan.faults)} faults, owners: {', '.join(users) or accounts.note}; "
+        "starting the stack"
     )
     with Stack(stack_options) as stack:
         stack.wait_scraped()
@@ -177,8 +212,17 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
             if delay > 0:
                 time.sleep(delay)
             if isinstance(item, WorkloadPlan):
-                workload = _spawn(stack, item)
-                spawned.append(Spawned(item.label, item.kind, workload.pid, workload.started))
+                user = users[item.owner % len(users)] if users else None
+                workload = _spawn(stack, item, user)
+                spawned.append(
+                    Spawned(
+                        item.label,
+                        item.kind,
+                        workload.pid,
+                        workload.started,
+                        owner=user or CALLER_CHAT_ID,
+                    )
+                )
             else:
                 injector.inject(item)
             if time.time() - shown >= 30:
@@ -201,6 +245,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
             window=WINDOW,
             miss_after=MISS_AFTER,
             end=ended,
+            told=told(stack),
         )
         verdict.violations += leaks(sampler.usage)
         for a, b in sampler.unserved_spans():

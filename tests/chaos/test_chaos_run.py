@@ -1,7 +1,8 @@
 """A short seeded chaos run in `make test`: the real stack on loopback (simulated node,
 exporter, Prometheus with the shipped rules, Alertmanager, the actuator with notices
-required) under churn and a fault of each kind the time allows, every signal judged
-against the simulated node's ground truth: zero violations. The long run is `make chaos`
+required) under churn and a fault of each kind the time allows, jobs under four accounts
+(as root), every signal judged against the simulated node's ground truth and every notice
+by whom it reached: zero violations. The long run is `make chaos`
 (docs/reliability.md)."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
             str(out),
             "--workdir",
             str(tmp_path),
+            "--create-users",  # as root (CI): the jobs run as four accounts
         ],
         capture_output=True,
         text=True,
@@ -47,6 +49,6 @@ def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
     assert report["violations"] == [], (out / "chaos.md").read_text()
     assert done.returncode == 0, done.stderr[-3000:]
     # The run did what it says: signals judged, reclaims made, faults of several kinds.
-    assert report["signals"] > 0 and report["reclaims"] > 0, report
+    assert report["signals"] > 0 and report["reclaims"] > 0 and report["notices"] > 0, report
     assert len(report["faults"]) >= 5, report["faults"]
     assert "# Chaos run: seed 3" in (out / "chaos.md").read_text()

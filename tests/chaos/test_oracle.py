@@ -3,7 +3,7 @@ found, and nothing found where everything was right."""
 
 from __future__ import annotations
 
-from actuator.chaos.oracle import Spawned, Usage, judge, leaks
+from actuator.chaos.oracle import Spawned, Told, Usage, judge, leaks
 from actuator.chaos.truth import Truth
 
 T0 = 1_000_000.0
@@ -34,8 +34,8 @@ def _notice(case: int, at: float, delivered: bool = True) -> dict[str, object]:
     return {"event": "notice", "case": case, "ts": T0 + at, "delivered": delivered}
 
 
-def _judge(records, truth, spawned, end: float = 200.0):  # type: ignore[no-untyped-def]
-    return judge(records, truth, spawned, window=20.0, miss_after=60.0, end=T0 + end)
+def _judge(records, truth, spawned, end: float = 200.0, told=()):  # type: ignore[no-untyped-def]
+    return judge(records, truth, spawned, window=20.0, miss_after=60.0, end=T0 + end, told=told)
 
 
 ABANDONED = Spawned("abandoned-1", "abandoned", 100, T0)
@@ -129,3 +129,25 @@ def test_growth_past_the_tolerance_is_a_leak_and_a_flat_component_is_not() -> No
     growing = [Usage(T0 + i * 2, 40 + 2 * i, 10, 100 * 2**20) for i in range(30)]
     found = leaks({"actuator": flat, "exporter": growing})
     assert [v.detail.split(":")[0] for v in found] == ["exporter"]
+
+
+def test_a_notice_must_reach_the_processs_owner_and_name_its_pid() -> None:
+    truth = _truth((100, 1, [(0, "busy"), (5, "idle")]))
+    alices = Spawned("abandoned-1", "abandoned", 100, T0, owner="day-alice")
+    opened = {
+        "event": "decision",
+        "case": 1,
+        "to": "pending",
+        "ts": T0 + 25,
+        "pid": 100,
+        "start_ticks": 1,
+    }
+    right = Told(T0 + 30, 1, "day-alice", 100)
+    assert _judge([opened], truth, [alices], told=[right]).violations == []
+    wrong = [
+        Told(T0 + 30, 1, "day-bob", 100),
+        Told(T0 + 31, 1, "day-alice", 4242),
+        Told(T0 + 32, 9, "day-alice", 100),
+    ]
+    kinds = [v.kind for v in _judge([opened], truth, [alices], told=wrong).violations]
+    assert kinds == ["wrong_person", "false_fact", "wrong_person"]
