@@ -1,0 +1,174 @@
+"""CPU, fsyncs and file opens per case in the actuator, from the alert to the reclaim, on
+the real stack (actuator/demo/stack.py: the exporter, Prometheus, Alertmanager and the
+actuator with one gunicorn worker, enforce mode, a 2 s grace).
+
+    python benchmarks/actuator_cases.py [--cases 100]
+
+Starts CASES idle workloads on an 8-GPU simulated node, measures the actuator's process tree
+at rest for a while (its ticks with nothing to do), then posts one alert per workload (in
+batches of 10, as Alertmanager groups them) and measures until every case is reclaimed.
+CPU is psutil's user + system time of the actuator's processes; fsync/fdatasync and openat
+are counted by `strace -f -c` attached to them for both periods. Per case = (busy - rest
+scaled to the same duration) / cases. Run as root (strace attaches to the actuator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from actuator.demo.stack import Stack, StackOptions  # noqa: E402
+from exporter import procfs  # noqa: E402
+from exporter.sim.state import load_node, read_procs  # noqa: E402
+
+COUNTED = ("fsync", "fdatasync", "openat")
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            times = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+class Strace:
+    """`strace -f -c` on the actuator's processes; the counts when it detaches."""
+
+    def __init__(self, procs: list[psutil.Process]) -> None:
+        args = ["strace", "-f", "-c", "-e", "trace=" + ",".join(COUNTED)]
+        for p in procs:
+            args += ["-p", str(p.pid)]
+        self.process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # attached
+
+    def stop(self) -> dict[str, int]:
+        self.process.send_signal(signal.SIGINT)
+        _, err = self.process.communicate(timeout=30)
+        counts = {name: 0 for name in COUNTED}
+        for line in err.splitlines():
+            parts = line.split()
+            if parts and parts[-1] in counts and len(parts) >= 5:
+                counts[parts[-1]] = int(parts[3])
+        return counts
+
+
+def _alert(stack: Stack, pid: int, ticks: int, uuid: str) -> dict[str, Any]:
+    return {
+        "status": "firing",
+        "labels": {
+            "alertname": "GpuProcessIdle",
+            "reclaim": "true",
+            "severity": "warning",
+            "node": stack.options.node_name,
+            "pid": str(pid),
+            "uuid": uuid,
+            "start_ticks": str(ticks),
+            "boot_id": procfs.boot_id(),
+        },
+        "annotations": {"start_time": repr(psutil.Process(pid).create_time())},
+        "startsAt": datetime.now(UTC).isoformat(),
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://benchmark",
+        "fingerprint": f"bench-{pid}-{ticks}",
+    }
+
+
+def _reclaimed(stack: Stack) -> int:
+    cases = stack.actuator_api("/api/v1/cases", state="reclaimed", limit=1000)["cases"]
+    return len(cases)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100)
+    parser.add_argument("--rest", type=float, default=20.0, help="seconds measured at rest")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("run as root: strace attaches to the actuator's processes", file=sys.stderr)
+        return 2
+    options = StackOptions(
+        label="bench-cases",
+        gpus=8,
+        grace=2.0,
+        term_timeout=3.0,
+        workers=1,
+        policy={
+            "limits": {"terminations_per_node_per_hour": 100000, "terminations_per_minute": 10000},
+        },
+    )
+    with Stack(options) as stack:
+        stack.wait_scraped()
+        print(f"starting {args.cases} idle workloads ...", flush=True)
+        workloads = [
+            stack.spawn(f"idle-{i}", phases="idle", gpu=i % 8, memory="1GiB", wait=False)
+            for i in range(args.cases)
+        ]
+        stack.wait_for(lambda: len(read_procs(stack.node_dir)) >= args.cases, 300, "the workloads")
+        gpus = load_node(stack.node_dir).gpus
+        ticks = {s.pid: s.start_ticks for s in read_procs(stack.node_dir)}
+        procs = _tree(stack.services["actuator"].pid)
+        host = sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+        trace = Strace(procs)
+        cpu0, t0 = _cpu(procs), time.monotonic()
+        time.sleep(args.rest)
+        rest_cpu, rest_s = _cpu(procs) - cpu0, time.monotonic() - t0
+        rest = trace.stop()
+
+        trace = Strace(procs)
+        cpu0, t0 = _cpu(procs), time.monotonic()
+        alerts = [_alert(stack, w.pid, ticks[w.pid], gpus[w.gpu].uuid) for w in workloads]
+        for i in range(0, len(alerts), 10):
+            body = {"version": "4", "status": "firing", "receiver": "reclaim"}
+            stack.session.post(
+                stack.url("actuator") + "/api/v1/alerts",
+                json={**body, "alerts": alerts[i : i + 10]},
+                timeout=30,
+            ).raise_for_status()
+        stack.wait_for(lambda: _reclaimed(stack) >= args.cases, 600, "every case reclaimed")
+        busy_cpu, busy_s = _cpu(procs) - cpu0, time.monotonic() - t0
+        busy = trace.stop()
+
+    scale = busy_s / rest_s
+    n = args.cases
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; {host} processes on the "
+        f"host; {n} cases reclaimed in {busy_s:.1f}s"
+    )
+    print("| per case (alert to reclaim) | actuator, net of its rest |")
+    print("|---|---|")
+    print(f"| CPU | {1000 * (busy_cpu - rest_cpu * scale) / n:.1f} ms |")
+    for name in COUNTED:
+        print(f"| {name} | {(busy[name] - rest[name] * scale) / n:.1f} |")
+    print(
+        f"at rest: {1000 * rest_cpu / rest_s:.1f} ms CPU/s, "
+        + ", ".join(f"{name} {rest[name] / rest_s:.1f}/s" for name in COUNTED)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
