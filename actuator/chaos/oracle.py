@@ -31,6 +31,18 @@ class Spawned:
 
 
 @dataclass(frozen=True)
+class Acknowledged:
+    """An alert episode the actuator answered 2xx for (a row of its store)."""
+
+    fingerprint: str
+    first_seen: float
+    status: str  # firing | resolved
+    ends_ts: float | None
+    processed: bool
+    case_id: int | None
+
+
+@dataclass(frozen=True)
 class Told:
     """One notice as the channel received it: which case, and whom it mentioned."""
 
@@ -273,6 +285,35 @@ def _missed(
         if since is not None and until - since >= miss_after:
             why = last_word.get(line.pid, "no case: no alert reached the actuator")
             verdict.missed.append(Missed(who.label, until - since, why))
+
+
+def unrecorded(
+    acknowledged: Iterable[Acknowledged],
+    records: Iterable[Mapping[str, Any]],
+    *,
+    end: float,
+    within: float = 15.0,
+) -> list[Violation]:
+    """Every firing alert the actuator acknowledged `within` seconds before the end has
+    reached a case with a recorded decision (the stale and the resolved need none)."""
+    decided = {r.get("case") for r in records if r.get("event") == "decision"}
+    found = []
+    for ep in acknowledged:
+        if ep.status != "firing" or ep.first_seen > end - within:
+            continue
+        if ep.ends_ts is not None and ep.ends_ts <= ep.first_seen:
+            continue  # stale when it came: ignored by design
+        if not ep.processed or ep.case_id is None or ep.case_id not in decided:
+            found.append(
+                Violation(
+                    "lost_decision",
+                    ep.first_seen,
+                    f"alert {ep.fingerprint} acknowledged, processed={ep.processed}, "
+                    f"case {ep.case_id}: no recorded decision",
+                    ep.case_id,
+                )
+            )
+    return found
 
 
 def leaks(

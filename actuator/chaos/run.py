@@ -21,7 +21,17 @@ import psutil
 import requests
 
 from actuator.chaos.faults import Injector
-from actuator.chaos.oracle import Spawned, Told, Usage, Verdict, Violation, judge, leaks
+from actuator.chaos.oracle import (
+    Acknowledged,
+    Spawned,
+    Told,
+    Usage,
+    Verdict,
+    Violation,
+    judge,
+    leaks,
+    unrecorded,
+)
 from actuator.chaos.plan import Plan, WorkloadPlan, make_plan
 from actuator.chaos.truth import TruthRecorder
 from actuator.demo.accounts import day_accounts
@@ -161,6 +171,21 @@ def told(stack: Stack) -> list[Told]:
     return found
 
 
+def acknowledged(stack: Stack) -> list[Acknowledged]:
+    """The alert episodes in the actuator's store (read-only), as it acknowledged them."""
+    import sqlite3
+
+    database = Path(str(stack.policy()["storage"]["database"]))
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute(
+            "SELECT fingerprint, first_seen, status, ends_ts, processed, case_id FROM episodes"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [Acknowledged(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+
 def read_audit(path: Path) -> list[dict[str, Any]]:
     """Every record of the audit log and its rotated files, oldest first."""
     import json
@@ -248,6 +273,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
             told=told(stack),
         )
         verdict.violations += leaks(sampler.usage)
+        verdict.violations += unrecorded(acknowledged(stack), records, end=ended)
         for a, b in sampler.unserved_spans():
             if b - a >= UNSERVED_LIMIT:
                 verdict.violations.append(

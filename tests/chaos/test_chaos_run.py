@@ -8,7 +8,9 @@ by whom it reached: zero violations. The long run is `make chaos`
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,26 @@ SEED = 3
 def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
     require_binary("prometheus")
     out = tmp_path / "report"
-    done = subprocess.run(
+    # Jobs that run as the accounts reach the run directory through every folder above it:
+    # one of its own under the temp dir (pytest's are closed to other users).
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-chaos-test-"))
+    workdir.chmod(0o755)
+    try:
+        done = _chaos(out, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert (out / "chaos.json").exists(), done.stderr[-3000:]
+    report = json.loads((out / "chaos.json").read_text())
+    assert report["violations"] == [], (out / "chaos.md").read_text()
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The run did what it says: signals judged, reclaims made, faults of several kinds.
+    assert report["signals"] > 0 and report["reclaims"] > 0 and report["notices"] > 0, report
+    assert len(report["faults"]) >= 5, report["faults"]
+    assert "# Chaos run: seed 3" in (out / "chaos.md").read_text()
+
+
+def _chaos(out: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             *gpu_reclaimer_command(),
             "chaos",
@@ -38,17 +59,10 @@ def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
             "--out",
             str(out),
             "--workdir",
-            str(tmp_path),
+            str(workdir),
             "--create-users",  # as root (CI): the jobs run as four accounts
         ],
         capture_output=True,
         text=True,
         timeout=280,
     )
-    report = json.loads((out / "chaos.json").read_text())
-    assert report["violations"] == [], (out / "chaos.md").read_text()
-    assert done.returncode == 0, done.stderr[-3000:]
-    # The run did what it says: signals judged, reclaims made, faults of several kinds.
-    assert report["signals"] > 0 and report["reclaims"] > 0 and report["notices"] > 0, report
-    assert len(report["faults"]) >= 5, report["faults"]
-    assert "# Chaos run: seed 3" in (out / "chaos.md").read_text()

@@ -3,7 +3,7 @@ found, and nothing found where everything was right."""
 
 from __future__ import annotations
 
-from actuator.chaos.oracle import Spawned, Told, Usage, judge, leaks
+from actuator.chaos.oracle import Acknowledged, Spawned, Told, Usage, judge, leaks, unrecorded
 from actuator.chaos.truth import Truth
 
 T0 = 1_000_000.0
@@ -151,3 +151,27 @@ def test_a_notice_must_reach_the_processs_owner_and_name_its_pid() -> None:
     ]
     kinds = [v.kind for v in _judge([opened], truth, [alices], told=wrong).violations]
     assert kinds == ["wrong_person", "false_fact", "wrong_person"]
+
+
+def test_every_acknowledged_firing_alert_reaches_a_recorded_decision() -> None:
+    def ep(name: str, at: float, **kw: object) -> Acknowledged:
+        base: dict[str, object] = {
+            "status": "firing",
+            "ends_ts": None,
+            "processed": True,
+            "case_id": 1,
+        }
+        return Acknowledged(name, T0 + at, **(base | kw))  # type: ignore[arg-type]
+
+    decided = [{"event": "decision", "case": 1, "ts": T0 + 1}]
+    fine = [
+        ep("decided", 0),
+        ep("resolved", 0, status="resolved", case_id=None),
+        ep("stale", 0, ends_ts=T0 - 5, case_id=None),
+        ep("too-recent", 190, processed=False, case_id=None),
+    ]
+    assert unrecorded(fine, decided, end=T0 + 200) == []
+    lost = [ep("unprocessed", 0, processed=False, case_id=None), ep("no-decision", 0, case_id=2)]
+    found = unrecorded(lost, decided, end=T0 + 200)
+    assert [v.kind for v in found] == ["lost_decision", "lost_decision"]
+    assert "unprocessed" in found[0].detail and found[1].case == 2
