@@ -4,6 +4,7 @@ signal judged against the simulated node's ground truth; exit 0 only with no vio
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ def _run(args: argparse.Namespace) -> int:
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C: the stack stops what it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     options = ChaosOptions(
         minutes=args.minutes,
