@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 Kind = Literal[
     "busy",  # works until the end: never to be signalled
@@ -23,18 +23,7 @@ Kind = Literal[
     "cpu",  # its GPU idles but its process tree burns CPU: still working
     "protected",  # an idle TensorBoard: protected by command, never signalled
 ]
-KINDS: tuple[Kind, ...] = (
-    "busy",
-    "finished",
-    "abandoned",
-    "resumes",
-    "hung",
-    "stubborn",
-    "dataloader",
-    "loading",
-    "cpu",
-    "protected",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 # Kinds the truth alone cannot tell from idle (the process reports "idle" but is not).
 NEVER_IDLE: frozenset[Kind] = frozenset({"cpu"})
 FaultKind = Literal[
@@ -52,21 +41,7 @@ FaultKind = Literal[
     "replayed_alert",
     "notice_channel_down",
 ]
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "kill_exporter",
-    "kill_actuator",
-    "kill_prometheus",
-    "kill_alertmanager",
-    "nvml_hang",
-    "nvml_error",
-    "nvml_no_process_util",
-    "gpu_lost",
-    "slow_clients",
-    "hostile_requests",
-    "forged_alert",
-    "replayed_alert",
-    "notice_channel_down",
-)
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
 @dataclass(frozen=True)
