@@ -56,14 +56,24 @@ def test_no_exporter_module_imports_the_actuator() -> None:
 
 
 def test_no_runtime_module_imports_the_demo() -> None:
+    """The demo's stack serves the tools that run the whole loop on this machine (the demo
+    and `chaos`); nothing the service runs imports it."""
     demo_users = {
         f"{path.relative_to(REPO)}: {name}"
         for path in (REPO / "actuator").rglob("*.py")
-        if "demo" not in path.parts
+        if "demo" not in path.parts and "chaos" not in path.parts
         for name in _imports(path)
         if name.startswith("actuator.demo")
     }
     assert not demo_users
+    chaos_users = {
+        f"{path.relative_to(REPO)}: {name}"
+        for path in (REPO / "actuator").rglob("*.py")
+        if "chaos" not in path.parts
+        for name in _imports(path)
+        if name.startswith("actuator.chaos")
+    }
+    assert not chaos_users
 
 
 @pytest.mark.parametrize(
