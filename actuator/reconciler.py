@@ -155,6 +155,7 @@ class Reconciler:
         self.mono = mono
         self.boot_id = procfs.boot_id()
         self._pruned_at = float("-inf")
+        self._renewed_mono = float("-inf")  # when this reconciler last renewed its lease
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
         self.thresholds = idle_thresholds(config)
@@ -219,7 +220,12 @@ class Reconciler:
 
     def tick(self) -> bool:
         """One pass if we hold the lease; False when another worker holds it."""
-        if not self.store.acquire_lease(self.holder, self.mono(), self.config.reconciler.lease_ttl):
+        ttl = self.config.reconciler.lease_ttl
+        # The end of the last pass renewed the lease with its progress mark: a pass that
+        # starts within a third of the lease's life needs no renewal of its own (every
+        # acting write renews it again under its fence, actuator/store/lease.py).
+        fresh = self.mono() - self._renewed_mono < ttl / 3
+        if not fresh and not self.store.acquire_lease(self.holder, self.mono(), ttl):
             return False
         try:
             self._repeat_counts = {}  # recounted each tick
@@ -232,12 +238,17 @@ class Reconciler:
             self.planner.watch()
         except LeaseLost as exc:
             log.warning("reconciler: %s; stopping this tick", exc)
+            self._renewed_mono = float("-inf")
             return False
         if self.alerts is not None:
             is_open, _, why = self.store.breaker()
             self.alerts.breaker(is_open, why, self.mono())
         self._prune()
-        self.store.mark_progress(self.holder, self.mono())
+        now = self.mono()
+        if not self.store.mark_progress(self.holder, now, ttl):
+            self._renewed_mono = float("-inf")
+            return False  # lost meanwhile: the next tick asks for the lease again
+        self._renewed_mono = now
         return True
 
     def _advance_all(self, cases: list[Case]) -> None:

@@ -57,6 +57,18 @@ def test_lease_has_one_holder_until_it_expires(database):
 
 
 @pytest.mark.reliability(36)
+def test_a_finished_pass_renews_the_lease_with_its_progress_mark(database):
+    store = open_store(database)
+    store.init()
+    assert store.acquire_lease("a", mono=100, ttl=10)
+    assert store.mark_progress("a", mono=109, ttl=10)  # one commit: progress and renewal
+    assert store.progress() == ("a", 119, 109)
+    assert not store.acquire_lease("b", mono=117, ttl=10)  # renewed: a still holds it
+    assert not store.mark_progress("b", mono=117, ttl=10)  # not b's to mark
+    assert not store.mark_progress("a", mono=130, ttl=10)  # expired at 119: lost
+    assert store.progress() == ("a", 119, 109)
+
+
 def test_a_write_fenced_by_a_lost_lease_changes_nothing(database):
     from actuator.store import Fence, LeaseLost
     from tests.helpers.cases import make_case
