@@ -156,6 +156,7 @@ class Reconciler:
         self.boot_id = procfs.boot_id()
         self._pruned_at = float("-inf")
         self._renewed_mono = float("-inf")  # when this reconciler last renewed its lease
+        self._samples: dict[str, list[Case]] = {}  # by node: cases that only waited (apply)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
         self.thresholds = idle_thresholds(config)
@@ -251,6 +252,14 @@ class Reconciler:
         self._renewed_mono = now
         return True
 
+    def _save_samples(self, node: str) -> None:
+        """The samples of a node's cases that only waited this pass, in one commit (a node
+        group's, so a slow node never holds another's back)."""
+        with self._acting:
+            waiting = self._samples.pop(node, [])
+        if waiting:
+            self.store.save_samples_many(waiting, self.fence())
+
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to
         `reconciler.parallel` nodes at once (a slow node does not hold the others up)."""
@@ -275,13 +284,18 @@ class Reconciler:
                 raise exc
 
     def _advance_group(self, cases: list[Case]) -> None:
-        for case in cases:
-            try:
-                self.advance(case)
-            except (StoreUnavailable, LeaseLost):
-                raise
-            except Exception as exc:  # one broken case never blocks the others
-                self._step_failed(case, exc)
+        """One node's cases in turn; the samples of those that only waited, saved at once."""
+        try:
+            for case in cases:
+                try:
+                    self.advance(case)
+                except (StoreUnavailable, LeaseLost):
+                    raise
+                except Exception as exc:  # one broken case never blocks the others
+                    self._step_failed(case, exc)
+        finally:
+            if cases:
+                self._save_samples(cases[0].node)
 
     def _prune(self) -> None:
         """Retention: now and then, forget ended cases older than storage.retention."""
@@ -642,8 +656,8 @@ class Reconciler:
         """Record the decision and commit its state, then have the executor carry it out."""
         d.updates.apply_to(case)
         if not d.changes_state:
-            if d.updates:
-                self.store.save_samples(case, self.fence())
+            if d.updates:  # evidence for later steps, covering no side effect
+                self._samples.setdefault(case.node, []).append(case)  # _save_samples
             return
         assert d.state is not None
         if live is not None and live.user:

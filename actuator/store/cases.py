@@ -203,12 +203,21 @@ class CaseQueries(Database):
 
     def save_samples(self, case: Case, fence: Fence | None = None) -> bool:
         """Persist live samples and timestamps without a state change (CAS on version)."""
+        return self.save_samples_many([case], fence) == 1
+
+    def save_samples_many(self, cases: list[Case], fence: Fence | None = None) -> int:
+        """`save_samples` for several cases in one transaction (one commit per reconciler
+        pass); a case whose row moved meanwhile (a snooze) keeps the stored row. Returns
+        how many were saved."""
+        saved = []
         with self._tx() as conn:
             check_fence(conn, fence)
-            if not self._update_case(conn, case, case.version):
-                return False
-        case.version += 1
-        return True
+            for case in cases:
+                if self._update_case(conn, case, case.version):
+                    saved.append(case)
+        for case in saved:
+            case.version += 1
+        return len(saved)
 
     def rearm(
         self,

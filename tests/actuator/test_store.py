@@ -169,3 +169,21 @@ def test_an_owners_reclaims_are_counted_within_the_window_and_from_a_reset(datab
     store.reset_repeats("alice", 1500.0)  # an SRE's reset: only what came after counts
     assert store.reclaims_since("alice", 500.0) == 1
     assert store.reclaims_since("bob", 500.0) == 1
+
+
+def test_samples_of_a_pass_are_saved_at_once_and_a_moved_row_keeps_its_own(database):
+    from tests.helpers.cases import make_case
+
+    store = open_store(database)
+    store.init()
+    with store._tx() as conn:
+        for i in (1, 2, 3):
+            insert_case(conn, make_case(id=i, pid=100 + i, state=State.PENDING), {})
+    cases = {c.id: c for c in store.live_cases()}
+    snoozed = store.get_case(2)
+    assert snoozed is not None and store.save_samples(snoozed)  # moved meanwhile (a snooze)
+    for case in cases.values():
+        case.cpu_seconds, case.cpu_at = 5.0, 1000.0 + case.id
+    assert store.save_samples_many(list(cases.values())) == 2
+    assert [store.get_case(i).cpu_at for i in (1, 2, 3)] == [1001.0, None, 1003.0]  # type: ignore[union-attr]
+    assert cases[1].version == cases[2].version + 1  # saved rows move on; the stale one not
