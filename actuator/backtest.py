@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from actuator.prometheus_api import RangeQueries
 from actuator.promql_duration import format_promql_duration, parse_promql_duration
 from exporter import config_errors
 
@@ -41,17 +42,6 @@ _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
 class BacktestError(Exception):
     """A rules file or an override the backtest cannot use; the message says why."""
-
-
-class RangeQueries(Protocol):
-    def custom_query_range(
-        self,
-        query: str,
-        start_time: datetime,
-        end_time: datetime,
-        step: str,
-        params: dict[str, Any] | None = None,
-    ) -> Any: ...
 
 
 @dataclass(frozen=True)

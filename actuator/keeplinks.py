@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
@@ -29,6 +30,27 @@ class LinkError(Exception):
 class Claim:
     case_id: int
     nonce: str
+
+
+def timed_serializer(key: bytes, salt: str, clock: Callable[[], float]) -> URLSafeTimedSerializer:
+    """itsdangerous' timed serializer, its timestamps on `clock` (so a link's age is the
+    clock's, and tests can move it)."""
+
+    class _Signer(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(clock())
+
+    return URLSafeTimedSerializer(key, salt=salt, signer=_Signer)
+
+
+def loads_signed(serializer: URLSafeTimedSerializer, token: str, ttl: float) -> Any:
+    """The signed payload, or LinkError saying whether the link expired or is not ours."""
+    try:
+        return serializer.loads(token, max_age=int(ttl))
+    except SignatureExpired:
+        raise LinkError("this link has expired") from None
+    except BadSignature:
+        raise LinkError("this link is not valid (it was changed or is not ours)") from None
 
 
 def link_key(secret: str) -> bytes:
@@ -47,12 +69,7 @@ class KeepLinks:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.key, self.public_url, self.ttl, self.clock = key, public_url.rstrip("/"), ttl, clock
-
-        class _Signer(TimestampSigner):
-            def get_timestamp(self) -> int:
-                return int(clock())
-
-        self.serializer = URLSafeTimedSerializer(key, salt=SALT, signer=_Signer)
+        self.serializer = timed_serializer(key, SALT, clock)
 
     @property
     def origin(self) -> str:
@@ -67,12 +84,7 @@ class KeepLinks:
         return f"{self.public_url}/keep/{self.token(case_id)}"
 
     def verify(self, token: str) -> Claim:
-        try:
-            data = self.serializer.loads(token, max_age=int(self.ttl))
-        except SignatureExpired:
-            raise LinkError("this link has expired") from None
-        except BadSignature:
-            raise LinkError("this link is not valid (it was changed or is not ours)") from None
+        data = loads_signed(self.serializer, token, self.ttl)
         if (
             not isinstance(data, dict)
             or not isinstance(data.get("c"), int)

@@ -29,7 +29,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
+
+from actuator.prometheus_api import PrometheusQueries
 
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points
 MIN_STEP = 60.0
@@ -53,19 +55,6 @@ COVERAGE = "min(timestamp(gpu_info))"
 GPU_SERIES = "count(count by (instance, gpu, uuid) (count_over_time(gpu_info[{range}s])))"
 RECLAIMS = "sum(increase(gpu_released_success_total[{range}s]))"
 FREED = "sum(increase(gpu_memory_freed_bytes_total[{range}s]))"
-
-
-class PrometheusQueries(Protocol):
-    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any: ...
-
-    def custom_query_range(
-        self,
-        query: str,
-        start_time: datetime,
-        end_time: datetime,
-        step: str,
-        params: dict[str, Any] | None = None,
-    ) -> Any: ...
 
 
 class NoData(Exception):

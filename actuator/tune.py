@@ -22,11 +22,11 @@ from actuator.backtest import (
     PROCESS_KEY,
     AlertOutcome,
     Flagged,
-    RangeQueries,
     RuleSet,
     evaluate,
     step_for,
 )
+from actuator.prometheus_api import RangeQueries
 from actuator.promql_duration import format_promql_duration
 
 UTIL_SERIES = "gpu_process:sm_utilization_ratio:max_window"

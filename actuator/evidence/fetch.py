@@ -6,20 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from actuator.evidence.queries import Panel
-
-
-class RangeQueries(Protocol):
-    def custom_query_range(
-        self,
-        query: str,
-        start_time: datetime,
-        end_time: datetime,
-        step: str,
-        params: dict[str, Any] | None = None,
-    ) -> Any: ...
+from actuator.prometheus_api import RangeQueries
 
 
 class FetchError(Exception):

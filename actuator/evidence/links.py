@@ -12,13 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
+from actuator.keeplinks import LinkError, loads_signed, timed_serializer
 
 SALT = "gpu-reclaimer evidence picture v1"
-
-
-class PictureLinkError(Exception):
-    """Why a picture link cannot be used (the message is safe to show)."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +33,7 @@ class PictureLinks:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.public_url, self.ttl = public_url.rstrip("/"), ttl
-
-        class _Signer(TimestampSigner):
-            def get_timestamp(self) -> int:
-                return int(clock())
-
-        self.serializer = URLSafeTimedSerializer(key, salt=SALT, signer=_Signer)
+        self.serializer = timed_serializer(key, SALT, clock)
 
     def path(self, ref: PictureRef) -> str:
         """The picture's path on the actuator (the keep page's <img>)."""
@@ -53,16 +44,12 @@ class PictureLinks:
         return self.public_url + self.path(ref)
 
     def verify(self, token: str) -> PictureRef:
-        try:
-            data = self.serializer.loads(token, max_age=int(self.ttl))
-        except SignatureExpired:
-            raise PictureLinkError("this picture has expired") from None
-        except BadSignature:
-            raise PictureLinkError("this link is not valid") from None
+        """The picture a link names, or LinkError (actuator/keeplinks.py)."""
+        data = loads_signed(self.serializer, token, self.ttl)  # LinkError: expired, not ours
         if not (
             isinstance(data, dict)
             and isinstance(data.get("c"), int)
             and isinstance(data.get("p"), int)
         ):
-            raise PictureLinkError("this link is not valid")
+            raise LinkError("this link is not valid")
         return PictureRef(data["c"], data["p"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from actuator.evidence.links import PictureLinkError, PictureLinks
+from actuator.evidence.links import PictureLinks
+from actuator.keeplinks import LinkError
 from actuator.store import Store, StoreUnavailable
 
 HEADERS = {
@@ -23,7 +24,7 @@ def picture_blueprint(store: Store, links: PictureLinks) -> Blueprint:
     def picture(token: str) -> Response:
         try:
             ref = links.verify(token)
-        except PictureLinkError as exc:
+        except LinkError as exc:
             return _text(403, str(exc))
         try:
             png = store.picture(ref.case_id, ref.picture_id)

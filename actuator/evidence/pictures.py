@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from actuator.evidence import chart
-from actuator.evidence.fetch import FetchError, RangeQueries, fetch
+from actuator.evidence.fetch import FetchError, fetch
 from actuator.evidence.links import PictureLinks, PictureRef
 from actuator.evidence.queries import Subject, idle_query, panels, step_for, window
 from actuator.models import Case
 from actuator.notice import ProvenFacts
+from actuator.prometheus_api import RangeQueries
 from exporter.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
