@@ -5,6 +5,7 @@ Nothing here performs I/O or reads a clock; the reconciler carries the decisions
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -122,6 +123,21 @@ def wait(**updates: Any) -> Decision:
 
 def move(state: State, code: Reason, reason: str, **updates: Any) -> Decision:
     return Decision(Action.MOVE, state, code, reason, CaseUpdate(**updates))
+
+
+def not_twice(
+    decision: Decision,
+    tree: Iterable[tuple[int, int]],
+    signalled: Mapping[tuple[int, int], int],
+) -> Decision:
+    """No process gets one step twice: a SIGTERM waits while another live case is
+    signalling any process of this tree (`tree`: (pid, start ticks), the target's
+    included; `signalled`: those other cases' trees). A DataLoader worker flagged on its
+    own is reached by its parent's tree signal and its case ends when it exits; a parent
+    whose worker's own case signalled it goes on once the worker has exited."""
+    if decision.action != Action.TERM or not any(p in signalled for p in tree):
+        return decision
+    return Decision(Action.WAIT, updates=decision.updates)
 
 
 def is_stalled_class(alertname: str) -> bool:

@@ -37,6 +37,7 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
     decide_unreachable,
+    not_twice,
 )
 from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
@@ -532,6 +533,10 @@ class Reconciler:
             scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
             if scheduler is not None and live is not None:
                 decision = gate(scheduler, case, live, decision)
+            if decision.action == Action.TERM and live is not None:
+                tree = [(case.pid, case.start_ticks)]
+                tree += [(m.pid, m.start_ticks) for m in live.members]
+                decision = not_twice(decision, tree, self.store.signalled_members(case))
             if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
                 decision = replace(
                     decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from actuator.models import LIVE_STATES, Case, Member, State, Target
+from actuator.models import LIVE_STATES, SIGNALLED_STATES, Case, Member, State, Target
 from actuator.store.database import DUPLICATE, Conn, Database, Row
 from actuator.store.lease import Fence, check_fence
 
@@ -91,6 +91,21 @@ class CaseQueries(Database):
 
     def live_cases(self) -> list[Case]:
         return [row_to_case(r) for r in self._read("SELECT * FROM cases WHERE live = 1")]
+
+    def signalled_members(self, case: Case) -> dict[tuple[int, int], int]:
+        """(pid, start ticks) -> case id: the processes other live cases on the same node
+        and boot are signalling (their recorded trees), so that no process gets one step
+        twice (a DataLoader worker flagged on its own while its parent's tree is reclaimed)."""
+        rows = self._read(
+            "SELECT * FROM cases WHERE live = 1 AND node = ? AND boot_id = ? AND id != ? "
+            "AND state IN (?, ?)",
+            (case.node, case.boot_id, case.id, *sorted(str(s) for s in SIGNALLED_STATES)),
+        )
+        found: dict[tuple[int, int], int] = {}
+        for other in map(row_to_case, rows):
+            for m in other.members or [Member(other.pid, other.start_ticks, other.uid)]:
+                found.setdefault((m.pid, m.start_ticks), other.id)
+        return found
 
     def list_cases(
         self,

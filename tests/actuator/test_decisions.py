@@ -342,3 +342,21 @@ def test_a_keep_asked_before_the_case_snoozes_it_until_then_and_no_longer():
     over = replace(GUARD, kept_until=T0 - 1)  # the keep ran out before the case opened
     d = decide_live(make_case(), make_live(), eff(), IDLE, LIMITS, over, T0)
     assert d.state != State.SNOOZED
+
+
+def test_no_process_gets_a_sigterm_that_another_cases_tree_signal_covers() -> None:
+    from actuator.decisions import Decision, not_twice
+    from actuator.models import CaseUpdate
+
+    term = Decision(Action.TERM, State.TERMINATING, Reason.IDLE, "idle", CaseUpdate(cpu_at=5.0))
+    parent, worker = (101, 7), (102, 8)
+    # The worker's own case, while its parent's case signals the tree it belongs to: waits
+    # (keeping its samples).
+    held = not_twice(term, [worker], {worker: 283, parent: 283})
+    assert held.action == Action.WAIT and held.updates.changed() == {"cpu_at": 5.0}
+    # The parent's case, while the worker's own case signals the worker: waits too.
+    assert not_twice(term, [parent, worker], {worker: 282}).action == Action.WAIT
+    # Nobody else signals any of it, or the decision is not a SIGTERM: unchanged.
+    assert not_twice(term, [parent, worker], {(103, 9): 5}) is term
+    notify = Decision(Action.NOTIFY, State.NOTIFIED, Reason.IDLE, "idle")
+    assert not_twice(notify, [worker], {worker: 283}) is notify

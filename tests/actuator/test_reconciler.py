@@ -446,3 +446,34 @@ def test_a_node_slow_to_answer_does_not_hold_the_other_nodes_up(
         slow.block.set()
         ticking.join(10)
     assert h.cases(102)[0].cpu_at is not None
+
+
+def test_a_worker_flagged_on_its_own_gets_no_second_sigterm_after_its_parents_tree(
+    tmp_path: Path, database: str
+) -> None:
+    """Found by the hour of chaos (docs/reliability.md): a DataLoader worker holds GPU
+    memory of its own, so it has its own case beside its parent's; the parent's tree
+    SIGTERM reached it, and its own case sent it SIGTERM again 14 ms later."""
+    h = Harness(tmp_path, database)
+    parent, worker = 101, 102
+    h.node.allow_signals = True
+    h.node.live = {
+        parent: idle_live(
+            h.clock, parent, members=(Member(worker, TICKS, 1001), Member(parent, TICKS, 1001))
+        ),
+        worker: idle_live(h.clock, worker),
+    }
+    h.fire(parent, worker)
+    r = h.reconciler()
+    for _ in range(200):
+        h.run(r)
+        if h.node.signalled:
+            break
+    assert h.node.signalled == [(parent, "SIGTERM")]  # the tree, the worker in it: once
+    assert h.cases(worker)[0].state == State.NOTIFIED  # its own SIGTERM waits
+    # The worker exits with its parent's tree; its own case ends without a signal.
+    h.node.live[worker] = idle_live(h.clock, worker, exists=False)
+    h.run(r, ticks=5)
+    assert h.node.signalled == [(parent, "SIGTERM")]
+    assert h.cases(worker)[0].state not in (State.TERMINATING, State.KILLING, State.NOTIFIED)
+    assert h.cases(parent)[0].state == State.RECLAIMED

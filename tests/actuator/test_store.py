@@ -187,3 +187,22 @@ def test_samples_of_a_pass_are_saved_at_once_and_a_moved_row_keeps_its_own(datab
     assert store.save_samples_many(list(cases.values())) == 2
     assert [store.get_case(i).cpu_at for i in (1, 2, 3)] == [1001.0, None, 1003.0]  # type: ignore[union-attr]
     assert cases[1].version == cases[2].version + 1  # saved rows move on; the stale one not
+
+
+def test_the_processes_other_live_cases_are_signalling_are_known_by_identity(database):
+    from actuator.models import Member
+    from tests.helpers.cases import make_case
+
+    store = open_store(database)
+    store.init()
+    tree = [Member(101, 7, 1001), Member(102, 8, 1001)]
+    with store._tx() as conn:
+        insert_case(conn, make_case(id=1, pid=101, state=State.TERMINATING, members=tree), {})
+        insert_case(conn, make_case(id=2, pid=102, state=State.NOTIFIED), {})
+        insert_case(conn, make_case(id=3, pid=103, state=State.NOTIFIED), {})  # not signalling
+        insert_case(conn, make_case(id=4, pid=104, node="other", state=State.KILLING), {})
+    mine = store.get_case(2)
+    assert mine is not None
+    assert store.signalled_members(mine) == {(101, 7): 1, (102, 8): 1}
+    parents = store.get_case(1)
+    assert parents is not None and store.signalled_members(parents) == {}  # not its own
