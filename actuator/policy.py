@@ -111,7 +111,10 @@ class Idle(Strict):
     cpu_window: Duration = Field(1.0, gt=0)
     log_quiet_for: Duration = Field(300.0, ge=0)
     rearm_after: Duration = Field(
-        300.0, gt=0, description="after activity cancelled a case whose alert still fires"
+        300.0,
+        gt=0,
+        description="after activity cancelled (or unknown evidence refused) a case whose "
+        "alert still fires",
     )
 
 

@@ -457,8 +457,9 @@ class Reconciler:
     # -- one step of one case -------------------------------------------------------------
 
     def rearm(self) -> None:
-        """Cases cancelled for activity while their alert keeps firing start again once the
-        idle window has passed since the activity (the new case re-checks everything)."""
+        """Cases cancelled for activity, or refused because evidence was unknown, while their
+        alert keeps firing start again once the window has passed since they ended (the new
+        case re-checks everything; unknown is still never idle, it is only asked again)."""
         window = self.config.idle.rearm_after
         for old in self.store.rearm_candidates(self.mono() - window):
             try:
@@ -479,8 +480,8 @@ class Reconciler:
             updated=now,
             created_mono=self.mono(),
             clock=self.store.clock_id,
-            reason=f"re-armed: the alert still fires {window:g}s after the activity that "
-            f"cancelled case {old.id}",
+            reason=f"re-armed: the alert still fires {window:g}s after case {old.id} ended "
+            f"({old.reason_code})",
             reason_code=Reason.REARMED,
             notice_attempts=0,
             notice_extra_grace=0.0,

@@ -271,9 +271,11 @@ class CaseQueries(Database):
         return True
 
     def rearm_candidates(self, ended_before_mono: float, limit: int = 200) -> list[Case]:
-        """Cases cancelled for activity, not re-armed yet, whose episodes still fire."""
+        """Cases cancelled for activity, or refused because evidence was unknown (NVML down,
+        an agent away: often for seconds), not re-armed yet, whose episodes still fire."""
         rows = self._read(
-            "SELECT * FROM cases WHERE state = 'cancelled' AND reason_code = 'activity' "
+            "SELECT * FROM cases WHERE ((state = 'cancelled' AND reason_code = 'activity') "
+            "OR (state = 'refused' AND reason_code = 'unknown_evidence')) "
             "AND followup IS NULL AND EXISTS (SELECT 1 FROM episodes "
             "WHERE episodes.case_id = cases.id AND episodes.status = 'firing') "
             "ORDER BY id LIMIT ?",

@@ -477,3 +477,27 @@ def test_a_worker_flagged_on_its_own_gets_no_second_sigterm_after_its_parents_tr
     assert h.node.signalled == [(parent, "SIGTERM")]
     assert h.cases(worker)[0].state not in (State.TERMINATING, State.KILLING, State.NOTIFIED)
     assert h.cases(parent)[0].state == State.RECLAIMED
+
+
+def test_a_case_refused_while_evidence_was_unknown_is_asked_again_while_the_alert_fires(
+    tmp_path: Path, database: str
+) -> None:
+    """Found by the hour of chaos (docs/reliability.md): a case refused because NVML was
+    down for a few seconds was final, so its idle process was never looked at again."""
+    h = Harness(tmp_path, database)
+    h.node.live = {101: idle_live(h.clock, 101, on_gpu=None, errors=("NVML is down",))}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=2)
+    (first,) = h.cases(101)
+    assert first.state == State.REFUSED and first.reason_code == "unknown_evidence"
+    h.node.live[101] = idle_live(h.clock, 101)  # NVML is back
+    h.run(r, ticks=3)
+    assert len(h.cases(101)) == 1  # not before the window has passed
+    h.clock.advance(300)
+    h.run(r, ticks=3)
+    first, second = h.cases(101)
+    assert first.followup == second.id and second.state in (State.PENDING, State.NOTIFIED)
+    (rearmed,) = [e for e in h.events() if e["event"] == "decision" and e["action"] == "rearmed"]
+    assert rearmed["case"] == second.id
+    assert f"after case {first.id} ended (unknown_evidence)" in rearmed["reason"]
