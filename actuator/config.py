@@ -151,7 +151,10 @@ class EvidenceSettings(Strict):
         3 * 3600.0, ge=600, le=7 * 86400, description="how far back a picture reaches"
     )
     timeout: Duration = Field(
-        5.0, gt=0, le=60, description="per query: a slower Prometheus means no picture"
+        5.0,
+        gt=0,
+        le=60,
+        description="for the whole picture, all its queries: a slower Prometheus means none",
     )
 
 

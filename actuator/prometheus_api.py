@@ -16,6 +16,7 @@ class RangeQueries(Protocol):
         end_time: datetime,
         step: str,
         params: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> Any: ...
 
 

@@ -182,9 +182,16 @@ def build_pictures(
     from prometheus_api_client import PrometheusConnect
     from urllib3.util.retry import Retry
 
-    # No retries: a notice waits for its picture at most one timeout per query.
+    # No retries: a notice waits for its picture at most `timeout`, all queries together.
     prom = PrometheusConnect(url=settings.prometheus, timeout=settings.timeout, retry=Retry(0))
-    return EvidencePictures(prom, store, idle_thresholds(config), span=settings.span, links=links)
+    return EvidencePictures(
+        prom,
+        store,
+        idle_thresholds(config),
+        span=settings.span,
+        budget=settings.timeout,
+        links=links,
+    )
 
 
 def build_notifier(config: ActuatorConfig) -> Notifier:

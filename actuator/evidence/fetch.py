@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -50,22 +52,36 @@ def fetch(
     start: float,
     end: float,
     step: float,
+    *,
+    budget: float,
+    timer: Callable[[], float] = time.monotonic,
 ) -> Evidence:
+    """Every query within one `budget` of seconds for the whole picture: a slow Prometheus
+    that answers each query just inside a per-query timeout must not hold a notice (and the
+    reconciler's pass it is sent from) for six of them."""
+    deadline = timer() + budget
+
     def series(query: str) -> tuple[Series, ...]:
-        return _series(_ask(prom, query, start, end, step), query)
+        left = deadline - timer()
+        if left <= 0:
+            raise FetchError(f"out of time ({budget:g}s for the picture) before {query}")
+        return _series(_ask(prom, query, start, end, step, left), query)
 
     found = tuple(PanelData(p, series(p.query)) for p in panels)
     idle = sorted({t for s in series(idle_query) for t in s.times})
     return Evidence(start, end, step, found, tuple(idle))
 
 
-def _ask(prom: RangeQueries, query: str, start: float, end: float, step: float) -> Any:
+def _ask(prom: RangeQueries, query: str, start: float, end: float, step: float, left: float) -> Any:
     try:
         return prom.custom_query_range(
             query,
             start_time=datetime.fromtimestamp(start, UTC),
             end_time=datetime.fromtimestamp(end, UTC),
             step=f"{step:g}s",
+            # Prometheus stops evaluating when the caller has stopped waiting.
+            params={"timeout": f"{left:.3f}"},  # seconds
+            timeout=left,
         )
     except Exception as exc:  # the client's own errors, requests', JSON's: all "no answer"
         raise FetchError(f"{type(exc).__name__}: {exc}") from None

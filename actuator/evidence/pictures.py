@@ -22,8 +22,8 @@ from actuator.prometheus_api import RangeQueries
 from exporter.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
-# After Prometheus fails, notices go without pictures this long: each would otherwise wait
-# a timeout in the reconciler's pass.
+# After Prometheus fails (or is too slow), notices go without pictures this long: each would
+# otherwise wait out the picture's time budget in the reconciler's pass.
 RETRY_AFTER = 60.0
 
 
@@ -46,11 +46,12 @@ class EvidencePictures:
         thresholds: Thresholds,
         *,
         span: float,
+        budget: float = 5.0,
         links: PictureLinks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.prom, self.store, self.thresholds = prom, store, thresholds
-        self.span, self.links, self.clock = span, links, clock
+        self.span, self.budget, self.links, self.clock = span, budget, links, clock
         self._away_until = float("-inf")
 
     def take(self, case: Case) -> Picture | None:
@@ -70,6 +71,7 @@ class EvidencePictures:
                 start,
                 end,
                 step_for(start, end),
+                budget=self.budget,
             )
         except FetchError as exc:
             self._away_until = now + RETRY_AFTER

@@ -39,7 +39,7 @@ def test_a_process_idle_for_an_hour_reads_as_the_rule_saw_it(history) -> None:
     subject = Subject("GPU-0", 100, start_time=start - 86400)  # idle from minute 10 to 70
     begin, end = start, start + 120 * M
     evidence = fetch(
-        _connect(prom.url), panels(subject, SHIPPED), idle_query(subject), begin, end, 60
+        _connect(prom.url), panels(subject, SHIPPED), idle_query(subject), begin, end, 60, budget=30
     )
     sm, memory, cpu, writes = evidence.panels
     ((util,),) = [sm.series]
@@ -53,7 +53,7 @@ def test_a_process_idle_for_an_hour_reads_as_the_rule_saw_it(history) -> None:
     # Another PID on the same GPU is another process: its own readings.
     other = Subject("GPU-0", 300, start_time=start - 86400)
     (busy,) = fetch(
-        _connect(prom.url), panels(other, SHIPPED)[:1], idle_query(other), begin, end, 60
+        _connect(prom.url), panels(other, SHIPPED)[:1], idle_query(other), begin, end, 60, budget=30
     ).panels
     assert set(busy.series[0].values) == {0.5}
 
@@ -64,11 +64,11 @@ def test_prometheus_away_or_answering_nonsense_is_a_fetch_error() -> None:
     subject = Subject("GPU-0", 100, start_time=0)
     away = _connect(f"http://127.0.0.1:{free_port()}", timeout=1)
     with pytest.raises(FetchError):
-        fetch(away, panels(subject, SHIPPED), idle_query(subject), 0, 3600, 60)
+        fetch(away, panels(subject, SHIPPED), idle_query(subject), 0, 3600, 60, budget=5)
 
     class Nonsense:
         def custom_query_range(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             return {"resultType": "vector"}
 
     with pytest.raises(FetchError, match="not a range result"):
-        fetch(Nonsense(), panels(subject, SHIPPED), idle_query(subject), 0, 3600, 60)
+        fetch(Nonsense(), panels(subject, SHIPPED), idle_query(subject), 0, 3600, 60, budget=5)

@@ -57,3 +57,52 @@ def test_prometheus_away_means_no_picture_and_no_wait_on_it_for_a_while(tmp_path
     assert pictures.take(case) is None and Counting.asked == 0  # not asked again at once
     now[0] += 61  # a minute on, Prometheus is asked again
     assert pictures.take(case) is None and Counting.asked == 5  # asked; no series: no picture
+
+
+def test_a_slow_prometheus_holds_a_notice_at_most_one_budget_for_all_queries(
+    tmp_path: Path,
+) -> None:
+    """A Prometheus that answers each query just inside a per-query timeout would hold the
+    reconciler's pass for every query of the picture; the budget is for the whole picture."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    asked: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            time.sleep(1.0)
+            body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        prom = PrometheusConnect(url=url, timeout=1, retry=Retry(0))
+        store = Store(tmp_path / "store.db")
+        store.init()
+        case = make_case(facts={"node": "n", "pid": 4242, "gpu_uuid": "GPU-0"})
+        pictures = EvidencePictures(prom, store, SHIPPED, span=3600, budget=1.5)
+        began = time.monotonic()
+        assert pictures.take(case) is None
+        took = time.monotonic() - began
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Six queries at 1 s each would be 6 s; the budget stops the second after half a second.
+    assert 1.4 <= took < 4.0, took
+    assert len(asked) == 2, asked
+    assert all("timeout=" in path for path in asked), asked  # Prometheus is told, too
