@@ -140,6 +140,23 @@ def not_twice(
     return Decision(Action.WAIT, updates=decision.updates)
 
 
+# A case refused again and again because its evidence stays unknown (per-process utilisation
+# unsupported, an agent gone for good) is asked at most this many windows apart.
+REARM_BACKOFF_CAP = 8
+REARM_LOOKBACK = REARM_BACKOFF_CAP.bit_length()  # refusals in a row that reach the cap
+
+
+def rearm_wait(window: float, unknown_in_a_row: int) -> float:
+    """How long after a case ended it re-arms while its alert fires: one window after
+    activity cancelled it or after a first refusal on unknown evidence (often a NVML call
+    that hung for seconds); doubling with each refusal in a row on unknown evidence, up to
+    `REARM_BACKOFF_CAP` windows, so evidence that stays unknown is asked again rarely
+    (and audited rarely) but never given up on."""
+    if unknown_in_a_row <= 1:
+        return window
+    return window * min(2 ** (unknown_in_a_row - 1), REARM_BACKOFF_CAP)
+
+
 def is_stalled_class(alertname: str) -> bool:
     return alertname in STALLED_ALERTS
 

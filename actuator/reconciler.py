@@ -30,6 +30,7 @@ from actuator.clock import boottime
 from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
+    REARM_LOOKBACK,
     Action,
     Decision,
     FleetState,
@@ -38,6 +39,7 @@ from actuator.decisions import (
     decide_signalled,
     decide_unreachable,
     not_twice,
+    rearm_wait,
 )
 from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
@@ -459,11 +461,17 @@ class Reconciler:
     def rearm(self) -> None:
         """Cases cancelled for activity, or refused because evidence was unknown, while their
         alert keeps firing start again once the window has passed since they ended (the new
-        case re-checks everything; unknown is still never idle, it is only asked again)."""
+        case re-checks everything; unknown is still never idle, it is only asked again, less
+        often each time it stays unknown)."""
         window = self.config.idle.rearm_after
-        for old in self.store.rearm_candidates(self.mono() - window):
+        mono = self.mono()
+        for old in self.store.rearm_candidates(mono - window):
+            in_a_row = self.store.unknown_in_a_row(old, most=REARM_LOOKBACK)
+            wait = rearm_wait(window, in_a_row)
+            if old.ended_mono is None or old.ended_mono > mono - wait:
+                continue
             try:
-                self._rearm(old, window)
+                self._rearm(old, wait)
             except (StoreUnavailable, LeaseLost):
                 raise
             except Exception as exc:

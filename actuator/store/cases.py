@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from actuator.models import LIVE_STATES, SIGNALLED_STATES, Case, Member, State, Target
+from actuator.models import LIVE_STATES, SIGNALLED_STATES, Case, Member, Reason, State, Target
 from actuator.store.database import DUPLICATE, Conn, Database, Row
 from actuator.store.lease import Fence, check_fence
 
@@ -283,6 +283,20 @@ class CaseQueries(Database):
         )
         cases = [row_to_case(r) for r in rows]
         return [c for c in cases if c.ended_mono is not None and c.ended_mono <= ended_before_mono]
+
+    def unknown_in_a_row(self, case: Case, most: int) -> int:
+        """How many cases in a row, back through re-arms from `case`, were refused because
+        evidence was unknown (at most `most`: the back-off's cap needs no more)."""
+        count, current = 0, case
+        while count < most and current.reason_code == Reason.UNKNOWN_EVIDENCE:
+            count += 1
+            if current.rearmed_from is None:
+                break
+            previous = self.get_case(current.rearmed_from)
+            if previous is None:  # pruned
+                break
+            current = previous
+        return count
 
     def prune(self, before: float, batch: int = 5000) -> int:
         """Delete ended cases last changed before `before` (wall time) with their timeline,

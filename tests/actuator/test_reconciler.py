@@ -501,3 +501,28 @@ def test_a_case_refused_while_evidence_was_unknown_is_asked_again_while_the_aler
     (rearmed,) = [e for e in h.events() if e["event"] == "decision" and e["action"] == "rearmed"]
     assert rearmed["case"] == second.id
     assert f"after case {first.id} ended (unknown_evidence)" in rearmed["reason"]
+
+
+def test_evidence_that_stays_unknown_is_asked_again_less_often_but_never_given_up(
+    tmp_path: Path, database: str
+) -> None:
+    """Per-process utilisation unsupported for good: each refusal in a row doubles the wait
+    before the next re-arm (300, 600, 1200 s, then 2400 s at most), so the audit does not
+    fill with one refusal every window forever, and the process is still asked."""
+    h = Harness(tmp_path, database)
+    h.node.live = {101: idle_live(h.clock, 101, on_gpu=None, errors=("NVML is down",))}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=2)
+    gaps = []
+    for _ in range(5):
+        (*_, last) = h.cases(101)
+        assert last.state == State.REFUSED and last.reason_code == "unknown_evidence"
+        waited = 0
+        while len(h.cases(101)) == len(gaps) + 1:
+            h.clock.advance(100)
+            waited += 100
+            h.run(r, ticks=2)
+            assert waited <= 5000, "never re-armed"
+        gaps.append(waited)
+    assert gaps == [300, 600, 1200, 2400, 2400]
