@@ -50,6 +50,7 @@ class ScriptedNode:
     block: threading.Event | None = None
     allow_signals: bool = False
     signalled: list[tuple[int, str]] = field(default_factory=list)
+    lingering: set[int] = field(default_factory=set)  # outlive a signal while they exist
 
     def inspect(self, target: Target) -> LiveState:
         if target.pid in self.raises:
@@ -59,7 +60,7 @@ class ScriptedNode:
         return replace(self.live[target.pid], sampled_at=self.clock.wall)
 
     def alive(self, members: Any) -> list[Member]:
-        return []
+        return [m for m in members if m.pid in self.lingering and self.live[m.pid].exists]
 
     def gpu_processes(self, uuid: str) -> dict[int, int] | None:
         return {}
@@ -526,3 +527,44 @@ def test_evidence_that_stays_unknown_is_asked_again_less_often_but_never_given_u
             assert waited <= 5000, "never re-armed"
         gaps.append(waited)
     assert gaps == [300, 600, 1200, 2400, 2400]
+
+
+def test_a_parent_whose_worker_was_signalled_by_its_own_case_waits_until_the_worker_exited(
+    tmp_path: Path, database: str
+) -> None:
+    """The other order of the chaos finding: the worker's own case reaches SIGTERM first;
+    the parent's tree signal (which would reach the worker a second time) waits until the
+    worker has exited, then goes on."""
+    h = Harness(tmp_path, database, defaults={"term_timeout": "120s"})
+    parent, worker = 101, 102
+    h.node.allow_signals = True
+    h.node.lingering = {worker}  # it finishes its batch before it exits
+    h.node.live = {
+        parent: idle_live(
+            h.clock, parent, members=(Member(worker, TICKS, 1001), Member(parent, TICKS, 1001))
+        ),
+        worker: idle_live(h.clock, worker),
+    }
+    r = h.reconciler()
+    h.fire(worker)
+    h.run(r, ticks=20)  # the worker's grace is 20 s ahead of its parent's
+    h.fire(parent)
+    for _ in range(200):
+        h.run(r)
+        if h.node.signalled:
+            break
+    assert h.node.signalled == [(worker, "SIGTERM")]
+    # Well past the parent's grace, while the worker lives on after its SIGTERM: no tree
+    # signal that would reach it again.
+    h.run(r, ticks=40)
+    assert h.node.signalled == [(worker, "SIGTERM")]
+    (parent_case,) = h.cases(parent)
+    assert parent_case.state == State.NOTIFIED
+    assert parent_case.notified_mono is not None
+    assert h.clock.mono - parent_case.notified_mono > 60  # its 60 s grace is over
+    h.node.live[worker] = idle_live(h.clock, worker, exists=False)
+    for _ in range(60):
+        h.run(r)
+        if len(h.node.signalled) > 1:
+            break
+    assert h.node.signalled == [(worker, "SIGTERM"), (parent, "SIGTERM")]
