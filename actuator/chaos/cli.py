@@ -30,8 +30,9 @@ def add_commands(commands: Any) -> None:
         "the shipped rules, Alertmanager, the actuator in enforce mode), run a seeded mix "
         "of workloads with churn and a seeded schedule of faults (components killed and "
         "restarted, NVML faults, slow and hostile clients, forged and replayed alerts, the "
-        "notice channel down), and judge every signal against the simulated node's ground "
-        "truth. Writes chaos.json and chaos.md to --out; exits 0 only with no violation.",
+        "notice channel down, the audit volume full), and judge every signal against the "
+        "simulated node's ground truth. Writes chaos.json and chaos.md to --out; exits 0 "
+        "only with no violation.",
     )
     parser.add_argument("--minutes", type=_minutes, default=3.0, help="how long (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="the plan's seed (default 1)")
@@ -59,6 +60,13 @@ def add_commands(commands: Any) -> None:
         help="as root: run the jobs as the day's accounts (day-alice, ...), creating them; "
         "each notice must reach its job's owner",
     )
+    parser.add_argument(
+        "--max-live",
+        type=int,
+        default=40,
+        help="at most this many workloads alive at once; a start due beyond it is skipped "
+        "and counted (default 40)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -80,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         arrival=args.arrival,
         fault_every=args.fault_every,
         create_users=args.create_users,
+        max_live=args.max_live,
     )
     try:
         outcome = run(options, progress)

@@ -1,7 +1,8 @@
 """The faults a chaos run injects, each through the interface a real fault would use: a
 SIGKILL to a component's whole process group and a restart, the simulated NVML's fault
 switches, raw sockets for slow and hostile clients, forged and replayed alerts on the
-actuator's own API with its real token, and the notice channel answering 503."""
+actuator's own API with its real token, the notice channel answering 503, and the audit
+log's volume filled to ENOSPC and freed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import requests
 
 from actuator.chaos.plan import FaultPlan
 from actuator.chaos.truth import Truth
+from actuator.chaos.volume import SmallVolume
 from actuator.demo.stack import Stack
 from exporter import procfs
 from exporter.sim.state import load_node
@@ -33,15 +35,19 @@ NVML_CALL = "nvmlDeviceGetComputeRunningProcesses"
 
 
 class Injector:
-    def __init__(self, stack: Stack, truth: Any) -> None:
+    def __init__(self, stack: Stack, truth: Any, audit_volume: SmallVolume | None = None) -> None:
         self.stack = stack
         self.truth = truth  # the TruthRecorder (snapshot() -> Truth)
+        self.audit_volume = audit_volume  # the audit log's own volume, where one is mounted
         self.counts: Counter[str] = Counter()
         self.log: list[dict[str, Any]] = []  # every fault with its time
         self.restarting: set[str] = set()  # services being restarted (not sampled meanwhile)
         self._threads: list[threading.Thread] = []
 
     def inject(self, fault: FaultPlan) -> None:
+        if fault.kind == "audit_full" and self.audit_volume is None:
+            self.counts["audit_full_skipped"] += 1  # no volume of its own to fill (not root)
+            return
         self.counts[fault.kind] += 1
         self.log.append({"at": time.time(), "kind": fault.kind, "seconds": fault.seconds})
         action = getattr(self, f"_{fault.kind}", None)
@@ -197,3 +203,15 @@ class Injector:
         self.stack.sink.failing.add("/notice")
         time.sleep(fault.seconds)
         self.stack.sink.failing.discard("/notice")
+
+    # -- the audit volume -------------------------------------------------------------------
+
+    def _audit_full(self, fault: FaultPlan) -> None:
+        """The audit log's volume full (ENOSPC), then freed: nothing may be done that its
+        record could not be written for, and every decision must still be recorded."""
+        assert self.audit_volume is not None
+        self.audit_volume.fill()
+        try:
+            time.sleep(fault.seconds)
+        finally:
+            self.audit_volume.free()

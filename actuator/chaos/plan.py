@@ -40,6 +40,7 @@ FaultKind = Literal[
     "forged_alert",
     "replayed_alert",
     "notice_channel_down",
+    "audit_full",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
@@ -144,6 +145,8 @@ def make_plan(
         fault = order[len(faults)] if len(faults) < len(order) else rng.choice(FAULT_KINDS)
         once = fault.startswith("kill_") or fault.endswith("_alert")
         last = 0.0 if once else rng.uniform(3, 6)
+        if fault == "audit_full":  # long enough that decisions fall into it
+            last *= 3
         faults.append(FaultPlan(round(t, 2), fault, round(last, 2), gpu=rng.randrange(gpus)))
         t += rng.uniform(0.5, 1.5) * fault_every
     return Plan(seed, seconds, tuple(workloads), tuple(faults))

@@ -38,6 +38,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "window_seconds": WINDOW,
         "miss_after_seconds": MISS_AFTER,
         "workloads": dict(Counter(w.kind for w in plan.workloads)),
+        "workloads_skipped": outcome.skipped,
         "faults": outcome.faults,
         "signals": v.signals,
         "notices": v.notices,
@@ -73,8 +74,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"- Missed reclaims (idle {report['miss_after_seconds']:g}s or more, never "
         f"reclaimed): {len(report['missed'])}",
         f"- Cases by state: {json.dumps(report['cases'], sort_keys=True)}",
+        f"- Workload starts skipped at the live cap: {report['workloads_skipped']}",
         "",
-        "| workloads | count |",
+        "| workloads planned | count |",
         "|---|---|",
         *[f"| {k} | {n} |" for k, n in sorted(report["workloads"].items())],
         "",

@@ -34,6 +34,7 @@ from actuator.chaos.oracle import (
 )
 from actuator.chaos.plan import Plan, WorkloadPlan, make_plan
 from actuator.chaos.truth import TruthRecorder
+from actuator.chaos.volume import SmallVolume, small_volume
 from actuator.demo.accounts import day_accounts
 from actuator.demo.stack import Stack, StackOptions
 
@@ -55,12 +56,17 @@ class ChaosOptions:
     arrival: float = 2.0  # seconds between workload starts, on average
     fault_every: float = 12.0  # seconds between faults, on average
     create_users: bool = False  # root: run jobs as the day's accounts, creating them
+    # At most this many of the run's workloads alive at once: a start due while as many
+    # live is skipped (counted), so a long run under faults does not pile up without bound
+    # (a pile-up measures the machine's load, not the actuator).
+    max_live: int = 40
 
 
 @dataclass
 class Outcome:
     plan: Plan
     verdict: Verdict
+    skipped: int  # workload starts skipped at the live cap
     faults: dict[str, int]
     fault_log: list[dict[str, Any]]
     records: list[dict[str, Any]]
@@ -71,11 +77,14 @@ class Outcome:
     ended: float
 
 
-def _policy() -> dict[str, Any]:
-    return {
+def _policy(audit_volume: SmallVolume | None) -> dict[str, Any]:
+    policy: dict[str, Any] = {
         "notice": {"required": True},  # no signal without a delivered notice
         "defaults": {"grace": f"{GRACE:g}s", "term_timeout": "4s"},
     }
+    if audit_volume is not None:  # the audit log on a volume the run can fill
+        policy["storage"] = {"audit_log": str(audit_volume.path / "audit.jsonl")}
+    return policy
 
 
 def _spawn(stack: Stack, w: WorkloadPlan, user: str | None) -> Any:
@@ -201,6 +210,13 @@ def read_audit(path: Path) -> list[dict[str, Any]]:
 
 
 def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None) -> Outcome:
+    with small_volume(options.workdir) as audit_volume:
+        return _run(options, audit_volume, progress)
+
+
+def _run(
+    options: ChaosOptions, audit_volume: SmallVolume | None, progress: Callable[[str], None]
+) -> Outcome:
     seconds = options.minutes * 60.0
     plan = make_plan(
         options.seed, seconds, arrival=options.arrival, fault_every=options.fault_every
@@ -212,7 +228,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
         label="chaos",
         grace=GRACE,
         term_timeout=4.0,
-        policy=_policy(),
+        policy=_policy(audit_volume),
         users=accounts.users,
     )
     progress(
@@ -223,9 +239,10 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
     with Stack(stack_options) as stack:
         stack.wait_scraped()
         recorder = TruthRecorder(stack.node_dir).start()
-        injector = Injector(stack, recorder)
+        injector = Injector(stack, recorder, audit_volume)
         sampler = _Sampler(stack, injector).start()
         spawned: list[Spawned] = []
+        skipped = 0
         schedule: list[tuple[float, Any]] = sorted(
             [(w.start_at, w) for w in plan.workloads] + [(f.at, f) for f in plan.faults],
             key=lambda item: item[0],
@@ -237,6 +254,9 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
             if delay > 0:
                 time.sleep(delay)
             if isinstance(item, WorkloadPlan):
+                if sum(w.alive() for w in stack.workloads) >= options.max_live:
+                    skipped += 1
+                    continue
                 user = users[item.owner % len(users)] if users else None
                 workload = _spawn(stack, item, user)
                 spawned.append(
@@ -255,6 +275,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
                 progress(
                     f"chaos: {shown - started:4.0f}s  {len(spawned)} workloads started, "
                     f"{sum(injector.counts.values())} faults"
+                    + (f", {skipped} starts skipped at the cap" if skipped else "")
                 )
         time.sleep(max(0.0, started + seconds - time.time()))
         ended = time.time()
@@ -262,7 +283,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
         injector.join()
         sampler.stop()
         recorder.stop()
-        records = read_audit(stack.audit_log)
+        records = read_audit(Path(str(stack.policy()["storage"]["audit_log"])))
         verdict = judge(
             records,
             recorder.snapshot(),
@@ -286,6 +307,7 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
         return Outcome(
             plan=plan,
             verdict=verdict,
+            skipped=skipped,
             faults=dict(injector.counts),
             fault_log=injector.log,
             records=records,
