@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -64,12 +65,20 @@ class Managed:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the session, SIGKILL what is left after `timeout` (idempotent)."""
+        stop_all([self], timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM the session (`finish` waits for it)."""
+        if self.process is not None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+
+    def finish(self, timeout: float) -> None:
+        """Wait up to `timeout` for the leader, then SIGKILL whatever of the session is left."""
         process = self.process
         if process is None:
             return
-        _signal_group(process.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout)
+            process.wait(timeout=max(0.0, timeout))
         # The leader may be gone while members of its group live on: kill those too.
         _signal_group(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -88,3 +97,13 @@ class Managed:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(processes: Sequence[Managed], timeout: float) -> None:
+    """SIGTERM every session at once, then SIGKILL what is left after one shared `timeout`:
+    stopping a stack takes its slowest part's time, not the sum of all of them."""
+    for managed in processes:
+        managed.terminate()
+    deadline = time.monotonic() + timeout
+    for managed in processes:
+        managed.finish(deadline - time.monotonic())
