@@ -88,6 +88,7 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
             actuator = actuator_factory(
                 workloads.node_dir,
                 start=False,
+                server={"graceful_timeout": 1},  # the browser's keep-alive would hold the stop
                 defaults={"grace": "60s"},
                 notice={"required": True},
                 notifier={

@@ -16,7 +16,10 @@ pytestmark = pytest.mark.timeout(90)
 def test_webhooks_are_acknowledged_beside_idle_and_trickling_connections(
     workloads: Workloads, actuator_factory
 ) -> None:
-    actuator: Actuator = actuator_factory(workloads.node_dir, mode="observe")
+    # The held connections would hold the stop for its whole graceful timeout.
+    actuator: Actuator = actuator_factory(
+        workloads.node_dir, mode="observe", server={"graceful_timeout": 1}
+    )
     w = workloads.spawn()
     held = hold(actuator.port, 100) + hold(
         actuator.port, 100, b"POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nContent-Le"
