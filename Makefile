@@ -7,8 +7,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # every real part they start on loopback.
 DEMO_TOOLS := prometheus promtool prometheus-alertmanager amtool
 DEMO_PACKAGES := prometheus prometheus-alertmanager
-TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze
-TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd
+TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze victoria-metrics
+TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd victoria-metrics
 
 .PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak chaos clean protos check-ultralytics check-bare
 
@@ -26,9 +26,10 @@ $(VENV)/.installed: pyproject.toml
 
 # Debian packages, installed only when one of their commands is missing. The demo's: Prometheus
 # and Alertmanager. The tests' add OpenLDAP (slapd), PostgreSQL, Slurm (slurm-wlm, munge),
-# Chromium with its driver and docker-compose (Compose 1 validates docker-compose.yml without
-# a Docker engine); the tests start each of them on loopback themselves (PostgreSQL: initdb +
-# pg_ctl; Slurm: slurmctld + slurmd with a count-only GPU GRES).
+# Chromium with its driver, docker-compose (Compose 1 validates docker-compose.yml without
+# a Docker engine) and VictoriaMetrics (a long-term store the history commands are tested
+# on); the tests start each of them on loopback themselves (PostgreSQL: initdb + pg_ctl;
+# Slurm: slurmctld + slurmd with a count-only GPU GRES; VictoriaMetrics fed by Prometheus).
 define apt_install
 	@missing=""; for t in $(1); do PATH="$$PATH:/usr/sbin" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \

@@ -120,6 +120,9 @@ def build(
     if covered != (start, end):  # figures over the span the data covers, and said so
         asked, (start, end) = (start, end), covered
         step = step_for(start, end)
+    if end - start < step:  # less than one step (a new exporter, a short period): one step
+        asked = asked or (start, end)
+        start = end - step
     span = max(int(end - start), int(step))
     at = {"time": end}
     progress("GPUs and utilisation")

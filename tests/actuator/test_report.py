@@ -270,3 +270,19 @@ def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(
     assert table.returncode == 0, table.stderr
     assert "data covers only this of" in table.stdout
     assert "no comparison: no GPU data" in table.stderr
+
+
+def test_a_period_shorter_than_one_step_is_reported_over_one_step(
+    backfilled: tuple[Server, int],
+) -> None:
+    """30 s asked (or a new exporter whose data covers less than a step): the figures are
+    one 60 s step's, and the period asked is said; not a query Prometheus refuses."""
+    prom, start = backfilled
+    done = report(
+        prom, "--since", _iso(start + 3600), "--until", _iso(start + 3630), "--format", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["end"] - got["start"] == got["step_seconds"] == 60
+    assert got["asked"] == {"start": start + 3600, "end": start + 3630}
+    assert got["gpus"] == 2 and got["gpu_hours"] == pytest.approx(2 / 60, abs=1e-3)

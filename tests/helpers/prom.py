@@ -89,6 +89,25 @@ def start_prometheus(
 
 
 @contextlib.contextmanager
+def start_victoriametrics(work_dir: Path, port: int | None = None) -> Iterator[Server]:
+    """Run VictoriaMetrics (a long-term store with Prometheus's query API) on 127.0.0.1;
+    Prometheus writes to it at `URL/api/v1/write`. Data and log under `work_dir`."""
+    binary = require_binary("victoria-metrics")
+    port = port or free_port()
+    command = [
+        binary,
+        f"-httpListenAddr=127.0.0.1:{port}",
+        f"-storageDataPath={work_dir / 'data'}",
+        "-retentionPeriod=1d",
+        "-search.latencyOffset=1s",  # recent samples visible at once (default 30 s)
+        "-search.disableCache",
+        "-loggerLevel=WARN",
+    ]
+    with _serve(command, f"http://127.0.0.1:{port}", "/health", work_dir / "vm.log") as s:
+        yield s
+
+
+@contextlib.contextmanager
 def start_alertmanager(
     config: Path, work_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()
 ) -> Iterator[Server]:
