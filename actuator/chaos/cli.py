@@ -30,9 +30,9 @@ def add_commands(commands: Any) -> None:
         "the shipped rules, Alertmanager, the actuator in enforce mode), run a seeded mix "
         "of workloads with churn and a seeded schedule of faults (components killed and "
         "restarted, NVML faults, slow and hostile clients, forged and replayed alerts, the "
-        "notice channel down, the audit volume full), and judge every signal against the "
-        "simulated node's ground truth. Writes chaos.json and chaos.md to --out; exits 0 "
-        "only with no violation.",
+        "notice channel down, the audit volume full, PostgreSQL restarted), and judge every "
+        "signal against the simulated node's ground truth. Writes chaos.json and chaos.md "
+        "to --out; exits 0 only with no violation.",
     )
     parser.add_argument("--minutes", type=_minutes, default=3.0, help="how long (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="the plan's seed (default 1)")
@@ -67,6 +67,13 @@ def add_commands(commands: Any) -> None:
         help="at most this many workloads alive at once; a start due beyond it is skipped "
         "and counted (default 40)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("auto", "postgres", "sqlite"),
+        default="auto",
+        help="the actuator's store: a PostgreSQL server of the run's own, restarted as one "
+        "of the faults, or SQLite; auto: PostgreSQL where it is installed (default)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -89,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         fault_every=args.fault_every,
         create_users=args.create_users,
         max_live=args.max_live,
+        store=args.store,
     )
     try:
         outcome = run(options, progress)

@@ -1,8 +1,8 @@
 """The faults a chaos run injects, each through the interface a real fault would use: a
 SIGKILL to a component's whole process group and a restart, the simulated NVML's fault
 switches, raw sockets for slow and hostile clients, forged and replayed alerts on the
-actuator's own API with its real token, the notice channel answering 503, and the audit
-log's volume filled to ENOSPC and freed."""
+actuator's own API with its real token, the notice channel answering 503, the audit log's
+volume filled to ENOSPC and freed, and the store's PostgreSQL crashed and started again."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import requests
 from actuator.chaos.plan import FaultPlan
 from actuator.chaos.truth import Truth
 from actuator.chaos.volume import SmallVolume
+from actuator.demo.postgres import PgServer
 from actuator.demo.stack import Stack
 from exporter import procfs
 from exporter.sim.state import load_node
@@ -35,10 +36,17 @@ NVML_CALL = "nvmlDeviceGetComputeRunningProcesses"
 
 
 class Injector:
-    def __init__(self, stack: Stack, truth: Any, audit_volume: SmallVolume | None = None) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        truth: Any,
+        audit_volume: SmallVolume | None = None,
+        postgres: PgServer | None = None,
+    ) -> None:
         self.stack = stack
         self.truth = truth  # the TruthRecorder (snapshot() -> Truth)
         self.audit_volume = audit_volume  # the audit log's own volume, where one is mounted
+        self.postgres = postgres  # the store's server, where the actuator uses PostgreSQL
         self.counts: Counter[str] = Counter()
         self.log: list[dict[str, Any]] = []  # every fault with its time
         self.restarting: set[str] = set()  # services being restarted (not sampled meanwhile)
@@ -47,6 +55,9 @@ class Injector:
     def inject(self, fault: FaultPlan) -> None:
         if fault.kind == "audit_full" and self.audit_volume is None:
             self.counts["audit_full_skipped"] += 1  # no volume of its own to fill (not root)
+            return
+        if fault.kind == "restart_postgres" and self.postgres is None:
+            self.counts["restart_postgres_skipped"] += 1  # the store is SQLite
             return
         self.counts[fault.kind] += 1
         self.log.append({"at": time.time(), "kind": fault.kind, "seconds": fault.seconds})
@@ -203,6 +214,17 @@ class Injector:
         self.stack.sink.failing.add("/notice")
         time.sleep(fault.seconds)
         self.stack.sink.failing.discard("/notice")
+
+    # -- the store --------------------------------------------------------------------------
+
+    def _restart_postgres(self, fault: FaultPlan) -> None:
+        """PostgreSQL stopped like a crash (every connection dropped, no checkpoint) and
+        started again: the actuator must neither act on what it could not record nor lose
+        what it had recorded."""
+        assert self.postgres is not None
+        self.postgres.stop()
+        time.sleep(fault.seconds)
+        self.postgres.start()
 
     # -- the audit volume -------------------------------------------------------------------
 

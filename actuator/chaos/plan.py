@@ -41,6 +41,7 @@ FaultKind = Literal[
     "replayed_alert",
     "notice_channel_down",
     "audit_full",
+    "restart_postgres",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
@@ -147,6 +148,8 @@ def make_plan(
         last = 0.0 if once else rng.uniform(3, 6)
         if fault == "audit_full":  # long enough that decisions fall into it
             last *= 3
+        if fault == "restart_postgres":  # down this long, then started (recovery follows)
+            last /= 2
         faults.append(FaultPlan(round(t, 2), fault, round(last, 2), gpu=rng.randrange(gpus)))
         t += rng.uniform(0.5, 1.5) * fault_every
     return Plan(seed, seconds, tuple(workloads), tuple(faults))

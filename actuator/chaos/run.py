@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from actuator.chaos.plan import Plan, WorkloadPlan, make_plan
 from actuator.chaos.truth import TruthRecorder
 from actuator.chaos.volume import SmallVolume, small_volume
 from actuator.demo.accounts import day_accounts
+from actuator.demo.postgres import PgServer, PostgresError, pg_bin, postgres_server
 from actuator.demo.stack import Stack, StackOptions
 
 SCALE = 1 / 15  # the rules' windows and `for:`, as the demo runs them
@@ -60,6 +61,9 @@ class ChaosOptions:
     # live is skipped (counted), so a long run under faults does not pile up without bound
     # (a pile-up measures the machine's load, not the actuator).
     max_live: int = 40
+    # The actuator's store: "postgres" (a server of the run's own, restarted as a fault)
+    # or "sqlite"; "auto" is PostgreSQL where its binaries are installed.
+    store: str = "auto"
 
 
 @dataclass
@@ -77,14 +81,53 @@ class Outcome:
     ended: float
 
 
-def _policy(audit_volume: SmallVolume | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Backing:
+    """What the actuator keeps its records on, where the run can fail it."""
+
+    audit_volume: SmallVolume | None  # the audit log's own volume (root only)
+    postgres: PgServer | None  # the store's server (None: SQLite)
+    database: str | None  # the store's DSN (None: the stack's SQLite file)
+
+
+def _policy(backing: Backing) -> dict[str, Any]:
     policy: dict[str, Any] = {
         "notice": {"required": True},  # no signal without a delivered notice
         "defaults": {"grace": f"{GRACE:g}s", "term_timeout": "4s"},
     }
-    if audit_volume is not None:  # the audit log on a volume the run can fill
-        policy["storage"] = {"audit_log": str(audit_volume.path / "audit.jsonl")}
+    storage: dict[str, str] = {}
+    if backing.audit_volume is not None:  # the audit log on a volume the run can fill
+        storage["audit_log"] = str(backing.audit_volume.path / "audit.jsonl")
+    if backing.database is not None:
+        storage["database"] = backing.database
+    if storage:
+        policy["storage"] = storage
     return policy
+
+
+def _wants_postgres(store: str) -> bool:
+    if store == "auto":
+        try:
+            pg_bin("pg_ctl")
+        except PostgresError:
+            return False
+        return True
+    return store == "postgres"
+
+
+@contextlib.contextmanager
+def _postgres(options: ChaosOptions) -> Iterator[PgServer | None]:
+    if not _wants_postgres(options.store):
+        yield None
+        return
+    import tempfile
+
+    # Outside the run directory: the server runs as the postgres account.
+    with (
+        tempfile.TemporaryDirectory(prefix="gpu-reclaimer-chaos-pg-", dir=options.workdir) as d,
+        postgres_server(Path(d) / "postgres") as server,
+    ):
+        yield server
 
 
 def _spawn(stack: Stack, w: WorkloadPlan, user: str | None) -> Any:
@@ -180,18 +223,25 @@ def told(stack: Stack) -> list[Told]:
     return found
 
 
+EPISODES = "SELECT fingerprint, first_seen, status, ends_ts, processed, case_id FROM episodes"
+
+
 def acknowledged(stack: Stack) -> list[Acknowledged]:
     """The alert episodes in the actuator's store (read-only), as it acknowledged them."""
-    import sqlite3
+    database = str(stack.policy()["storage"]["database"])
+    if database.startswith(("postgresql://", "postgres://")):
+        import psycopg
 
-    database = Path(str(stack.policy()["storage"]["database"]))
-    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
-    try:
-        rows = conn.execute(
-            "SELECT fingerprint, first_seen, status, ends_ts, processed, case_id FROM episodes"
-        ).fetchall()
-    finally:
-        conn.close()
+        with psycopg.connect(database, connect_timeout=10) as pg:
+            rows = pg.execute(EPISODES).fetchall()
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = conn.execute(EPISODES).fetchall()
+        finally:
+            conn.close()
     return [Acknowledged(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
 
 
@@ -210,13 +260,12 @@ def read_audit(path: Path) -> list[dict[str, Any]]:
 
 
 def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None) -> Outcome:
-    with small_volume(options.workdir) as audit_volume:
-        return _run(options, audit_volume, progress)
+    with small_volume(options.workdir) as audit_volume, _postgres(options) as postgres:
+        database = postgres.new_database() if postgres is not None else None
+        return _run(options, Backing(audit_volume, postgres, database), progress)
 
 
-def _run(
-    options: ChaosOptions, audit_volume: SmallVolume | None, progress: Callable[[str], None]
-) -> Outcome:
+def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None]) -> Outcome:
     seconds = options.minutes * 60.0
     plan = make_plan(
         options.seed, seconds, arrival=options.arrival, fault_every=options.fault_every
@@ -228,18 +277,18 @@ def _run(
         label="chaos",
         grace=GRACE,
         term_timeout=4.0,
-        policy=_policy(audit_volume),
+        policy=_policy(backing),
         users=accounts.users,
     )
     progress(
         f"chaos: seed {plan.seed}, {options.minutes:g} min, {len(plan.workloads)} workloads, "
         f"{len(plan.faults)} faults, owners: {', '.join(users) or accounts.note}; "
-        "starting the stack"
+        f"store: {'PostgreSQL' if backing.postgres else 'SQLite'}; starting the stack"
     )
     with Stack(stack_options) as stack:
         stack.wait_scraped()
         recorder = TruthRecorder(stack.node_dir).start()
-        injector = Injector(stack, recorder, audit_volume)
+        injector = Injector(stack, recorder, backing.audit_volume, backing.postgres)
         sampler = _Sampler(stack, injector).start()
         spawned: list[Spawned] = []
         skipped = 0
