@@ -274,7 +274,7 @@ def main() -> int:
     pg_ctx = None
     pg = None
     if "postgres" in backends:
-        from tests.helpers.postgres import postgres_server
+        from actuator.demo.postgres import postgres_server
 
         pg_ctx = postgres_server(base / "postgres")
         pg = pg_ctx.__enter__()
