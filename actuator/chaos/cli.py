@@ -74,6 +74,14 @@ def add_commands(commands: Any) -> None:
         help="the actuator's store: a PostgreSQL server of the run's own, restarted as one "
         "of the faults, or SQLite; auto: PostgreSQL where it is installed (default)",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        choices=(1, 2),
+        help="actuator replicas on the store (default: two on PostgreSQL, one on SQLite); "
+        "with two, Alertmanager posts to both and the kills take the lease holder and the "
+        "other in turn",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -97,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         create_users=args.create_users,
         max_live=args.max_live,
         store=args.store,
+        replicas=args.replicas or 0,
     )
     try:
         outcome = run(options, progress)

@@ -16,13 +16,14 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+import psutil
 import requests
 
 from actuator.chaos.plan import FaultPlan
 from actuator.chaos.truth import Truth
 from actuator.chaos.volume import SmallVolume
 from actuator.demo.postgres import PgServer
-from actuator.demo.stack import Stack
+from actuator.demo.stack import REPLICA, Stack
 from exporter import procfs
 from exporter.sim.state import load_node
 
@@ -60,10 +61,17 @@ class Injector:
             self.counts["restart_postgres_skipped"] += 1  # the store is SQLite
             return
         self.counts[fault.kind] += 1
-        self.log.append({"at": time.time(), "kind": fault.kind, "seconds": fault.seconds})
+        entry: dict[str, Any] = {"at": time.time(), "kind": fault.kind, "seconds": fault.seconds}
+        self.log.append(entry)
         action = getattr(self, f"_{fault.kind}", None)
         if fault.kind in SERVICE_OF:
             action = self._kill_and_restart
+            # With two replicas the kills take the leader and the follower in turn.
+            service = SERVICE_OF[fault.kind]
+            if service == "actuator" and REPLICA in self.stack.services:
+                service = self._replica(leader=self.counts[fault.kind] % 2 == 1)
+            entry["service"] = service
+            fault = FaultPlan(fault.at, fault.kind, fault.seconds, fault.gpu, service)
         assert action is not None, fault.kind
         thread = threading.Thread(target=action, args=(fault,), name=fault.kind, daemon=True)
         thread.start()
@@ -76,8 +84,22 @@ class Injector:
 
     # -- components -----------------------------------------------------------------------
 
+    def _replica(self, *, leader: bool) -> str:
+        """The replica holding the store's lease (or the other one); the first replica when
+        the lease cannot be read."""
+        holder_pid = _lease_holder_pid(str(self.stack.policy()["storage"]["database"]))
+        holding = "actuator"
+        for name in ("actuator", REPLICA):
+            managed = self.stack.services[name]
+            with contextlib.suppress(psutil.Error):
+                tree = [managed.pid, *(c.pid for c in psutil.Process(managed.pid).children(True))]
+                if holder_pid in tree:
+                    holding = name
+        other = REPLICA if holding == "actuator" else "actuator"
+        return holding if leader else other
+
     def _kill_and_restart(self, fault: FaultPlan) -> None:
-        name = SERVICE_OF[fault.kind]
+        name = fault.service or SERVICE_OF[fault.kind]
         if name in self.restarting:
             return  # already down: one restart at a time
         self.restarting.add(name)
@@ -237,3 +259,18 @@ class Injector:
             time.sleep(fault.seconds)
         finally:
             self.audit_volume.free()
+
+
+def _lease_holder_pid(database: str) -> int | None:
+    """The PID in the reconciler lease's holder ("host:pid:nonce"), from PostgreSQL."""
+    if not database.startswith(("postgresql://", "postgres://")):
+        return None
+    import psycopg
+
+    try:
+        with psycopg.connect(database, connect_timeout=3) as conn:
+            row = conn.execute("SELECT holder FROM lease WHERE name = 'reconciler'").fetchone()
+    except psycopg.Error:
+        return None
+    parts = str(row[0]).split(":") if row else []
+    return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None

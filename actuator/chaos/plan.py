@@ -73,6 +73,7 @@ class FaultPlan:
     kind: FaultKind
     seconds: float  # how long it lasts (0: a one-off)
     gpu: int = 0
+    service: str = ""  # the component a kill takes, when the run chose one (a replica)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from actuator.chaos.truth import TruthRecorder
 from actuator.chaos.volume import SmallVolume, small_volume
 from actuator.demo.accounts import day_accounts
 from actuator.demo.postgres import PgServer, PostgresError, pg_bin, postgres_server
-from actuator.demo.stack import Stack, StackOptions
+from actuator.demo.stack import REPLICA, Stack, StackOptions
 
 SCALE = 1 / 15  # the rules' windows and `for:`, as the demo runs them
 GRACE = 10.0
@@ -64,6 +64,9 @@ class ChaosOptions:
     # The actuator's store: "postgres" (a server of the run's own, restarted as a fault)
     # or "sqlite"; "auto" is PostgreSQL where its binaries are installed.
     store: str = "auto"
+    # Actuator replicas on the store: 0 is two on PostgreSQL (the deployed shape: the kills
+    # take the lease holder and the other in turn), one on SQLite.
+    replicas: int = 0
 
 
 @dataclass
@@ -153,7 +156,8 @@ class _Sampler:
     def __init__(self, stack: Stack, injector: Injector, every: float = 2.0) -> None:
         self.stack, self.injector, self.every = stack, injector, every
         self.usage: dict[str, list[Usage]] = defaultdict(list)
-        self.unserved: list[float] = []  # times the health probe got no answer
+        # replica -> times its health probe got no answer
+        self.unserved: dict[str, list[float]] = defaultdict(list)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
@@ -167,13 +171,16 @@ class _Sampler:
 
     def _run(self) -> None:
         next_usage = 0.0
+        replicas = [n for n in ("actuator", REPLICA) if n in self.stack.services]
         while not self._stop.wait(1.0):
             now = time.time()
-            if "actuator" not in self.injector.restarting:
+            for name in replicas:
+                if name in self.injector.restarting:
+                    continue
                 try:
-                    requests.get(self.stack.url("actuator") + "/-/healthy", timeout=2)
+                    requests.get(self.stack.url(name) + "/-/healthy", timeout=2)
                 except requests.RequestException:
-                    self.unserved.append(now)
+                    self.unserved[name].append(now)
             if now >= next_usage:
                 next_usage = now + self.every
                 for name, managed in self.stack.services.items():
@@ -181,13 +188,16 @@ class _Sampler:
                         with contextlib.suppress(psutil.Error, OSError):
                             self.usage[f"{name} (pid {managed.pid})"].append(_tree(managed.pid))
 
-    def unserved_spans(self) -> list[tuple[float, float]]:
-        spans: list[tuple[float, float]] = []
-        for t in self.unserved:
-            if spans and t - spans[-1][1] <= 2.5:
-                spans[-1] = (spans[-1][0], t)
-            else:
-                spans.append((t, t))
+    def unserved_spans(self) -> list[tuple[str, float, float]]:
+        spans: list[tuple[str, float, float]] = []
+        for name, times in sorted(self.unserved.items()):
+            mine: list[tuple[str, float, float]] = []
+            for t in times:
+                if mine and t - mine[-1][2] <= 2.5:
+                    mine[-1] = (name, mine[-1][1], t)
+                else:
+                    mine.append((name, t, t))
+            spans += mine
         return spans
 
 
@@ -278,12 +288,15 @@ def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None
         grace=GRACE,
         term_timeout=4.0,
         policy=_policy(backing),
+        replicas=options.replicas or (2 if backing.postgres is not None else 1),
         users=accounts.users,
     )
     progress(
         f"chaos: seed {plan.seed}, {options.minutes:g} min, {len(plan.workloads)} workloads, "
         f"{len(plan.faults)} faults, owners: {', '.join(users) or accounts.note}; "
-        f"store: {'PostgreSQL' if backing.postgres else 'SQLite'}; starting the stack"
+        f"store: {'PostgreSQL' if backing.postgres else 'SQLite'}, "
+        f"{options.replicas or (2 if backing.postgres else 1)} actuator replica(s); "
+        "starting the stack"
     )
     with Stack(stack_options) as stack:
         stack.wait_scraped()
@@ -344,10 +357,12 @@ def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None
         )
         verdict.violations += leaks(sampler.usage)
         verdict.violations += unrecorded(acknowledged(stack), records, end=ended)
-        for a, b in sampler.unserved_spans():
+        for name, a, b in sampler.unserved_spans():
             if b - a >= UNSERVED_LIMIT:
                 verdict.violations.append(
-                    Violation("stopped_serving", a, f"no answer to /-/healthy for {b - a:.0f}s")
+                    Violation(
+                        "stopped_serving", a, f"{name}: no answer to /-/healthy for {b - a:.0f}s"
+                    )
                 )
         cases: dict[str, int] = defaultdict(int)
         with contextlib.suppress(requests.RequestException, ValueError):

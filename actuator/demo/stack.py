@@ -49,6 +49,7 @@ INSTALL_HINT = (
     "(or run `make demo-setup`)"
 )
 SERVICES = ("exporter", "actuator", "prometheus", "alertmanager")
+REPLICA = "actuator-2"  # the second actuator replica, when there is one
 
 
 class StackError(Exception):
@@ -83,6 +84,10 @@ class StackOptions:
     # Accounts workloads may run as (root only), each with its project: the exporter and the
     # actuator map them to projects, and each is warned on the sink like the demo's user.
     users: Mapping[str, str] = field(default_factory=dict)
+    # Actuator replicas: the second ("actuator-2") shares the first's store (give it a
+    # PostgreSQL `storage.database` in `policy`) and audit log; Alertmanager posts every
+    # alert to both, the store's lease lets one act.
+    replicas: int = 1
 
 
 @dataclass
@@ -109,6 +114,17 @@ class Workload:
 
     def alive(self) -> bool:
         return self.managed.running()
+
+
+def _post_to_both(alertmanager_yml: Path, first: str, second: str) -> None:
+    """Every webhook that posts to the first replica posts to the second as well."""
+    config = yaml.safe_load(alertmanager_yml.read_text())
+    for receiver in config.get("receivers", []):
+        hooks = receiver.get("webhook_configs") or []
+        for hook in list(hooks):
+            if f"//{first}/" in str(hook.get("url", "")):
+                hooks.append({**hook, "url": hook["url"].replace(f"//{first}/", f"//{second}/")})
+    alertmanager_yml.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def find_binaries() -> dict[str, str]:
@@ -268,7 +284,12 @@ class Stack:
                     f"{options.repo_root / sub} not found: the demo uses the repository's "
                     "deploy/ and alert-rules/; run it from a checkout (pip install -e .)"
                 )
-        self.ports = reserve_ports({name: getattr(options.ports, name) for name in SERVICES})
+        if options.replicas not in (1, 2):
+            raise StackError(f"replicas: 1 or 2, not {options.replicas}")
+        requested = {name: getattr(options.ports, name) for name in SERVICES}
+        if options.replicas == 2:
+            requested[REPLICA] = None
+        self.ports = reserve_ports(requested)
         parent = options.workdir or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -357,6 +378,9 @@ class Stack:
             self.own_env,
         )
 
+        if options.replicas == 2:
+            self._add_replica()
+
         prom_config = render_deploy(
             options.repo_root,
             self.run_dir / "config",
@@ -374,6 +398,12 @@ class Stack:
                 }
             ],
         )
+        if options.replicas == 2:
+            _post_to_both(
+                prom_config.parent / "alertmanager.yml",
+                f"127.0.0.1:{self.ports['actuator']}",
+                f"127.0.0.1:{self.ports[REPLICA]}",
+            )
         self.services["alertmanager"] = Managed(
             "alertmanager",
             [
@@ -404,11 +434,35 @@ class Stack:
         ready = {
             "exporter": "/metrics",
             "actuator": "/-/ready",
+            **({REPLICA: "/-/ready"} if options.replicas == 2 else {}),
             "alertmanager": "/-/ready",
             "prometheus": "/-/ready",
         }
         for name, path in ready.items():
             self._wait_ready(name, path)
+
+    def _add_replica(self) -> None:
+        """The second replica: the same policy on its own port, without the node's keep
+        socket (one process serves that path)."""
+        policy = self.policy()
+        policy["server"] = {
+            **policy["server"],
+            "listen": f"127.0.0.1:{self.ports[REPLICA]}",
+            "keep_socket": None,
+        }
+        config = self.actuator_config.with_name("actuator-2.yml")
+        config.write_text(
+            "# The second replica of this run (actuator/demo/stack.py).\n"
+            + yaml.safe_dump(policy, sort_keys=False)
+        )
+        self.services[REPLICA] = Managed(
+            REPLICA,
+            _gpu_reclaimer(
+                "actuator", "--config", str(config), "--token-file", str(self.token_file)
+            ),
+            self.logs_dir / f"{REPLICA}.log",
+            self.own_env,
+        )
 
     def _wait_ready(self, name: str, path: str, timeout: float = 45.0) -> None:
         managed = self.services[name]
@@ -438,7 +492,7 @@ class Stack:
         stop_all(
             [
                 self.services[n]
-                for n in ("prometheus", "alertmanager", "actuator", "exporter")
+                for n in ("prometheus", "alertmanager", "actuator", REPLICA, "exporter")
                 if n in self.services
             ],
             timeout=10,
