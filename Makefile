@@ -120,7 +120,9 @@ soak: setup
 	$(BIN)/python benchmarks/webhook_soak.py
 
 # Many faults at once, every signal judged against the ground truth (docs/reliability.md).
-# `make chaos MINUTES=60 SEED=1`; the report is chaos-report/chaos.{md,json}.
+# `make chaos MINUTES=60 SEED=1`; the report is chaos-report/chaos.{md,json}. With the
+# tests' packages (`make setup`: PostgreSQL) it runs two actuator replicas on PostgreSQL;
+# with only the demo's, one on SQLite.
 MINUTES ?= 3
 SEED ?= 1
 chaos: demo-setup
