@@ -1,0 +1,95 @@
+"""The body limit in front of the Flask app, through the ASGI interface gunicorn's worker
+calls: an oversized body (declared or as it arrives) is refused with 413 before the app
+reads it; everything else reaches the app whole."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+from flask import Flask, request
+
+from actuator.asgi import asgi_app
+
+LIMIT = 1000
+
+
+def _flask() -> Flask:
+    app = Flask("t")
+
+    @app.post("/api/v1/alerts")
+    def alerts() -> dict[str, int]:
+        return {"read": len(request.get_data())}
+
+    return app
+
+
+def _call(
+    headers: list[tuple[bytes, bytes]], chunks: list[bytes]
+) -> tuple[int, dict[str, Any], list[str], int]:
+    """(status, JSON body, paths refused, messages the app pulled) of one request."""
+    refused: list[str] = []
+    app = asgi_app(_flask(), LIMIT, refused.append)
+    pulled = 0
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> MutableMapping[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        if pulled <= len(chunks):
+            return {
+                "type": "http.request",
+                "body": chunks[pulled - 1],
+                "more_body": pulled < len(chunks),
+            }
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/v1/alerts",
+        "raw_path": b"/api/v1/alerts",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 9836),
+    }
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], json.loads(body), refused, pulled
+
+
+def test_a_body_within_the_limit_reaches_the_app_whole() -> None:
+    body = b"x" * LIMIT
+    status, answer, refused, _ = _call([(b"content-length", b"1000")], [body[:600], body[600:]])
+    assert (status, answer, refused) == (200, {"read": LIMIT}, [])
+
+
+def test_a_declared_oversized_body_is_refused_unread() -> None:
+    status, answer, refused, pulled = _call([(b"content-length", b"1001")], [b"x" * 1001])
+    assert status == 413 and "larger than 1000 bytes" in answer["error"]
+    assert refused == ["/api/v1/alerts"] and pulled == 0  # not one byte read
+
+
+def test_a_length_that_is_not_a_number_is_refused() -> None:
+    for declared in (b"-1", b"1e3", b"\xd9\xa1", b""):
+        status, _, refused, pulled = _call([(b"content-length", declared)], [b"{}"])
+        assert status == 413 and refused and pulled == 0, declared
+
+
+def test_a_chunked_body_is_counted_as_it_arrives() -> None:
+    chunk = b"y" * 400
+    status, answer, refused, pulled = _call([(b"transfer-encoding", b"chunked")], [chunk] * 10)
+    assert status == 413 and refused == ["/api/v1/alerts"]
+    assert pulled == 3  # stopped at the chunk that crossed the limit, not all ten
+    assert "larger than" in answer["error"]
