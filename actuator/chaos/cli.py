@@ -82,6 +82,13 @@ def add_commands(commands: Any) -> None:
         "with two, Alertmanager posts to both and the kills take the lease holder and the "
         "other in turn",
     )
+    parser.add_argument(
+        "--no-agent",
+        dest="agent",
+        action="store_false",
+        help="the actuator acts on the node in-process (default: through the node's agent, "
+        "over mutual TLS, which hangs and is killed as faults)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -106,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         max_live=args.max_live,
         store=args.store,
         replicas=args.replicas or 0,
+        agent=args.agent,
     )
     try:
         outcome = run(options, progress)

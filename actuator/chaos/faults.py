@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -23,7 +25,7 @@ from actuator.chaos.plan import FaultPlan
 from actuator.chaos.truth import Truth
 from actuator.chaos.volume import SmallVolume
 from actuator.demo.postgres import PgServer
-from actuator.demo.stack import REPLICA, Stack
+from actuator.demo.stack import AGENT, REPLICA, Stack
 from exporter import procfs
 from exporter.sim.state import load_node
 
@@ -32,6 +34,7 @@ SERVICE_OF = {
     "kill_actuator": "actuator",
     "kill_prometheus": "prometheus",
     "kill_alertmanager": "alertmanager",
+    "kill_agent": "agent",
 }
 NVML_CALL = "nvmlDeviceGetComputeRunningProcesses"
 
@@ -59,6 +62,9 @@ class Injector:
             return
         if fault.kind == "restart_postgres" and self.postgres is None:
             self.counts["restart_postgres_skipped"] += 1  # the store is SQLite
+            return
+        if fault.kind in ("kill_agent", "agent_hang") and AGENT not in self.stack.services:
+            self.counts[f"{fault.kind}_skipped"] += 1  # the actuator acts in-process
             return
         self.counts[fault.kind] += 1
         entry: dict[str, Any] = {"at": time.time(), "kind": fault.kind, "seconds": fault.seconds}
@@ -236,6 +242,22 @@ class Injector:
         self.stack.sink.failing.add("/notice")
         time.sleep(fault.seconds)
         self.stack.sink.failing.discard("/notice")
+
+    # -- the agent ---------------------------------------------------------------------------
+
+    def _agent_hang(self, fault: FaultPlan) -> None:
+        """The node's agent stops answering (SIGSTOP: its connections stay open, nothing
+        comes back), then goes on: a case must wait, never act on a guess."""
+        pid = self.stack.services[AGENT].pid
+        self.restarting.add(AGENT)  # not sampled while stopped
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGSTOP)
+            time.sleep(fault.seconds)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGCONT)
+            self.restarting.discard(AGENT)
 
     # -- the store --------------------------------------------------------------------------
 

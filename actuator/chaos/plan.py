@@ -42,6 +42,8 @@ FaultKind = Literal[
     "notice_channel_down",
     "audit_full",
     "restart_postgres",
+    "kill_agent",
+    "agent_hang",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
@@ -151,6 +153,8 @@ def make_plan(
             last *= 3
         if fault == "restart_postgres":  # down this long, then started (recovery follows)
             last /= 2
+        if fault == "agent_hang":  # past the actuator's 2 s call timeout, a few times
+            last *= 2
         faults.append(FaultPlan(round(t, 2), fault, round(last, 2), gpu=rng.randrange(gpus)))
         t += rng.uniform(0.5, 1.5) * fault_every
     return Plan(seed, seconds, tuple(workloads), tuple(faults))

@@ -67,6 +67,9 @@ class ChaosOptions:
     # Actuator replicas on the store: 0 is two on PostgreSQL (the deployed shape: the kills
     # take the lease holder and the other in turn), one on SQLite.
     replicas: int = 0
+    # The node's hands in an agent (mutual TLS), as a central actuator has them; it hangs
+    # and is killed as faults. False: the actuator acts on the node in-process.
+    agent: bool = True
 
 
 @dataclass
@@ -289,14 +292,15 @@ def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None
         term_timeout=4.0,
         policy=_policy(backing),
         replicas=options.replicas or (2 if backing.postgres is not None else 1),
+        agent=options.agent,
         users=accounts.users,
     )
     progress(
         f"chaos: seed {plan.seed}, {options.minutes:g} min, {len(plan.workloads)} workloads, "
         f"{len(plan.faults)} faults, owners: {', '.join(users) or accounts.note}; "
         f"store: {'PostgreSQL' if backing.postgres else 'SQLite'}, "
-        f"{options.replicas or (2 if backing.postgres else 1)} actuator replica(s); "
-        "starting the stack"
+        f"{options.replicas or (2 if backing.postgres else 1)} actuator replica(s)"
+        f"{' acting through the node agent' if options.agent else ''}; starting the stack"
     )
     with Stack(stack_options) as stack:
         stack.wait_scraped()

@@ -50,6 +50,7 @@ INSTALL_HINT = (
 )
 SERVICES = ("exporter", "actuator", "prometheus", "alertmanager")
 REPLICA = "actuator-2"  # the second actuator replica, when there is one
+AGENT = "agent"  # the node agent, when the actuators act through one
 
 
 class StackError(Exception):
@@ -88,6 +89,9 @@ class StackOptions:
     # PostgreSQL `storage.database` in `policy`) and audit log; Alertmanager posts every
     # alert to both, the store's lease lets one act.
     replicas: int = 1
+    # The node's hands in an agent of its own (mutual TLS, certificates made for the run),
+    # the actuators acting on the node only through it, as a central actuator does.
+    agent: bool = False
 
 
 @dataclass
@@ -258,7 +262,8 @@ class Stack:
         return _gpu_reclaimer("wait", *args, "--socket", str(self.keep_socket))
 
     def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[service]}"
+        scheme = "https" if service == AGENT else "http"
+        return f"{scheme}://127.0.0.1:{self.ports[service]}"
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -289,6 +294,8 @@ class Stack:
         requested = {name: getattr(options.ports, name) for name in SERVICES}
         if options.replicas == 2:
             requested[REPLICA] = None
+        if options.agent:
+            requested[AGENT] = None
         self.ports = reserve_ports(requested)
         parent = options.workdir or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
@@ -380,6 +387,8 @@ class Stack:
 
         if options.replicas == 2:
             self._add_replica()
+        if options.agent:
+            self._add_agent()
 
         prom_config = render_deploy(
             options.repo_root,
@@ -432,6 +441,7 @@ class Stack:
         for managed in self.services.values():
             managed.start()
         ready = {
+            **({AGENT: "/-/healthy"} if options.agent else {}),
             "exporter": "/metrics",
             "actuator": "/-/ready",
             **({REPLICA: "/-/ready"} if options.replicas == 2 else {}),
@@ -464,6 +474,80 @@ class Stack:
             self.own_env,
         )
 
+    @property
+    def certs_dir(self) -> Path:
+        return self.run_dir / "certs"
+
+    def _agents_policy(self) -> dict[str, Any]:
+        """The actuators act on the node only through its agent."""
+        certs = self.certs_dir
+        return {
+            "agents": {
+                "tls": {
+                    "ca_file": str(certs / "ca.pem"),
+                    "certfile": str(certs / "actuator.pem"),
+                    "keyfile": str(certs / "actuator.key"),
+                },
+                "static": {self.options.node_name: self.url(AGENT)},
+                "timeout": "2s",
+                "unreachable_wait": "10s",
+            }
+        }
+
+    def _add_agent(self) -> None:
+        from actuator.fleet import certs
+
+        node = self.options.node_name
+        certs.make_ca(self.certs_dir)
+        certs.issue_actuator(self.certs_dir)
+        certs.issue_agent(self.certs_dir, node, ips=("127.0.0.1",))
+        config = self.run_dir / "agent" / "agent.yml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        policy = self.policy()
+        node_settings = {k: v for k, v in policy["node"].items() if k in ("projects_file",)}
+        config.write_text(
+            "# The node's agent for this run (actuator/demo/stack.py).\n"
+            + yaml.safe_dump({"protect": policy["protect"], "node": node_settings})
+        )
+        self.services[AGENT] = Managed(
+            AGENT,
+            _gpu_reclaimer(
+                "agent",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{self.ports[AGENT]}",
+                "--sim-dir",
+                str(self.node_dir),
+                "--node-name",
+                node,
+                "--heartbeat-dir",
+                str(self.heartbeat_dir),
+                "--tls-cert",
+                str(self.certs_dir / f"agent-{node}.pem"),
+                "--tls-key",
+                str(self.certs_dir / f"agent-{node}.key"),
+                "--client-ca",
+                str(self.certs_dir / "ca.pem"),
+                "--journal",
+                str(self.run_dir / "agent" / "journal.db"),
+            ),
+            self.logs_dir / "agent.log",
+            self.own_env,
+        )
+
+    def _probe(self, name: str, path: str) -> bool:
+        if name == AGENT:  # mutual TLS: the actuator's certificate
+            with requests.Session() as client:
+                client.trust_env = False
+                client.verify = str(self.certs_dir / "ca.pem")
+                client.cert = (
+                    str(self.certs_dir / "actuator.pem"),
+                    str(self.certs_dir / "actuator.key"),
+                )
+                return client.get(self.url(name) + path, timeout=2).status_code == 200
+        return requests.get(self.url(name) + path, timeout=2).status_code == 200
+
     def _wait_ready(self, name: str, path: str, timeout: float = 45.0) -> None:
         managed = self.services[name]
         deadline = time.monotonic() + timeout
@@ -473,7 +557,7 @@ class Stack:
                     f"{name} exited during start-up; its log ({managed.log}):\n{managed.log_tail()}"
                 )
             with contextlib.suppress(requests.RequestException):
-                if requests.get(self.url(name) + path, timeout=2).status_code == 200:
+                if self._probe(name, path):
                     return
             if time.monotonic() > deadline:
                 raise StackError(
@@ -492,7 +576,7 @@ class Stack:
         stop_all(
             [
                 self.services[n]
-                for n in ("prometheus", "alertmanager", "actuator", REPLICA, "exporter")
+                for n in ("prometheus", "alertmanager", "actuator", REPLICA, AGENT, "exporter")
                 if n in self.services
             ],
             timeout=10,
@@ -559,6 +643,7 @@ class Stack:
                 "audit_log": str(self.audit_log),
             },
             "reconciler": {"interval": "0.25s", "lease_ttl": "5s"},
+            **(self._agents_policy() if options.agent else {}),
             # The actuator's decisions go to Alertmanager, which routes them to chat.
             "alertmanager": {
                 "urls": [self.url("alertmanager")],
@@ -663,7 +748,8 @@ class Stack:
         managed = self.services[name]
         managed.stop()
         managed.start()
-        self._wait_ready(name, "/metrics" if name == "exporter" else "/-/ready")
+        path = {"exporter": "/metrics", AGENT: "/-/healthy"}.get(name, "/-/ready")
+        self._wait_ready(name, path)
 
     # -- small API clients ------------------------------------------------------------------
 
