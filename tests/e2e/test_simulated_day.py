@@ -16,7 +16,7 @@ from actuator.demo.stack import StackOptions
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 SCALE = 1 / 240  # 1 simulated hour = 15 s
-HOURS = 2.0  # observing: long enough to see the queued job never start
+HOURS = 1.2  # observing: long enough to see the queued job (arriving at 0.3 h) never start
 # Enforcing, the day ends once the queued job has completed; this only bounds a broken run
 # (a slow machine takes longer, and is not a failure).
 DEMAND_HOURS_AT_MOST = 16.0
