@@ -26,13 +26,14 @@ def add_commands(commands: Any) -> None:
     parser = commands.add_parser(
         "chaos",
         help="run the whole loop under many faults at once and judge every signal",
-        description="Start the stack on loopback (simulated node, exporter, Prometheus with "
-        "the shipped rules, Alertmanager, the actuator in enforce mode), run a seeded mix "
-        "of workloads with churn and a seeded schedule of faults (components killed and "
-        "restarted, NVML faults, slow and hostile clients, forged and replayed alerts, the "
-        "notice channel down, the audit volume full, PostgreSQL restarted), and judge every "
-        "signal against the simulated node's ground truth. Writes chaos.json and chaos.md "
-        "to --out; exits 0 only with no violation.",
+        description="Start the deployed shape on loopback (two simulated nodes with an "
+        "exporter and an agent each, Prometheus with the shipped rules, Alertmanager, two "
+        "actuator replicas in enforce mode on PostgreSQL), run a seeded mix of workloads "
+        "with churn and a seeded schedule of faults (components killed and restarted, an "
+        "agent hanging, NVML faults, slow and hostile clients, forged and replayed alerts, "
+        "the notice channel down, the audit volume full, PostgreSQL restarted), and judge "
+        "every signal against the simulated nodes' ground truth. Writes chaos.json and "
+        "chaos.md to --out; exits 0 only with no violation.",
     )
     parser.add_argument("--minutes", type=_minutes, default=3.0, help="how long (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="the plan's seed (default 1)")
@@ -83,6 +84,13 @@ def add_commands(commands: Any) -> None:
         "other in turn",
     )
     parser.add_argument(
+        "--nodes",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="simulated nodes, each with its exporter and agent (default 2; 1 without the agent)",
+    )
+    parser.add_argument(
         "--no-agent",
         dest="agent",
         action="store_false",
@@ -114,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         store=args.store,
         replicas=args.replicas or 0,
         agent=args.agent,
+        nodes=args.nodes,
     )
     try:
         outcome = run(options, progress)

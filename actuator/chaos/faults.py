@@ -7,6 +7,7 @@ volume filled to ENOSPC and freed, and the store's PostgreSQL crashed and starte
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ from actuator.chaos.plan import FaultPlan
 from actuator.chaos.truth import Truth
 from actuator.chaos.volume import SmallVolume
 from actuator.demo.postgres import PgServer
-from actuator.demo.stack import AGENT, REPLICA, Stack
+from actuator.demo.stack import AGENT, REPLICA, Stack, per_node
 from exporter import procfs
 from exporter.sim.state import load_node
 
@@ -76,8 +77,10 @@ class Injector:
             service = SERVICE_OF[fault.kind]
             if service == "actuator" and REPLICA in self.stack.services:
                 service = self._replica(leader=self.counts[fault.kind] % 2 == 1)
+            elif service in ("exporter", AGENT):  # the node's own
+                service = per_node(service, fault.node)
             entry["service"] = service
-            fault = FaultPlan(fault.at, fault.kind, fault.seconds, fault.gpu, service)
+            fault = dataclasses.replace(fault, service=service)
         assert action is not None, fault.kind
         thread = threading.Thread(target=action, args=(fault,), name=fault.kind, daemon=True)
         thread.start()
@@ -119,9 +122,9 @@ class Injector:
     # -- NVML ------------------------------------------------------------------------------
 
     def _for_a_while(self, fault: FaultPlan, on: list[str], off: list[str]) -> None:
-        self.stack.fault(*on)
+        self.stack.fault(*on, node=fault.node)
         time.sleep(fault.seconds)
-        self.stack.fault(*off)
+        self.stack.fault(*off, node=fault.node)
 
     def _nvml_hang(self, fault: FaultPlan) -> None:
         self._for_a_while(fault, ["--hang", NVML_CALL, "--hang-seconds", "3"], ["--hang", ""])
@@ -194,7 +197,6 @@ class Injector:
                 "alertname": "GpuProcessIdle",
                 "reclaim": "true",
                 "severity": "warning",
-                "node": self.stack.options.node_name,
                 "boot_id": procfs.boot_id(),
                 **labels,
             },
@@ -210,7 +212,11 @@ class Injector:
                 self.stack.url("actuator") + "/api/v1/alerts", json=body, timeout=5
             )
 
-    def _target(self, truth: Truth, *, alive: bool) -> dict[str, str] | None:
+    def _target(
+        self, truth: Truth, *, alive: bool, other_node: bool = False
+    ) -> dict[str, str] | None:
+        """Labels naming one of the run's processes (on its own node, or as if it ran on
+        the other one: the same PID, start ticks and GPU index there)."""
         now = time.time()
         lines = [
             line
@@ -220,13 +226,25 @@ class Injector:
         if not lines:
             return None
         line = lines[len(lines) // 2]
-        uuid_ = load_node(self.stack.node_dir).gpus[line.gpu].uuid
-        return {"pid": str(line.pid), "uuid": uuid_, "start_ticks": str(line.ticks)}
+        nodes = self.stack.options.nodes
+        index = next((i for i in range(nodes) if self.stack.node_name_of(i) == line.node), 0)
+        if other_node and nodes > 1:
+            index = (index + 1) % nodes
+        uuid_ = load_node(self.stack.node_dir_of(index)).gpus[line.gpu].uuid
+        return {
+            "node": self.stack.node_name_of(index),
+            "pid": str(line.pid),
+            "uuid": uuid_,
+            "start_ticks": str(line.ticks),
+        }
 
     def _forged_alert(self, fault: FaultPlan) -> None:
         """An alert, with the real token, naming a live process whatever it is doing: the
-        live re-check must judge it by what the node shows, never by the alert."""
-        labels = self._target(self.truth.snapshot(), alive=True)
+        live re-check must judge it by what the node shows, never by the alert. With two
+        nodes, every other one names the process as the other node's (same PID, start
+        ticks, GPU index): that node's agent must find it is not its own."""
+        other = self.counts[fault.kind] % 2 == 0
+        labels = self._target(self.truth.snapshot(), alive=True, other_node=other)
         if labels is not None:
             self._post_alert({**labels, "command": "forged", "user": "someone-else"}, 0.0)
 
@@ -248,8 +266,9 @@ class Injector:
     def _agent_hang(self, fault: FaultPlan) -> None:
         """The node's agent stops answering (SIGSTOP: its connections stay open, nothing
         comes back), then goes on: a case must wait, never act on a guess."""
-        pid = self.stack.services[AGENT].pid
-        self.restarting.add(AGENT)  # not sampled while stopped
+        agent = per_node(AGENT, fault.node)
+        pid = self.stack.services[agent].pid
+        self.restarting.add(agent)  # not sampled while stopped
         try:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGSTOP)
@@ -257,7 +276,7 @@ class Injector:
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGCONT)
-            self.restarting.discard(AGENT)
+            self.restarting.discard(agent)
 
     # -- the store --------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 A violation is something the product promises never to do: signal a process that was not
 idle (or hung) by the node's ground truth for the policy's window, or one that is
-protected, or one the run never started; send the same step twice; signal without a
+protected, or one the run never started, or one on another node than its case names; send
+the same step twice; signal without a
 delivered notice; call a case reclaimed while its process still holds the GPU; let a
 component's file descriptors, threads or memory grow without bound. A missed reclaim (idle
 by ground truth long enough, never reclaimed) is not a violation (unknown is never idle:
@@ -132,11 +133,13 @@ def judge(
             for result in record.get("results") or []:
                 if result.get("sent"):
                     verdict.signals += 1
+                    first = decisions.get(case)
                     _judge_signal(
                         verdict,
                         truth,
                         spawned,
                         case,
+                        str(first[0].get("node") or "") if first else "",
                         ts,
                         int(result["pid"]),
                         str(result.get("signal", "")),
@@ -203,6 +206,7 @@ def _judge_signal(
     truth: Truth,
     spawned: Sequence[Spawned],
     case: int,
+    node: str,
     ts: float,
     pid: int,
     signal: str,
@@ -224,6 +228,8 @@ def _judge_signal(
         wrong("unknown_process", "not a process of this run's workloads")
         return
     signalled.add((job.pid, job.ticks))
+    if node and line.node and line.node != node:
+        wrong("wrong_node", f"{who.label} runs on {line.node}; the case is for {node}")
     key = (line.pid, line.ticks, signal)
     if key in sent:
         wrong("step_twice", f"already sent for case {sent[key]}")

@@ -67,6 +67,7 @@ class WorkloadPlan:
     # Which of the run's accounts it runs as (an index; drawn apart from the mix, so the
     # same seed gives the same jobs with or without accounts).
     owner: int = 0
+    node: int = 0  # which simulated node (drawn apart from the mix, like the owner)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class FaultPlan:
     seconds: float  # how long it lasts (0: a one-off)
     gpu: int = 0
     service: str = ""  # the component a kill takes, when the run chose one (a replica)
+    node: int = 0  # which simulated node a node's fault hits (drawn apart from the mix)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def make_plan(
     gpus: int = 2,
     arrival: float = 2.0,
     fault_every: float = 12.0,
+    nodes: int = 1,
 ) -> Plan:
     """Workloads arrive until the last `settle` seconds (so the last can be judged); faults
     start after a quiet start and end before the settle time. Every kind of workload comes
@@ -138,6 +141,7 @@ def make_plan(
                 children=2 if kind == "dataloader" else 0,
                 log=kind != "cpu",
                 owner=random.Random(f"{seed}-owner-{n}").randrange(1 << 16),
+                node=random.Random(f"{seed}-node-{n}").randrange(nodes),
             )
         )
         t += rng.expovariate(1.0 / arrival)
@@ -155,6 +159,9 @@ def make_plan(
             last /= 2
         if fault == "agent_hang":  # past the actuator's 2 s call timeout, a few times
             last *= 2
-        faults.append(FaultPlan(round(t, 2), fault, round(last, 2), gpu=rng.randrange(gpus)))
+        node = random.Random(f"{seed}-fault-node-{len(faults)}").randrange(nodes)
+        faults.append(
+            FaultPlan(round(t, 2), fault, round(last, 2), gpu=rng.randrange(gpus), node=node)
+        )
         t += rng.uniform(0.5, 1.5) * fault_every
     return Plan(seed, seconds, tuple(workloads), tuple(faults))

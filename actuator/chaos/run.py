@@ -70,6 +70,8 @@ class ChaosOptions:
     # The node's hands in an agent (mutual TLS), as a central actuator has them; it hangs
     # and is killed as faults. False: the actuator acts on the node in-process.
     agent: bool = True
+    # Simulated nodes, each with its exporter and agent (two need the agent).
+    nodes: int = 2
 
 
 @dataclass
@@ -150,6 +152,7 @@ def _spawn(stack: Stack, w: WorkloadPlan, user: str | None) -> Any:
         log=w.log,
         wait=False,
         user=user,
+        node=w.node,
     )
 
 
@@ -280,8 +283,13 @@ def run(options: ChaosOptions, progress: Callable[[str], None] = lambda _: None)
 
 def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None]) -> Outcome:
     seconds = options.minutes * 60.0
+    nodes = options.nodes if options.agent else 1
     plan = make_plan(
-        options.seed, seconds, arrival=options.arrival, fault_every=options.fault_every
+        options.seed,
+        seconds,
+        arrival=options.arrival,
+        fault_every=options.fault_every,
+        nodes=nodes,
     )
     accounts = day_accounts(create_missing=options.create_users)
     users = sorted(accounts.users)
@@ -293,6 +301,7 @@ def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None
         policy=_policy(backing),
         replicas=options.replicas or (2 if backing.postgres is not None else 1),
         agent=options.agent,
+        nodes=nodes,
         users=accounts.users,
     )
     progress(
@@ -300,11 +309,14 @@ def _run(options: ChaosOptions, backing: Backing, progress: Callable[[str], None
         f"{len(plan.faults)} faults, owners: {', '.join(users) or accounts.note}; "
         f"store: {'PostgreSQL' if backing.postgres else 'SQLite'}, "
         f"{options.replicas or (2 if backing.postgres else 1)} actuator replica(s)"
-        f"{' acting through the node agent' if options.agent else ''}; starting the stack"
+        f"{' acting through the agents of ' if options.agent else ' on '}{nodes} node(s); "
+        "starting the stack"
     )
     with Stack(stack_options) as stack:
         stack.wait_scraped()
-        recorder = TruthRecorder(stack.node_dir).start()
+        recorder = TruthRecorder(
+            {stack.node_name_of(i): stack.node_dir_of(i) for i in range(stack.options.nodes)}
+        ).start()
         injector = Injector(stack, recorder, backing.audit_volume, backing.postgres)
         sampler = _Sampler(stack, injector).start()
         spawned: list[Spawned] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,7 @@ class Timeline:
     parent: int | None  # a DataLoader worker's parent PID (its own phase is "worker")
     samples: list[tuple[float, str]] = field(default_factory=list)  # (time, phase) changes
     last_seen: float = 0.0
+    node: str = ""  # the simulated node whose GPU it holds
 
     def phase_at(self, t: float) -> str | None:
         found = None
@@ -52,14 +53,16 @@ class Timeline:
 class Truth:
     timelines: dict[tuple[int, int], Timeline] = field(default_factory=dict)
 
-    def observe(self, t: float, pid: int, ticks: int, gpu: int, extra: dict[str, object]) -> None:
+    def observe(
+        self, t: float, pid: int, ticks: int, gpu: int, extra: dict[str, object], node: str = ""
+    ) -> None:
         key = (pid, ticks)
         phase = str(extra.get("phase", "?"))
         parent = extra.get("parent")
         line = self.timelines.get(key)
         if line is None:
             line = self.timelines[key] = Timeline(
-                pid, ticks, gpu, int(parent) if isinstance(parent, int) else None
+                pid, ticks, gpu, int(parent) if isinstance(parent, int) else None, node=node
             )
         if not line.samples or line.samples[-1][1] != phase:
             line.samples.append((t, phase))
@@ -84,9 +87,14 @@ class Truth:
 
 class TruthRecorder:
     def __init__(
-        self, node_dir: Path, *, every: float = 0.2, clock: Callable[[], float] = time.time
+        self,
+        nodes: Mapping[str, Path],
+        *,
+        every: float = 0.2,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.node_dir, self.every, self.clock = node_dir, every, clock
+        """`nodes`: each simulated node's name and directory."""
+        self.nodes, self.every, self.clock = dict(nodes), every, clock
         self.truth = Truth()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -103,17 +111,22 @@ class TruthRecorder:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             now = self.clock()
-            for state in read_procs(self.node_dir):
-                if not os.path.exists(f"/proc/{state.pid}"):
-                    continue  # a killed process's file may outlive it: it holds nothing
-                with self._lock:
-                    self.truth.observe(now, state.pid, state.start_ticks, state.gpu, state.extra)
+            for node, node_dir in self.nodes.items():
+                for state in read_procs(node_dir):
+                    if not os.path.exists(f"/proc/{state.pid}"):
+                        continue  # a killed process's file may outlive it: it holds nothing
+                    with self._lock:
+                        self.truth.observe(
+                            now, state.pid, state.start_ticks, state.gpu, state.extra, node
+                        )
 
     def snapshot(self) -> Truth:
         with self._lock:
             return Truth(
                 {
-                    k: Timeline(v.pid, v.ticks, v.gpu, v.parent, list(v.samples), v.last_seen)
+                    k: Timeline(
+                        v.pid, v.ticks, v.gpu, v.parent, list(v.samples), v.last_seen, v.node
+                    )
                     for k, v in self.truth.timelines.items()
                 }
             )

@@ -53,6 +53,11 @@ REPLICA = "actuator-2"  # the second actuator replica, when there is one
 AGENT = "agent"  # the node agent, when the actuators act through one
 
 
+def per_node(name: str, node: int) -> str:
+    """A per-node service's name: the first node's is plain, the second's ends in -2."""
+    return name if node == 0 else f"{name}-{node + 1}"
+
+
 class StackError(Exception):
     """The stack cannot start; the message says why and what to do."""
 
@@ -92,6 +97,9 @@ class StackOptions:
     # The node's hands in an agent of its own (mutual TLS, certificates made for the run),
     # the actuators acting on the node only through it, as a central actuator does.
     agent: bool = False
+    # Simulated nodes on this machine (2: each with its exporter and agent; needs `agent`):
+    # the first is `node_name`, the second `node_name`-2.
+    nodes: int = 1
 
 
 @dataclass
@@ -202,6 +210,16 @@ class Stack:
     def node_dir(self) -> Path:
         return self.run_dir / "node"
 
+    def node_dir_of(self, node: int) -> Path:
+        return self.run_dir / per_node("node", node)
+
+    def node_name_of(self, node: int) -> str:
+        return per_node(self.options.node_name, node)
+
+    @property
+    def node_dirs(self) -> list[Path]:
+        return [self.node_dir_of(i) for i in range(self.options.nodes)]
+
     @property
     def projects_file(self) -> Path:
         """The users' projects, for the exporter and the actuator (with `users` only)."""
@@ -220,7 +238,7 @@ class Stack:
                     "(e.g. under /tmp)"
                 )
         self.run_dir.chmod(0o755)
-        for folder in (self.node_dir / PROCS_DIR, self.heartbeat_dir):
+        for folder in (*(d / PROCS_DIR for d in self.node_dirs), self.heartbeat_dir):
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o1777)
 
@@ -262,7 +280,7 @@ class Stack:
         return _gpu_reclaimer("wait", *args, "--socket", str(self.keep_socket))
 
     def url(self, service: str) -> str:
-        scheme = "https" if service == AGENT else "http"
+        scheme = "https" if service.startswith(AGENT) else "http"
         return f"{scheme}://127.0.0.1:{self.ports[service]}"
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -294,8 +312,12 @@ class Stack:
         requested = {name: getattr(options.ports, name) for name in SERVICES}
         if options.replicas == 2:
             requested[REPLICA] = None
-        if options.agent:
-            requested[AGENT] = None
+        if options.nodes not in (1, 2) or (options.nodes == 2 and not options.agent):
+            raise StackError("nodes: 1, or 2 with an agent on each")
+        for i in range(1, options.nodes):
+            requested[per_node("exporter", i)] = None
+        for i in range(options.nodes if options.agent else 0):
+            requested[per_node(AGENT, i)] = None
         self.ports = reserve_ports(requested)
         parent = options.workdir or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
@@ -315,9 +337,10 @@ class Stack:
 
     def _start(self, binaries: Mapping[str, str]) -> None:
         options = self.options
-        init_node(
-            self.node_dir, options.gpus, parse_size(options.gpu_memory), "NVIDIA H100 80GB HBM3"
-        )
+        for node_dir in self.node_dirs:
+            init_node(
+                node_dir, options.gpus, parse_size(options.gpu_memory), "NVIDIA H100 80GB HBM3"
+            )
         self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
         if options.users:
             self._share_with_users()
@@ -346,23 +369,25 @@ class Stack:
                 encoding="utf-8",
             )
 
-        self.services["exporter"] = Managed(
-            "exporter",
-            _gpu_reclaimer(
-                "exporter",
-                "--listen",
-                f"127.0.0.1:{self.ports['exporter']}",
-                "--sim-dir",
-                str(self.node_dir),
-                "--node-name",
-                options.node_name,
-                "--heartbeat-dir",
-                str(self.heartbeat_dir),
-                *exporter_projects,
-            ),
-            self.logs_dir / "exporter.log",
-            self.own_env,
-        )
+        for i in range(options.nodes):
+            exporter = per_node("exporter", i)
+            self.services[exporter] = Managed(
+                exporter,
+                _gpu_reclaimer(
+                    "exporter",
+                    "--listen",
+                    f"127.0.0.1:{self.ports[exporter]}",
+                    "--sim-dir",
+                    str(self.node_dir_of(i)),
+                    "--node-name",
+                    self.node_name_of(i),
+                    "--heartbeat-dir",
+                    str(self.heartbeat_dir),
+                    *exporter_projects,
+                ),
+                self.logs_dir / f"{exporter}.log",
+                self.own_env,
+            )
 
         self.actuator_config.parent.mkdir(parents=True, exist_ok=True)
         self.actuator_config.write_text(
@@ -388,13 +413,16 @@ class Stack:
         if options.replicas == 2:
             self._add_replica()
         if options.agent:
-            self._add_agent()
+            for i in range(options.nodes):
+                self._add_agent(i)
 
         prom_config = render_deploy(
             options.repo_root,
             self.run_dir / "config",
             scale=options.scale,
-            exporters=[f"127.0.0.1:{self.ports['exporter']}"],
+            exporters=[
+                f"127.0.0.1:{self.ports[per_node('exporter', i)]}" for i in range(options.nodes)
+            ],
             actuator=f"127.0.0.1:{self.ports['actuator']}",
             alertmanagers=[f"127.0.0.1:{self.ports['alertmanager']}"],
             chat_url=f"{self.sink.url}/chat",
@@ -441,8 +469,11 @@ class Stack:
         for managed in self.services.values():
             managed.start()
         ready = {
-            **({AGENT: "/-/healthy"} if options.agent else {}),
-            "exporter": "/metrics",
+            **{
+                per_node(AGENT, i): "/-/healthy"
+                for i in range(options.nodes if options.agent else 0)
+            },
+            **{per_node("exporter", i): "/metrics" for i in range(options.nodes)},
             "actuator": "/-/ready",
             **({REPLICA: "/-/ready"} if options.replicas == 2 else {}),
             "alertmanager": "/-/ready",
@@ -488,20 +519,24 @@ class Stack:
                     "certfile": str(certs / "actuator.pem"),
                     "keyfile": str(certs / "actuator.key"),
                 },
-                "static": {self.options.node_name: self.url(AGENT)},
+                "static": {
+                    self.node_name_of(i): self.url(per_node(AGENT, i))
+                    for i in range(self.options.nodes)
+                },
                 "timeout": "2s",
                 "unreachable_wait": "10s",
             }
         }
 
-    def _add_agent(self) -> None:
+    def _add_agent(self, index: int) -> None:
         from actuator.fleet import certs
 
-        node = self.options.node_name
-        certs.make_ca(self.certs_dir)
-        certs.issue_actuator(self.certs_dir)
+        node, agent = self.node_name_of(index), per_node(AGENT, index)
+        if index == 0:
+            certs.make_ca(self.certs_dir)
+            certs.issue_actuator(self.certs_dir)
         certs.issue_agent(self.certs_dir, node, ips=("127.0.0.1",))
-        config = self.run_dir / "agent" / "agent.yml"
+        config = self.run_dir / "agent" / f"{agent}.yml"
         config.parent.mkdir(parents=True, exist_ok=True)
         policy = self.policy()
         node_settings = {k: v for k, v in policy["node"].items() if k in ("projects_file",)}
@@ -509,16 +544,16 @@ class Stack:
             "# The node's agent for this run (actuator/demo/stack.py).\n"
             + yaml.safe_dump({"protect": policy["protect"], "node": node_settings})
         )
-        self.services[AGENT] = Managed(
-            AGENT,
+        self.services[agent] = Managed(
+            agent,
             _gpu_reclaimer(
                 "agent",
                 "--config",
                 str(config),
                 "--listen",
-                f"127.0.0.1:{self.ports[AGENT]}",
+                f"127.0.0.1:{self.ports[agent]}",
                 "--sim-dir",
-                str(self.node_dir),
+                str(self.node_dir_of(index)),
                 "--node-name",
                 node,
                 "--heartbeat-dir",
@@ -530,14 +565,14 @@ class Stack:
                 "--client-ca",
                 str(self.certs_dir / "ca.pem"),
                 "--journal",
-                str(self.run_dir / "agent" / "journal.db"),
+                str(self.run_dir / "agent" / f"{agent}.db"),
             ),
-            self.logs_dir / "agent.log",
+            self.logs_dir / f"{agent}.log",
             self.own_env,
         )
 
     def _probe(self, name: str, path: str) -> bool:
-        if name == AGENT:  # mutual TLS: the actuator's certificate
+        if name.startswith(AGENT):  # mutual TLS: the actuator's certificate
             with requests.Session() as client:
                 client.trust_env = False
                 client.verify = str(self.certs_dir / "ca.pem")
@@ -576,8 +611,11 @@ class Stack:
         stop_all(
             [
                 self.services[n]
-                for n in ("prometheus", "alertmanager", "actuator", REPLICA, AGENT, "exporter")
+                for n in ("prometheus", "alertmanager", "actuator", REPLICA)
                 if n in self.services
+            ]
+            + [
+                managed for n, managed in self.services.items() if n.startswith((AGENT, "exporter"))
             ],
             timeout=10,
         )
@@ -671,17 +709,19 @@ class Stack:
         log: bool = True,
         wait: bool = True,
         user: str | None = None,
+        node: int = 0,
     ) -> Workload:
         """Start `gpu-reclaimer sim run` on this node. Its stdout is its log file (the log the
         exporter and actuator watch); `log=False` sends it to /dev/null: no log at all.
         `user`: one of the stack's `users` it runs as (default: whoever runs the stack)."""
         if user is not None and user not in self.options.users:
             raise StackError(f"{user!r} is not one of this stack's users")
+        node_dir = self.node_dir_of(node)
         args = [
             "sim",
             "run",
             "--dir",
-            str(self.node_dir),
+            str(node_dir),
             "--gpu",
             str(gpu),
             "--memory",
@@ -712,7 +752,7 @@ class Stack:
             label=label,
             command=name or (f"python -m {module}" if module else "sim run"),
             gpu=gpu,
-            uuid=load_node(self.node_dir).gpus[gpu].uuid,
+            uuid=load_node(node_dir).gpus[gpu].uuid,
             memory=parse_size(memory),
             phases=phases,
             managed=managed,
@@ -724,7 +764,7 @@ class Stack:
             workload.start_time = psutil.Process(managed.pid).create_time()
         if wait:
             self.wait_for(
-                lambda: any(p.pid == managed.pid for p in read_procs(self.node_dir)),
+                lambda: any(p.pid == managed.pid for p in read_procs(node_dir)),
                 timeout=20,
                 what=f"workload {label!r} to report on the simulated GPU",
             )
@@ -732,10 +772,10 @@ class Stack:
 
     # -- faults and services (for tests) ----------------------------------------------------
 
-    def fault(self, *args: str) -> None:
+    def fault(self, *args: str, node: int = 0) -> None:
         """`gpu-reclaimer sim fault NODE ARGS` (e.g. "--nvml-missing", "on")."""
         subprocess.run(
-            _gpu_reclaimer("sim", "fault", str(self.node_dir), *args),
+            _gpu_reclaimer("sim", "fault", str(self.node_dir_of(node)), *args),
             check=True,
             capture_output=True,
             timeout=30,
@@ -748,7 +788,13 @@ class Stack:
         managed = self.services[name]
         managed.stop()
         managed.start()
-        path = {"exporter": "/metrics", AGENT: "/-/healthy"}.get(name, "/-/ready")
+        path = (
+            "/metrics"
+            if name.startswith("exporter")
+            else "/-/healthy"
+            if name.startswith(AGENT)
+            else "/-/ready"
+        )
         self._wait_ready(name, path)
 
     # -- small API clients ------------------------------------------------------------------

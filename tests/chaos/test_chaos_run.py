@@ -1,9 +1,10 @@
-"""A short seeded chaos run in `make test`: the real stack on loopback (simulated node,
-exporter, Prometheus with the shipped rules, Alertmanager, the actuator with notices
-required, two replicas on a PostgreSQL server of the run's own, acting through the node's
-agent) under churn and a fault of each kind the time allows, jobs under four accounts (as
-root), every signal judged against the simulated node's ground truth and every notice by
-whom it reached: zero violations. The long run is `make chaos` (docs/reliability.md)."""
+"""A short seeded chaos run in `make test`: the deployed shape on loopback (two simulated
+nodes with an exporter and an agent each, Prometheus with the shipped rules, Alertmanager,
+the actuator with notices required: two replicas on a PostgreSQL server of the run's own,
+acting through the nodes' agents) under churn and a fault of each kind the time allows,
+jobs under four accounts (as root), every signal judged against the simulated nodes'
+ground truth and every notice by whom it reached: zero violations. The long run is
+`make chaos` (docs/reliability.md)."""
 
 from __future__ import annotations
 

@@ -175,3 +175,17 @@ def test_every_acknowledged_firing_alert_reaches_a_recorded_decision() -> None:
     found = unrecorded(lost, decided, end=T0 + 200)
     assert [v.kind for v in found] == ["lost_decision", "lost_decision"]
     assert "unprocessed" in found[0].detail and found[1].case == 2
+
+
+def test_a_signal_to_a_process_of_another_node_than_its_case_names_is_wrong_node() -> None:
+    """Two simulated nodes share one machine's PIDs: a case for node B that signals a PID
+    whose GPU is on node A signalled the wrong process, however idle it was."""
+    truth = Truth()
+    for at, phase in ((0, "busy"), (5, "idle"), (60, "idle")):
+        truth.observe(T0 + at, 100, 1, 0, {"phase": phase}, node="node-a")
+    created = {"event": "decision", "case": 1, "ts": T0 + 25, "node": "node-b", "pid": 100}
+    records = [created, _notice(1, 30), _signal(1, 50, 100)]
+    kinds = [v.kind for v in _judge(records, truth, [ABANDONED]).violations]
+    assert kinds == ["wrong_node"]
+    right = {**created, "node": "node-a"}
+    assert _judge([right, _notice(1, 30), _signal(1, 50, 100)], truth, [ABANDONED]).violations == []
