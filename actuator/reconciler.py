@@ -159,6 +159,7 @@ class Reconciler:
         self.boot_id = procfs.boot_id()
         self._pruned_at = float("-inf")
         self._renewed_mono = float("-inf")  # when this reconciler last renewed its lease
+        self._pass_began: float | None = None  # while a pass runs: when it began (mono)
         self._samples: dict[str, list[Case]] = {}  # by node: cases that only waited (apply)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
@@ -193,6 +194,9 @@ class Reconciler:
 
     def run(self, stop: threading.Event) -> None:
         interval = self.config.reconciler.interval
+        threading.Thread(
+            target=self.keep_lease, args=(stop,), name="lease-keeper", daemon=True
+        ).start()
         if self.demand is not None:  # sources are read apart: a slow one never stalls a pass
             self.demand.start(stop)
         if self.namespaces is not None and self.kube is not None:
@@ -219,6 +223,24 @@ class Reconciler:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def keep_lease(self, stop: threading.Event, every: float | None = None) -> None:
+        """Renew the lease while a pass is running, every third of its life: one step may
+        take longer than the lease (a notice waits for its picture and its mail server), and
+        another worker taking over meanwhile would repeat what the step is doing (a second
+        notice). A pass running past `reconciler.stall_after` is not kept alive: a wedged
+        worker still hands the lease over, and its later writes are fenced out."""
+        ttl = self.config.reconciler.lease_ttl
+        while not stop.wait(ttl / 3 if every is None else every):
+            began = self._pass_began
+            now = self.mono()
+            if began is None or now - began > self.config.reconciler.stall_after:
+                continue
+            try:
+                if self.store.renew_lease(self.holder, now, ttl):
+                    self._renewed_mono = now
+            except StoreUnavailable:
+                pass  # the pass's own writes say so
+
     def fence(self) -> Fence:
         return Fence(self.holder, self.mono(), self.config.reconciler.lease_ttl)
 
@@ -231,6 +253,13 @@ class Reconciler:
         fresh = self.mono() - self._renewed_mono < ttl / 3
         if not fresh and not self.store.acquire_lease(self.holder, self.mono(), ttl):
             return False
+        self._pass_began = self.mono()
+        try:
+            return self._pass(ttl)
+        finally:
+            self._pass_began = None
+
+    def _pass(self, ttl: float) -> bool:
         try:
             self._repeat_counts = {}  # recounted each tick
             self.ingest()

@@ -66,6 +66,16 @@ class LeaseQueries(Database):
             return None
         return rows[0]["holder"], rows[0]["expires"], rows[0]["progressed"]
 
+    def renew_lease(self, holder: str, mono: float, ttl: float, name: str = "reconciler") -> bool:
+        """Extend a lease this holder still holds (never one that expired: another may have
+        taken it); False when it is no longer ours."""
+        try:
+            with self._tx() as conn:
+                check_fence(conn, Fence(holder, mono, ttl), name)
+        except LeaseLost:
+            return False
+        return True
+
     def release_lease(self, holder: str, name: str = "reconciler") -> None:
         with self._tx() as conn:
             conn.execute("DELETE FROM lease WHERE name = ? AND holder = ?", (name, holder))

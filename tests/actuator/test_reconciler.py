@@ -88,11 +88,14 @@ class ScriptedNotifier:
     delivered: bool = True
     sent: list[dict[str, Any]] = field(default_factory=list)
     followups: list[dict[str, Any]] = field(default_factory=list)
+    block: threading.Event | None = None  # a slow channel: send waits until it is set
 
     def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
         if dry_run:
             return NoticeResult(False, "dry run")
         self.sent.append(notice)
+        if self.block is not None:
+            self.block.wait(30)
         return NoticeResult(self.delivered, "ok" if self.delivered else "HTTP 502")
 
     def followup(self, notice: dict[str, Any]) -> NoticeResult:
@@ -568,3 +571,71 @@ def test_a_parent_whose_worker_was_signalled_by_its_own_case_waits_until_the_wor
         if len(h.node.signalled) > 1:
             break
     assert h.node.signalled == [(worker, "SIGTERM"), (parent, "SIGTERM")]
+
+
+def _slow_notice_pass(h: Harness) -> tuple[threading.Thread, threading.Event]:
+    """r1's pass stuck in a notice that takes long (a mail server, a picture), its lease
+    kept by its keeper thread (ticking every 10 ms of real time)."""
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    h.notifier.block = threading.Event()
+    r1 = h.reconciler("r1")
+    stop = threading.Event()
+    threading.Thread(target=r1.keep_lease, args=(stop, 0.01), daemon=True).start()
+
+    def passes() -> None:  # until the pass that sends the notice (it waits in it)
+        while not h.notifier.sent:
+            r1.tick()
+            if not h.notifier.sent:
+                h.clock.advance(1)
+
+    passing = threading.Thread(target=passes, daemon=True)
+    passing.start()
+    wait_until(lambda: h.notifier.sent, 10)
+    return passing, stop
+
+
+def test_a_notice_slower_than_the_lease_is_not_sent_again_by_another_worker(
+    tmp_path: Path, database: str
+) -> None:
+    """A notice may wait longer than the lease (10 s here) for its channel; the worker
+    sending it keeps its lease meanwhile, so another worker never takes the case over and
+    sends the notice a second time."""
+    h = Harness(tmp_path, database)
+    passing, stop = _slow_notice_pass(h)
+    r2 = h.reconciler("r2")
+    try:
+        for _ in range(5):  # 25 s of the notice, 2.5 leases
+            h.clock.advance(5)
+            time.sleep(0.1)  # the keeper's turn
+            assert not r2.tick()
+        assert len(h.notifier.sent) == 1
+    finally:
+        assert h.notifier.block is not None
+        h.notifier.block.set()
+        passing.join(10)
+        stop.set()
+    (case,) = h.cases(101)
+    assert case.state == State.NOTIFIED and case.notified_mono is not None
+    assert len(h.notifier.sent) == 1  # one notice, recorded by the worker that sent it
+
+
+def test_a_pass_stuck_past_stall_after_hands_the_lease_over(tmp_path: Path, database: str) -> None:
+    """Kept alive, but not forever: a pass running past reconciler.stall_after (30 s) is
+    wedged, and another worker takes over once the lease runs out."""
+    h = Harness(tmp_path, database)
+    passing, stop = _slow_notice_pass(h)
+    r2 = h.reconciler("r2")
+    try:
+        for _ in range(6):  # 30 s: kept
+            h.clock.advance(5)
+            time.sleep(0.1)
+        assert not r2.tick()
+        h.clock.advance(11)  # past stall_after and then the lease's 10 s
+        time.sleep(0.1)
+        assert r2.tick()
+    finally:
+        assert h.notifier.block is not None
+        h.notifier.block.set()
+        passing.join(10)
+        stop.set()

@@ -61,3 +61,14 @@ def test_release_lets_another_take_it_at_once(database: str) -> None:
     assert not store.acquire_lease("b", mono=101.0, ttl=TTL)
     store.release_lease("a")
     assert store.acquire_lease("b", mono=101.0, ttl=TTL)
+
+
+def test_a_held_lease_is_renewed_but_never_one_that_ran_out(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    assert store.acquire_lease("a", mono=100.0, ttl=TTL)
+    assert store.renew_lease("a", mono=108.0, ttl=TTL)  # until 118
+    assert not store.renew_lease("b", mono=109.0, ttl=TTL)  # not b's
+    assert not store.acquire_lease("b", mono=117.0, ttl=TTL)
+    assert not store.renew_lease("a", mono=119.0, ttl=TTL)  # ran out: another may hold it
+    assert store.acquire_lease("b", mono=119.0, ttl=TTL)
