@@ -248,6 +248,45 @@ def check_idle(
     return None
 
 
+def last_look(
+    case: Case,
+    before: LiveState,
+    after: LiveState,
+    idle: Idle,
+    now: float,
+    limits: Thresholds = SHIPPED,
+) -> Decision | None:
+    """The target looked at again right before a SIGTERM is committed (`before`: the
+    re-check the decision was made on, read before the step waited its turn; `after`:
+    now). A process that resumed work in between is not signalled: any log or heartbeat
+    write since, activity by the re-check's own rules, or its tree's CPU over the gap; a
+    reading that cannot be judged holds the signal to the next step. None: go on."""
+    if not after.exists or check_identity(case, after) is not None:
+        return wait()  # exited or changed meanwhile: the next step decides on that
+    written, seen = after.last_activity, before.last_activity
+    if written is not None and (seen is None or written > seen):
+        return move(
+            State.CANCELLED,
+            Reason.ACTIVITY,
+            f"written {now - written:.1f}s ago, after the re-check: the last look before "
+            "SIGTERM found it working again",
+        )
+    found = check_idle(case, after, idle, now, limits)
+    if found is not None:
+        return found if found.state == State.CANCELLED else wait()
+    gap = after.sampled_at - before.sampled_at
+    if before.cpu_seconds is not None and after.cpu_seconds is not None and gap > 0.05:
+        rate = (after.cpu_seconds - before.cpu_seconds) / gap
+        if rate > limits.max_cpu_cores:
+            return move(
+                State.CANCELLED,
+                Reason.ACTIVITY,
+                f"process tree used {rate:.2f} CPU cores since the re-check (the last look "
+                "before SIGTERM)",
+            )
+    return None
+
+
 def roll_cpu(
     case: Case, live: LiveState, idle: Idle, limits: Thresholds = SHIPPED
 ) -> tuple[Decision | None, dict[str, Any]]:

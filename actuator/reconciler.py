@@ -38,8 +38,10 @@ from actuator.decisions import (
     decide_live,
     decide_signalled,
     decide_unreachable,
+    last_look,
     not_twice,
     rearm_wait,
+    wait,
 )
 from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
@@ -571,6 +573,16 @@ class Reconciler:
             scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
             if scheduler is not None and live is not None:
                 decision = gate(scheduler, case, live, decision)
+            if decision.action == Action.TERM and live is not None:
+                # The re-check was read before this step waited its turn: look again.
+                again = self._observe(case, node)
+                veto = (
+                    last_look(case, live, again, self.config.idle, now, self.thresholds)
+                    if isinstance(again, LiveState)
+                    else wait()
+                )
+                if veto is not None:
+                    decision = veto
             if decision.action == Action.TERM and live is not None:
                 tree = [(case.pid, case.start_ticks)]
                 tree += [(m.pid, m.start_ticks) for m in live.members]

@@ -360,3 +360,28 @@ def test_no_process_gets_a_sigterm_that_another_cases_tree_signal_covers() -> No
     assert not_twice(term, [parent, worker], {(103, 9): 5}) is term
     notify = Decision(Action.NOTIFY, State.NOTIFIED, Reason.IDLE, "idle")
     assert not_twice(notify, [worker], {worker: 283}) is notify
+
+
+def test_the_last_look_before_sigterm_withholds_it_from_a_process_working_again() -> None:
+    """Found by the hour of chaos (docs/reliability.md): a job that resumed 0.1 s before
+    its SIGTERM was signalled on a re-check read before the step waited its turn."""
+    from actuator.decisions import last_look
+
+    case = make_case(state=State.NOTIFIED)
+    before = make_live(log_mtime=T0 - 600, cpu_seconds=10.0)
+    assert last_look(case, before, make_live(T0 + 0.2, log_mtime=T0 - 600), IDLE, T0) is None
+    wrote = last_look(case, before, make_live(T0 + 0.2, log_mtime=T0 + 0.1), IDLE, T0 + 0.2)
+    assert wrote is not None and wrote.state == State.CANCELLED
+    assert wrote.code == Reason.ACTIVITY and "last look" in wrote.reason
+    busy = last_look(case, before, make_live(T0 + 0.2, log_mtime=T0 - 600, sm_util=0.9), IDLE, T0)
+    assert busy is not None and busy.state == State.CANCELLED
+    spinning = make_live(T0 + 0.5, log_mtime=T0 - 600, cpu_seconds=10.5)  # 1 core over 0.5 s
+    cpu = last_look(case, before, spinning, IDLE, T0 + 0.5)
+    assert cpu is not None and cpu.state == State.CANCELLED and "CPU" in cpu.reason
+    # What cannot be judged now, or a process that changed or left: no signal this step.
+    unknown = last_look(case, before, make_live(T0 + 0.2, sm_util=None), IDLE, T0)
+    assert unknown is not None and unknown.action == Action.WAIT
+    gone = last_look(case, before, make_live(T0 + 0.2, exists=False), IDLE, T0)
+    assert gone is not None and gone.action == Action.WAIT
+    other = last_look(case, before, make_live(T0 + 0.2, start_ticks=TICKS + 1), IDLE, T0)
+    assert other is not None and other.action == Action.WAIT

@@ -51,13 +51,17 @@ class ScriptedNode:
     allow_signals: bool = False
     signalled: list[tuple[int, str]] = field(default_factory=list)
     lingering: set[int] = field(default_factory=set)  # outlive a signal while they exist
+    inspected: Any = None  # called with the PID after each inspection (the job acts on)
 
     def inspect(self, target: Target) -> LiveState:
         if target.pid in self.raises:
             raise RuntimeError("driver exploded")
         if self.block is not None:
             self.block.wait(10)
-        return replace(self.live[target.pid], sampled_at=self.clock.wall)
+        seen = replace(self.live[target.pid], sampled_at=self.clock.wall)
+        if self.inspected is not None:
+            self.inspected(target.pid)
+        return seen
 
     def alive(self, members: Any) -> list[Member]:
         return [m for m in members if m.pid in self.lingering and self.live[m.pid].exists]
@@ -639,3 +643,30 @@ def test_a_pass_stuck_past_stall_after_hands_the_lease_over(tmp_path: Path, data
         h.notifier.block.set()
         passing.join(10)
         stop.set()
+
+
+def test_a_job_that_resumes_between_the_recheck_and_its_sigterm_is_not_signalled(
+    tmp_path: Path, database: str
+) -> None:
+    """Found by the hour of chaos: the step's re-check is read before it waits its turn
+    (other cases' commits); a job that wrote its log in between got SIGTERM. The last look
+    under the lock sees the write, and the case ends for activity without a signal."""
+    h = Harness(tmp_path, database)
+    h.node.allow_signals = True
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert h.state(101) == State.NOTIFIED
+
+    def resume(pid: int) -> None:  # right after the re-check of the SIGTERM step
+        h.node.live[pid] = idle_live(h.clock, pid, log_mtime=h.clock.wall)
+        h.node.inspected = None
+
+    h.clock.advance(60)  # the grace is over: this step's re-check decides SIGTERM
+    h.node.inspected = resume
+    h.run(r)
+    assert h.node.signalled == []
+    (case,) = h.cases(101)
+    assert case.state == State.CANCELLED and case.reason_code == "activity"
+    assert "last look" in case.reason
