@@ -629,15 +629,14 @@ def test_a_pass_stuck_past_stall_after_hands_the_lease_over(tmp_path: Path, data
     wedged, and another worker takes over once the lease runs out."""
     h = Harness(tmp_path, database)
     passing, stop = _slow_notice_pass(h)
-    r2 = h.reconciler("r2")
     try:
         for _ in range(6):  # 30 s: kept
             h.clock.advance(5)
             time.sleep(0.1)
-        assert not r2.tick()
+            assert not h.store.acquire_lease("r2", h.clock.mono, 10.0)
         h.clock.advance(11)  # past stall_after and then the lease's 10 s
         time.sleep(0.1)
-        assert r2.tick()
+        assert h.store.acquire_lease("r2", h.clock.mono, 10.0)  # handed over
     finally:
         assert h.notifier.block is not None
         h.notifier.block.set()
