@@ -385,3 +385,16 @@ def test_the_last_look_before_sigterm_withholds_it_from_a_process_working_again(
     assert gone is not None and gone.action == Action.WAIT
     other = last_look(case, before, make_live(T0 + 0.2, start_ticks=TICKS + 1), IDLE, T0)
     assert other is not None and other.action == Action.WAIT
+
+
+def test_the_last_look_lets_a_hang_spin_cpu_as_the_recheck_does() -> None:
+    """A stalled job (an NCCL hang) spins CPU at 100 % util: like the re-check, the last look
+    judges it by its stale log and heartbeat, never by its CPU."""
+    from actuator.decisions import last_look
+
+    case = make_case(state=State.NOTIFIED, alertname="GpuProcessStalled")
+    before = make_live(log_mtime=T0 - 600, cpu_seconds=10.0, sm_util=1.0)
+    spinning = make_live(T0 + 0.5, log_mtime=T0 - 600, cpu_seconds=10.5, sm_util=1.0)
+    assert last_look(case, before, spinning, IDLE, T0 + 0.5) is None
+    wrote = make_live(T0 + 0.5, log_mtime=T0 + 0.4, cpu_seconds=10.5, sm_util=1.0)
+    assert last_look(case, before, wrote, IDLE, T0 + 0.5) is not None  # a write still counts
