@@ -34,6 +34,7 @@ import requests
 import yaml
 
 from actuator.config import merge_config
+from actuator.demo.agent import SimAgent
 from actuator.demo.procs import Managed, stop_all
 from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_duration, render_deploy
 from actuator.demo.sink import Sink
@@ -547,25 +548,15 @@ class Stack:
         self.services[agent] = Managed(
             agent,
             _gpu_reclaimer(
-                "agent",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{self.ports[agent]}",
-                "--sim-dir",
-                str(self.node_dir_of(index)),
-                "--node-name",
-                node,
-                "--heartbeat-dir",
-                str(self.heartbeat_dir),
-                "--tls-cert",
-                str(self.certs_dir / f"agent-{node}.pem"),
-                "--tls-key",
-                str(self.certs_dir / f"agent-{node}.key"),
-                "--client-ca",
-                str(self.certs_dir / "ca.pem"),
-                "--journal",
-                str(self.run_dir / "agent" / f"{agent}.db"),
+                *SimAgent(
+                    node=node,
+                    listen=f"127.0.0.1:{self.ports[agent]}",
+                    config=config,
+                    sim_dir=self.node_dir_of(index),
+                    heartbeat_dir=self.heartbeat_dir,
+                    certs_dir=self.certs_dir,
+                    journal=self.run_dir / "agent" / f"{agent}.db",
+                ).arguments()
             ),
             self.logs_dir / f"{agent}.log",
             self.own_env,

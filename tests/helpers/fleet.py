@@ -14,6 +14,7 @@ from typing import Any
 import requests
 import yaml
 
+from actuator.demo.agent import SimAgent
 from actuator.fleet import certs
 from exporter.sim.state import init_node
 from tests.support import free_port, gpu_reclaimer_command, wait_until
@@ -76,28 +77,16 @@ class Agent:
                 }
             )
         )
-        command = [
-            *gpu_reclaimer_command(),
-            "agent",
-            "--config",
-            str(config),
-            "--listen",
-            f"{self.host}:{self.port}",
-            "--sim-dir",
-            str(self.sim_dir),
-            "--node-name",
-            self.node,
-            "--heartbeat-dir",
-            str(self.workdir / f"heartbeats-{self.node}"),
-            "--tls-cert",
-            str(self.certs / f"agent-{self.node}.pem"),
-            "--tls-key",
-            str(self.certs / f"agent-{self.node}.key"),
-            "--client-ca",
-            str(self.certs / "ca.pem"),
-            "--journal",
-            str(self.workdir / f"agent-{self.node}.db"),
-        ]
+        agent = SimAgent(
+            node=self.node,
+            listen=f"{self.host}:{self.port}",
+            config=config,
+            sim_dir=self.sim_dir,
+            heartbeat_dir=self.workdir / f"heartbeats-{self.node}",
+            certs_dir=self.certs,
+            journal=self.workdir / f"agent-{self.node}.db",
+        )
+        command = [*gpu_reclaimer_command(), *agent.arguments()]
         (self.workdir / f"heartbeats-{self.node}").mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
