@@ -13,10 +13,8 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -33,56 +31,13 @@ from actuator.channels import (
 from actuator.config import ConfigError, load_config
 from actuator.live import power_share
 from actuator.messages import Price, Renderer
-from actuator.notice import Notice, ProvenFacts
+from actuator.notice import Notice
 from actuator.notify import OwnerNotifier
 from actuator.owners import Contact, DirectoryError, OwnerDirectory
 from exporter.nvml_reader import GpuProcessReading, GpuReading
+from tests.helpers.notices import BOB, LILEI, NOW, GiB, notice
 from tests.helpers.robots import robot
 from tests.support import free_port
-
-NOW = datetime(2026, 12, 1, 6, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # 14:00 in Shanghai
-GiB = 1024**3
-LILEI = Contact(
-    name="李雷",
-    email="lilei@example.com",
-    wecom="lilei",
-    dingtalk="lilei-dt",
-    feishu="ou_lilei",
-    slack="U024LILEI",
-    language="zh-CN",
-    timezone="Asia/Shanghai",
-)
-BOB = Contact(
-    name="Bob", email="bob@example.com", slack="U024BOB", language="en", timezone="Europe/Berlin"
-)
-
-
-def notice(**over: Any) -> Notice:
-    """A notice as the reconciler builds it from what the node proved (`facts` fields may be
-    given directly: user, project, program, cmdline, ...)."""
-    proven = {
-        "node": "gpu-node-3",
-        "pid": 31337,
-        "gpu_uuid": "GPU-2",
-        "gpu_index": 2,
-        "program": "python train_yolo.py",
-        "user": "lilei",
-        "project": "vision",
-        "memory_bytes": 18 * GiB,
-    }
-    names = {f.name for f in dataclasses.fields(ProvenFacts)}
-    proven |= {k: over.pop(k) for k in list(over) if k in names}
-    base: dict[str, Any] = {
-        "kind": "warning",
-        "case": 42,
-        "alertname": "GpuProcessIdle",
-        "since": NOW - 7 * 60,
-        "deadline": NOW + 600,
-        "term_timeout": 10.0,
-        "grace": 600.0,
-    }
-    return Notice(facts=ProvenFacts(**proven), **(base | over))
-
 
 # -- the directory ----------------------------------------------------------------------
 
