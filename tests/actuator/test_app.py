@@ -1,4 +1,5 @@
-"""The webhook and API in-process (Flask test client): status codes, auth, fuzzing."""
+"""The Flask app (actuator/app.py) in-process, through its test client: the webhook and the API,
+status codes, auth, fuzzing."""
 
 from __future__ import annotations
 
