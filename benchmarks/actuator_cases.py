@@ -8,8 +8,10 @@ Starts CASES idle workloads on an 8-GPU simulated node, measures the actuator's 
 at rest for a while (its ticks with nothing to do), then posts one alert per workload (in
 batches of 10, as Alertmanager groups them) and measures until every case is reclaimed.
 CPU is psutil's user + system time of the actuator's processes; fsync/fdatasync and openat
-are counted by `strace -f -c` attached to them for both periods. Per case = (busy - rest
-scaled to the same duration) / cases. Run as root (strace attaches to the actuator).
+are counted by `strace -f -c` attached to them for both periods (`--no-strace`: CPU alone,
+without strace's own cost; `--profile FILE`: py-spy's stacks of the worker while the cases
+run). Per case = (busy - rest scaled to the same duration) / cases. Run as root (strace
+attaches to the actuator).
 """
 
 from __future__ import annotations
@@ -74,6 +76,31 @@ class Strace:
         return counts
 
 
+def _profiler(procs: list[psutil.Process], out: Path) -> subprocess.Popen[bytes]:
+    """py-spy on the actuator's processes (the reconciler runs in a gunicorn worker),
+    sampling without pausing them, until SIGINT."""
+    profiler = subprocess.Popen(
+        [
+            "py-spy",
+            "record",
+            "--pid",
+            str(procs[0].pid),
+            "--subprocesses",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--rate",
+            "200",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # attached
+    return profiler
+
+
 def _alert(stack: Stack, pid: int, ticks: int, uuid: str) -> dict[str, Any]:
     return {
         "status": "firing",
@@ -104,8 +131,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--rest", type=float, default=20.0, help="seconds measured at rest")
+    parser.add_argument(
+        "--no-strace",
+        dest="strace",
+        action="store_false",
+        help="CPU only: strace's stops on every system call cost the actuator CPU of their own",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="also sample the actuator's worker with py-spy (on PATH) while the cases run, "
+        "and write its collapsed stacks here (flamegraph.pl or speedscope read them)",
+    )
     args = parser.parse_args()
-    if os.geteuid() != 0:
+    if args.strace and os.geteuid() != 0:
         print("run as root: strace attaches to the actuator's processes", file=sys.stderr)
         return 2
     options = StackOptions(
@@ -131,13 +170,14 @@ def main() -> int:
         procs = _tree(stack.services["actuator"].pid)
         host = sum(1 for name in os.listdir("/proc") if name.isdigit())
 
-        trace = Strace(procs)
+        trace = Strace(procs) if args.strace else None
         cpu0, t0 = _cpu(procs), time.monotonic()
         time.sleep(args.rest)
         rest_cpu, rest_s = _cpu(procs) - cpu0, time.monotonic() - t0
-        rest = trace.stop()
+        rest = trace.stop() if trace else {}
 
-        trace = Strace(procs)
+        trace = Strace(procs) if args.strace else None
+        profiler = _profiler(procs, args.profile) if args.profile else None
         cpu0, t0 = _cpu(procs), time.monotonic()
         alerts = [_alert(stack, w.pid, ticks[w.pid], gpus[w.gpu].uuid) for w in workloads]
         for i in range(0, len(alerts), 10):
@@ -149,7 +189,10 @@ def main() -> int:
             ).raise_for_status()
         stack.wait_for(lambda: _reclaimed(stack) >= args.cases, 600, "every case reclaimed")
         busy_cpu, busy_s = _cpu(procs) - cpu0, time.monotonic() - t0
-        busy = trace.stop()
+        busy = trace.stop() if trace else {}
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
 
     scale = busy_s / rest_s
     n = args.cases
@@ -161,12 +204,15 @@ def main() -> int:
     print("| per case (alert to reclaim) | actuator, net of its rest |")
     print("|---|---|")
     print(f"| CPU | {1000 * (busy_cpu - rest_cpu * scale) / n:.1f} ms |")
-    for name in COUNTED:
+    for name in COUNTED if args.strace else ():
         print(f"| {name} | {(busy[name] - rest[name] * scale) / n:.1f} |")
     print(
-        f"at rest: {1000 * rest_cpu / rest_s:.1f} ms CPU/s, "
-        + ", ".join(f"{name} {rest[name] / rest_s:.1f}/s" for name in COUNTED)
+        f"at rest: {1000 * rest_cpu / rest_s:.1f} ms CPU/s"
+        + "".join(f", {name} {rest[name] / rest_s:.1f}/s" for name in COUNTED if args.strace)
+        + ("" if args.strace else " (no strace: CPU without its overhead)")
     )
+    if args.profile:
+        print(f"profile: {args.profile}")
     return 0
 
 
