@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actuator.app import create_app
-from actuator.config import ActuatorConfig, ConfigError, load_config
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
@@ -315,57 +314,3 @@ def test_the_records_say_who_really_acted(client, rt, tmp_path):
         assert client.post("/api/v1/alerts", json=payload, headers=AUTH).status_code == 200
     (dup,) = [rec for rec in rt.audit.tail(50) if rec["event"] == "alert_duplicate"]
     assert dup["fingerprint"] == "dup-1" and dup["deliveries"] == 2
-
-
-def load_config_text(tmp_path: Path, text: str) -> ActuatorConfig:
-    path = tmp_path / "actuator.yml"
-    path.write_text(text)
-    return load_config(path)
-
-
-def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
-    """A path the old check passed (its nearest existing folder is writable) that the start
-    cannot create; a limit of 0 under enforce is said, not silently deferred for ever."""
-    import subprocess
-    import sys
-
-    from actuator.config import config_warnings
-    from actuator.startup import check_storage
-
-    too_long = tmp_path / ("x" * 300) / "actuator.db"
-    config = load_config_text(tmp_path, f"storage: {{database: {too_long}}}\n")
-    with pytest.raises(ConfigError, match=r"storage.database: .* cannot be written: .*too long"):
-        check_storage(config)
-    fine = load_config_text(
-        tmp_path,
-        f"storage: {{database: {tmp_path}/a/b/actuator.db, audit_log: {tmp_path}/a/audit.jsonl}}\n",
-    )
-    check_storage(fine)
-    assert not (tmp_path / "a").exists()  # the check leaves nothing behind
-
-    enforce = "mode: enforce\nnotice: {required: false}\nlimits: {terminations_per_minute: 0}\n"
-    never = load_config_text(tmp_path, enforce)
-    assert any("can never signal" in w for w in config_warnings(never))
-    token = tmp_path / "token"
-    token.write_text("a-token-of-enough-bytes\n")
-    token.chmod(0o600)
-    path = tmp_path / "never.yml"
-    storage = f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
-    path.write_text(enforce + storage)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exporter.cli",
-            "actuator",
-            "--config",
-            str(path),
-            "--token-file",
-            str(token),
-            "--check-config",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert "can never signal" in result.stdout + result.stderr, result
