@@ -125,7 +125,7 @@ def test_a_full_disk_writes_nothing_partial_and_recovers(small_volume: Path) -> 
 def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
     small_volume: Path, workloads, actuator_factory
 ) -> None:
-    from tests.actuator.conftest import alert_for, payload
+    from tests.helpers.actuator import alert_for, payload
     from tests.support import wait_until
 
     actuator = actuator_factory(

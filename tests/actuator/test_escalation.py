@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.sim.state import init_node
-from tests.actuator.conftest import Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import Actuator, Workloads, alert_for, payload
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -22,7 +22,7 @@ import yaml
 from aiosmtpd.controller import Controller
 
 from actuator.demo.ruleset import render_deploy
-from tests.actuator.conftest import alert_for, payload
+from tests.helpers.actuator import alert_for, payload
 from tests.helpers.mail import Inbox
 from tests.helpers.prom import background, query, start_prometheus
 from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD, slapd

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from actuator.keep_socket import PER_UID, REQUEST_DEADLINE_S, request_keep
-from tests.actuator.conftest import alert_for, payload
+from tests.helpers.actuator import alert_for, payload
 from tests.support import gpu_reclaimer_command, wait_until
 
 # A local user's processes: one trickles a request a byte every half second; the other opens

@@ -20,7 +20,7 @@ from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from exporter import procfs
 from exporter.sim.state import load_faults, save_faults
-from tests.actuator.conftest import NODE, Workloads, alert_for, payload
+from tests.helpers.actuator import NODE, Workloads, alert_for, payload
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -405,7 +405,7 @@ def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
     before the grace starts, the follow-up after the reclaim says what was freed."""
     import getpass
 
-    from tests.actuator.conftest import alert_for, payload
+    from tests.helpers.actuator import alert_for, payload
     from tests.support import wait_until
 
     owners = tmp_path / "owners.yml"
@@ -463,7 +463,7 @@ def test_who_is_warned_follows_what_the_node_proves_never_the_alert_labels(
     as disagreeing."""
     import getpass
 
-    from tests.actuator.conftest import alert_for, payload
+    from tests.helpers.actuator import alert_for, payload
 
     me = getpass.getuser()
     owners = tmp_path / "owners.yml"

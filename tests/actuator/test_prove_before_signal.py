@@ -23,7 +23,7 @@ from actuator.protect import Protection
 from exporter import ownprocs, procfs
 from exporter.sim.state import load_faults, save_faults
 from exporter.thresholds import SHIPPED, load
-from tests.actuator.conftest import NODE, Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import NODE, Actuator, Workloads, alert_for, payload
 from tests.helpers.cases import GUARD, LIMITS, T0, decide_live, eff, make_case, make_live
 from tests.support import REPO, gpu_reclaimer_command, wait_until
 

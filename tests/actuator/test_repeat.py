@@ -13,7 +13,7 @@ from actuator.decisions import keep_refusal
 from actuator.policy import Repeat, RepeatStep
 from actuator.repeat import repeat_step, with_repeat
 from exporter.sim.state import init_node
-from tests.actuator.conftest import ActuatorFactory, Workloads, alert_for, payload
+from tests.helpers.actuator import ActuatorFactory, Workloads, alert_for, payload
 from tests.helpers.cases import eff
 
 STEPS = Repeat(

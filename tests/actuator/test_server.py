@@ -7,7 +7,7 @@ import socket
 import pytest
 import requests
 
-from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import TOKEN, Actuator, Workloads, alert_for, payload
 from tests.support import hold
 
 pytestmark = pytest.mark.timeout(90)

@@ -21,7 +21,7 @@ from actuator.wait_socket import parse_wait
 from actuator.waitlist import SEEN_SETTLE_S, FreeGpu, WaitList, assign, free_gpus
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node
-from tests.actuator.conftest import Workloads, alert_for, payload
+from tests.helpers.actuator import Workloads, alert_for, payload
 from tests.support import gpu_reclaimer_command, wait_until
 
 GIB = 1 << 30

@@ -12,7 +12,7 @@ import pytest
 from actuator.models import State
 from actuator.why import Explanation, explain
 from exporter.sim.state import init_node
-from tests.actuator.conftest import TOKEN, Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import TOKEN, Actuator, Workloads, alert_for, payload
 from tests.helpers.cases import make_case
 from tests.support import gpu_reclaimer_command
 

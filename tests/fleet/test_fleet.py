@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.actuator.conftest import Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import Actuator, Workloads, alert_for, payload
 from tests.helpers.fleet import Agent, client_tls, make_certs, make_node, session
 from tests.support import wait_until
 

@@ -15,8 +15,8 @@ import yaml
 
 from actuator.config import merge_config
 from actuator.demo.ruleset import render_deploy
-from tests.actuator.conftest import TOKEN, Workloads
 from tests.actuator.settings import FAST_POLICY
+from tests.helpers.actuator import TOKEN, Workloads
 from tests.helpers.fleet import Agent, client_tls, make_certs, make_node
 from tests.helpers.prom import background, start_alertmanager, start_prometheus
 from tests.support import REPO, free_port, gpu_reclaimer_command, wait_http, wait_until

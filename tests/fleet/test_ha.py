@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from actuator.store import open_store
-from tests.actuator.conftest import Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import Actuator, Workloads, alert_for, payload
 from tests.helpers.fleet import Agent, client_tls, make_certs, make_node
 from tests.support import wait_until
 

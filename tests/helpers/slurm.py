@@ -320,7 +320,7 @@ def job_ranks(sim: Path, job: str, count: int) -> list[Any]:
     from actuator.node import READING_TTL
     from exporter.sim.state import load_node, read_procs
     from exporter.slurm import slurm_job_of
-    from tests.actuator.conftest import NODE, Workload
+    from tests.helpers.actuator import NODE, Workload
 
     def found() -> list[int] | None:
         pids = [p.pid for p in read_procs(sim) if slurm_job_of(p.pid) == job]

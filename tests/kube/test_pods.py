@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from tests.actuator.conftest import NODE, Actuator, Workload, Workloads, alert_for, payload
+from tests.helpers.actuator import NODE, Actuator, Workload, Workloads, alert_for, payload
 from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, pod_cgroup
 from tests.helpers.mail import Inbox
 from tests.support import free_port, wait_until

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.actuator.conftest import Actuator, Workloads, alert_for, payload
+from tests.helpers.actuator import Actuator, Workloads, alert_for, payload
 from tests.helpers.fleet import Agent, client_tls, make_certs, make_node
 from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, pod_cgroup
 

@@ -14,7 +14,7 @@ import pytest
 
 from actuator.schedulers.slurm_cli import SlurmCli
 from exporter.sim.state import init_node, load_node
-from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
+from tests.helpers.actuator import NODE, Actuator, Workload, alert_for, payload
 from tests.helpers.slurm import Slurm, job_command, job_ranks, slurm_cluster
 from tests.support import wait_until
 

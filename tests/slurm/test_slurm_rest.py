@@ -18,7 +18,7 @@ from actuator.schedulers.slurm_cli import SlurmError
 from actuator.schedulers.slurm_rest import SlurmRest
 from exporter.sim.state import init_node, load_node, read_procs
 from exporter.slurm import slurm_job_of
-from tests.actuator.conftest import NODE, Actuator, Workload, alert_for, payload
+from tests.helpers.actuator import NODE, Actuator, Workload, alert_for, payload
 from tests.helpers.slurm import JobProcess, Slurm, jwt_conf, slurm_cluster, slurmrestd
 from tests.support import wait_until
 

@@ -18,7 +18,7 @@ from actuator.models import State
 from actuator.node import LocalNode
 from actuator.policy import Protect
 from actuator.store import Store
-from tests.actuator.conftest import NODE
+from tests.helpers.actuator import NODE
 from tests.helpers.cases import make_case
 
 OPEN = Protect(protect_root=False, protected_uid_below=0)

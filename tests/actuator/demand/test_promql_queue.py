@@ -12,7 +12,7 @@ import pytest
 
 from actuator.demand import DemandError
 from actuator.demand.promql_queue import PromqlQueue, waiting_gpus
-from tests.actuator.conftest import alert_for, payload
+from tests.helpers.actuator import alert_for, payload
 from tests.helpers.prom import start_prometheus
 from tests.support import free_port, wait_until
 
