@@ -1,0 +1,83 @@
+"""Cases on each backend: a transition is a compare-and-set (a step on a stale copy changes
+nothing and leaves the copy as it was), ending a case takes it out of the live set and
+stamps its end once, each transition adds to the timeline, one live case per target, and
+pruning forgets only ended cases with everything they own."""
+
+from __future__ import annotations
+
+import pytest
+
+from actuator.models import Member, State
+from actuator.store import open_store
+from actuator.store.cases import insert_case
+from actuator.store.database import DUPLICATE
+from tests.helpers.cases import make_case
+
+
+def _stored(store, **kw):  # type: ignore[no-untyped-def]
+    case = make_case(**kw)
+    with store._tx() as conn:
+        insert_case(conn, case, {"opened": True})
+    return case
+
+
+def test_a_step_on_a_stale_copy_changes_nothing(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    case = _stored(store)
+    stale = store.get_case(case.id)
+    assert stale is not None
+    assert store.transition(case, State.NOTIFIED, reason="warned", evidence={}, now=10.0)
+    assert case.version == stale.version + 1
+    assert store.transition(stale, State.SNOOZED, reason="kept", evidence={}, now=11.0) is None
+    assert (stale.state, stale.reason, stale.ended_at) == (State.PENDING, "", None)
+    assert store.get_case(case.id).state == State.NOTIFIED  # type: ignore[union-attr]
+
+
+def test_an_ended_case_leaves_the_live_set_with_its_end_stamped_once(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    case = _stored(store)
+    assert [c.id for c in store.live_cases()] == [case.id]
+    assert store.live_case_for(case.target) is not None
+    store.transition(
+        case, State.CANCELLED, reason="working", evidence={"cpu": 1.2}, now=20.0, mono=5.0
+    )
+    assert store.live_cases() == [] and store.live_case_for(case.target) is None
+    assert (case.ended_at, case.ended_mono) == (20.0, 5.0)
+    timeline = store.timeline(case.id)
+    assert [t["state"] for t in timeline] == ["pending", "cancelled"]
+    assert timeline[1]["evidence"] == {"cpu": 1.2} and timeline[1]["reason"] == "working"
+
+
+def test_one_live_case_per_target(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    _stored(store)
+    with pytest.raises(DUPLICATE):
+        _stored(store)
+    _stored(store, pid=4243)  # another process is another target
+
+
+def test_the_members_other_live_cases_signal_are_known(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    tree = [Member(100, 5), Member(101, 7), Member(102, 8)]  # the recorded tree, root first
+    parent = _stored(store, pid=100, start_ticks=5, state=State.TERMINATING, members=tree)
+    worker = _stored(store, pid=101, start_ticks=7)
+    assert store.signalled_members(worker) == {(m.pid, m.start_ticks): parent.id for m in tree}
+    assert store.signalled_members(parent) == {}  # the worker's own case signals nothing yet
+
+
+def test_pruning_forgets_ended_cases_only(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    live = _stored(store, pid=1)
+    ended = _stored(store, pid=2)
+    store.transition(ended, State.RECLAIMED, reason="freed", evidence={}, now=100.0)
+    store.record_signal(ended.id, 2, "SIGTERM", 90.0)
+    assert store.prune(before=50.0) == 0  # ended after the cut-off: kept
+    assert store.prune(before=200.0) == 1
+    assert store.get_case(ended.id) is None and store.signals_for(ended.id) == []
+    assert store.timeline(ended.id) == []
+    assert store.get_case(live.id) is not None
