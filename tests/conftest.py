@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from exporter.sim.state import init_node, read_procs
+from exporter.sim.workload import sim_run_args
 from tests.support import Children, GiB, gpu_reclaimer_command, wait_until
 
 
@@ -59,18 +60,7 @@ def spawn_workload(sim_node: Path, tmp_path: Path) -> Iterator[SpawnWorkload]:
         directory = node or sim_node
         command = [
             *gpu_reclaimer_command(),
-            "sim",
-            "run",
-            "--dir",
-            str(directory),
-            "--gpu",
-            str(gpu),
-            "--memory",
-            memory,
-            "--phases",
-            phases,
-            "--tick",
-            "0.2",
+            *sim_run_args(directory, gpu=gpu, memory=memory, phases=phases, tick="0.2"),
             *options,
         ]
         process = subprocess.Popen(command, stdout=stdout, start_new_session=True)  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from actuator.demo.sink import Sink
 from actuator.runbook import runbook_html
 from exporter.ownprocs import RUNTIME_DIR_ENV
 from exporter.sim.state import PROCS_DIR, init_node, load_node, read_procs
+from exporter.sim.workload import sim_run_args
 from exporter.units import parse_size
 
 # deploy/ and alert-rules/ live next to the packages in a checkout (an editable install).
@@ -708,20 +709,9 @@ class Stack:
         if user is not None and user not in self.options.users:
             raise StackError(f"{user!r} is not one of this stack's users")
         node_dir = self.node_dir_of(node)
-        args = [
-            "sim",
-            "run",
-            "--dir",
-            str(node_dir),
-            "--gpu",
-            str(gpu),
-            "--memory",
-            memory,
-            "--phases",
-            phases,
-            "--tick",
-            _seconds(self.options.tick),
-        ]
+        args = sim_run_args(
+            node_dir, gpu=gpu, memory=memory, phases=phases, tick=_seconds(self.options.tick)
+        )
         if name:
             args += ["--name", name]
         if module:

@@ -253,6 +253,25 @@ class _Child:
             proc_path(self.spec.directory, self.pid).unlink(missing_ok=True)
 
 
+def sim_run_args(directory: Path, *, gpu: int, memory: str, phases: str, tick: str) -> list[str]:
+    """`gpu-reclaimer` arguments, from `sim run` on, for one workload (options may follow):
+    one place for the demo stack, the chaos run and the tests."""
+    return [
+        "sim",
+        "run",
+        "--dir",
+        str(directory),
+        "--gpu",
+        str(gpu),
+        "--memory",
+        memory,
+        "--phases",
+        phases,
+        "--tick",
+        tick,
+    ]
+
+
 def workload_argv(args: argparse.Namespace) -> list[str]:
     """The parsed workload options as a command line again, for a re-exec under a name."""
     argv = ["--dir", str(args.dir), "--gpu", str(args.gpu), "--memory", str(args.memory)]

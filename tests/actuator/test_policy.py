@@ -151,36 +151,6 @@ def test_replacing_the_protected_commands_is_explicit_and_warned(tmp_path):
     assert "tensorboard(\\..*)?" in extended.protect.effective_commands
 
 
-def test_check_config_refuses_an_unwritable_database(tmp_path):
-    import subprocess
-    import sys
-
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    config = write(tmp_path, f"storage: {{database: {blocker}/sub/actuator.db}}\n")
-    token = tmp_path / "token"
-    token.write_text("a-token-of-enough-bytes\n")
-    token.chmod(0o600)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exporter.cli",
-            "actuator",
-            "--config",
-            str(config),
-            "--token-file",
-            str(token),
-            "--check-config",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 2 and "storage.database" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
 def test_units():
     assert parse_duration("1h30m") == 5400 and parse_duration("250ms") == 0.25
     assert parse_duration(3) == 3.0 and parse_duration("2.5") == 2.5

@@ -5,11 +5,12 @@ the setting."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from actuator.config import ActuatorConfig, ConfigError, load_config
+from actuator.config import ActuatorConfig, ConfigError, config_warnings, load_config
 from actuator.startup import (
     check_notifier,
     check_storage,
@@ -18,6 +19,28 @@ from actuator.startup import (
     read_token,
 )
 from exporter.thresholds import SHIPPED
+from tests.support import gpu_reclaimer_command
+
+
+def check_config(tmp_path: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """`gpu-reclaimer actuator --check-config`, as an operator runs it."""
+    token = tmp_path / "token"
+    token.write_text("a-token-of-enough-bytes\n")
+    token.chmod(0o600)
+    return subprocess.run(
+        [
+            *gpu_reclaimer_command(),
+            "actuator",
+            "--config",
+            str(config),
+            "--token-file",
+            str(token),
+            "--check-config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def load_config_text(tmp_path: Path, text: str) -> ActuatorConfig:
@@ -26,15 +49,9 @@ def load_config_text(tmp_path: Path, text: str) -> ActuatorConfig:
     return load_config(path)
 
 
-def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
+def test_check_config_tries_the_storage_the_start_will_use(tmp_path: Path) -> None:
     """A path the old check passed (its nearest existing folder is writable) that the start
     cannot create; a limit of 0 under enforce is said, not silently deferred for ever."""
-    import subprocess
-    import sys
-
-    from actuator.config import config_warnings
-    from actuator.startup import check_storage
-
     too_long = tmp_path / ("x" * 300) / "actuator.db"
     config = load_config_text(tmp_path, f"storage: {{database: {too_long}}}\n")
     with pytest.raises(ConfigError, match=r"storage.database: .* cannot be written: .*too long"):
@@ -49,29 +66,21 @@ def test_check_config_tries_the_storage_the_start_will_use(tmp_path):
     enforce = "mode: enforce\nnotice: {required: false}\nlimits: {terminations_per_minute: 0}\n"
     never = load_config_text(tmp_path, enforce)
     assert any("can never signal" in w for w in config_warnings(never))
-    token = tmp_path / "token"
-    token.write_text("a-token-of-enough-bytes\n")
-    token.chmod(0o600)
     path = tmp_path / "never.yml"
     storage = f"storage: {{database: {tmp_path}/db, audit_log: {tmp_path}/audit}}\n"
     path.write_text(enforce + storage)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exporter.cli",
-            "actuator",
-            "--config",
-            str(path),
-            "--token-file",
-            str(token),
-            "--check-config",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = check_config(tmp_path, path)
     assert "can never signal" in result.stdout + result.stderr, result
+
+
+def test_check_config_refuses_an_unwritable_database(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = tmp_path / "actuator.yml"
+    config.write_text(f"storage: {{database: {blocker}/sub/actuator.db}}\n")
+    result = check_config(tmp_path, config)
+    assert result.returncode == 2 and "storage.database" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_file_where_a_folder_should_be_is_named(tmp_path: Path) -> None:

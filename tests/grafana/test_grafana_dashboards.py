@@ -43,6 +43,7 @@ from actuator.config import merge_config
 from actuator.demo.ruleset import render_deploy
 from actuator.live import target_of
 from exporter.sim.state import init_node, load_node, read_procs
+from exporter.sim.workload import sim_run_args
 from tests.actuator.settings import FAST_POLICY
 from tests.helpers.previews import previews_module
 from tests.helpers.prom import (
@@ -412,18 +413,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     def workload(phases: str, *options: str, gpu: int, memory: str = "4GiB") -> list[str]:
         return [
             *cli,
-            "sim",
-            "run",
-            "--dir",
-            str(node_dir),
-            "--gpu",
-            str(gpu),
-            "--memory",
-            memory,
-            "--phases",
-            phases,
-            "--tick",
-            "0.2",
+            *sim_run_args(node_dir, gpu=gpu, memory=memory, phases=phases, tick="0.2"),
             *options,
         ]
 

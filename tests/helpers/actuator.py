@@ -23,6 +23,7 @@ from actuator.config import merge_config
 from actuator.live import target_of
 from exporter import procfs
 from exporter.sim.state import load_node, read_procs
+from exporter.sim.workload import sim_run_args
 from tests.actuator.settings import FAST_POLICY
 from tests.support import free_port, gpu_reclaimer_command, wait_until
 
@@ -84,18 +85,7 @@ class Workloads:
         """`cgroup`: a cgroup directory the process joins before it starts (a pod's)."""
         command = [
             *gpu_reclaimer_command(),
-            "sim",
-            "run",
-            "--dir",
-            str(self.node_dir),
-            "--gpu",
-            str(gpu),
-            "--memory",
-            memory,
-            "--phases",
-            phases,
-            "--tick",
-            "0.2",
+            *sim_run_args(self.node_dir, gpu=gpu, memory=memory, phases=phases, tick="0.2"),
             *options,
         ]
         if cgroup is not None:
