@@ -5,13 +5,16 @@ test_notifications.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jinja2
 import pytest
 
+from actuator.live import power_share
 from actuator.messages import Message, Price, Renderer, duration, idle_energy, size, span
-from tests.helpers.notices import BOB, NOW, notice
+from exporter.nvml_reader import GpuProcessReading, GpuReading
+from tests.helpers.notices import BOB, LILEI, NOW, GiB, notice
 
 
 def test_sizes_are_shown_in_binary_units() -> None:
@@ -57,3 +60,77 @@ def test_the_mail_html_never_passes_raw_html_through() -> None:
     assert "<strong>bold</strong>" in html and "<script>" not in html
     assert "&lt;script&gt;" in html and "<title>&lt;b&gt;subject&lt;/b&gt;</title>" in html
     assert '<img src="cid:picture-1"' in html
+
+
+def test_the_chinese_warning_says_what_why_when_and_how_to_keep_it() -> None:
+    message = Renderer(sre="GPU 运维（企业微信群 GPU-help）").render(notice(), LILEI, NOW)
+    assert message.subject == (
+        "[GPU 回收] gpu-node-3 GPU 2 上的 python train_yolo.py（PID 31337）将于 "
+        "2026-12-01 14:10 被回收"
+    )
+    text = message.text
+    assert "李雷，您好" in text and "已持续 7 分钟无活动，是否仍在进行？" in text
+    assert "占用 18.0 GiB 显存" in text
+    assert "自 2026-12-01 13:53 起无日志或心跳写入" in text  # the owner's time zone
+    assert "2026-12-01 14:10（Asia/Shanghai）发送 SIGTERM，10 秒后仍未退出则 SIGKILL" in text
+    assert "联系 GPU 运维（企业微信群 GPU-help），注明工单号 42" in text
+    assert "心跳" in text.splitlines()[-1]  # how to avoid it next time
+    assert "<strong>" in message.html and 'lang="zh-CN"' in message.html
+
+
+def test_a_notice_says_what_the_idle_time_cost_where_the_gpu_reports_power() -> None:
+    """350 W shared to this process for 3 h idle: 1.05 kWh, at ¥0.8 per kWh ¥0.84; without
+    a price the energy only; without power from the driver, nothing (never a made-up 0)."""
+    idle_3h = notice(power_watts=350.0, since=NOW - 3 * 3600)
+    priced = Renderer(price=Price(0.8, "¥"))
+    assert (
+        "已持续 180 分钟无活动（至今约耗电 1.05 kWh, ¥0.84），"
+        in priced.render(idle_3h, LILEI, NOW).text
+    )
+    assert "for 180 minutes (about 1.05 kWh so far)." in Renderer().render(idle_3h, BOB, NOW).text
+    unknown = Renderer(price=Price(0.8, "¥")).render(notice(since=NOW - 3 * 3600), BOB, NOW)
+    assert "for 180 minutes. Is it still working?" in unknown.text and "kWh" not in unknown.text
+
+
+def test_a_process_is_charged_the_share_of_power_its_memory_holds() -> None:
+    gpu = GpuReading(
+        index=0,
+        uuid="GPU-0",
+        name="NVIDIA H100 80GB HBM3",
+        memory_total=80 * GiB,
+        memory_used=40 * GiB,
+        utilization=0.0,
+        process_util_supported=True,
+        processes=(GpuProcessReading(1, 30 * GiB, 0.0), GpuProcessReading(2, 10 * GiB, 0.0)),
+        power_watts=400.0,
+    )
+    assert power_share(gpu, 30 * GiB) == 300.0
+    assert power_share(dataclasses.replace(gpu, power_watts=None), 30 * GiB) is None
+    partly_unknown = (GpuProcessReading(1, 30 * GiB, 0.0), GpuProcessReading(2, None, 0.0))
+    assert power_share(dataclasses.replace(gpu, processes=partly_unknown), 30 * GiB) is None
+
+
+def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
+    renderer = Renderer()
+    stalled = renderer.render(notice(alertname="GpuProcessStalled"), BOB, NOW)
+    assert stalled.subject.startswith("[GPU reclaim] python train_yolo.py (PID 31337)")
+    assert "at 2026-12-01 07:10" in stalled.subject  # Berlin
+    assert "heartbeat and log have not moved since 2026-12-01 06:53" in stalled.text
+    assert "as in an NCCL hang" in stalled.text and "the GPU SRE team" in stalled.text
+    done = renderer.render(notice(kind="reclaimed", freed_bytes=18 * GiB), BOB, NOW)
+    assert (
+        "was reclaimed" in done.subject
+        and "18.0 GiB of GPU memory was freed (case 42)" in done.text
+    )
+    # A site template of the same name wins.
+    site = tmp_path / "templates"
+    site.mkdir()
+    (site / "warning.en.md.j2").write_text(
+        "{% set subject %}Site: case {{ case }}{% endset %}Ours: {{ command }} until "
+        "{{ deadline }}\n"
+    )
+    mine = Renderer(site).render(notice(), BOB, NOW)
+    assert (
+        mine.subject == "Site: case 42"
+        and mine.text == "Ours: python train_yolo.py until 2026-12-01 07:10\n"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from actuator.owners import Contact, DirectoryError, OwnerDirectory
+from tests.helpers.notices import LILEI
 
 DIRECTORY = """
 users:
@@ -89,3 +90,26 @@ def test_a_bad_directory_is_named_with_the_key(tmp_path: Path, text: str, says: 
     with pytest.raises(DirectoryError) as error:
         OwnerDirectory.load(path)
     assert says in str(error.value) and str(path) in str(error.value)
+
+
+def test_a_missing_owner_falls_back_to_the_project_then_the_sre_route() -> None:
+    directory = OwnerDirectory(
+        users={"lilei": LILEI, "mute": Contact(name="no address")},
+        projects={"vision": Contact(name="Vision on-call", email="vision@example.com")},
+        sre=Contact(name="GPU SRE", slack="S0SRE"),
+    )
+    assert directory.resolve("lilei", "vision", {"email", "wecom"}).via == "user"
+    assert directory.resolve("lilei", "vision", {"wecom"}).channels == ("wecom",)
+    assert directory.resolve("nobody", "vision", {"email"}).via == "project"
+    assert directory.resolve("mute", "vision", {"email"}).via == "project"  # no address
+    assert directory.resolve("nobody", "other", {"email", "slack"}).via == "sre"
+    assert directory.resolve("nobody", "other", {"email"}) is None  # never silently nobody
+
+
+def test_a_directory_file_with_a_mistake_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "owners.yml"
+    path.write_text("users:\n  alice: {email: alice@example.com, timezone: Mars/Olympus}\n")
+    with pytest.raises(
+        DirectoryError, match=r"(?s)owners.yml.*users.alice.timezone: .*unknown time zone .Mars"
+    ):
+        OwnerDirectory.load(path)

@@ -1,0 +1,80 @@
+"""The owner notifier: each channel of the owner's tried in turn, which worked said; a
+repeat step copies the project's contact; a config without a way to reach anyone is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actuator.channels import (
+    DingTalkChannel,
+    WeComChannel,
+)
+from actuator.config import ConfigError, load_config
+from actuator.messages import Renderer
+from actuator.notify import OwnerNotifier
+from actuator.owners import Contact, OwnerDirectory
+from tests.helpers.notices import LILEI, NOW, notice
+from tests.helpers.robots import robot
+
+
+def test_the_owner_notifier_tries_each_channel_and_says_which_worked() -> None:
+    directory = OwnerDirectory(users={"lilei": LILEI}, sre=Contact(slack="S0SRE"))
+    with robot("wecom") as wecom, robot("dingtalk", "right") as ding:
+        channels = {
+            "wecom": WeComChannel(wecom.url),
+            "dingtalk": DingTalkChannel(ding.url, secret="wrong"),
+        }
+        notifier = OwnerNotifier(directory, channels, Renderer(), clock=lambda: NOW)
+        result = notifier.send(notice(), dry_run=False)
+        assert result.delivered  # WeCom took it; DingTalk refused the signature
+        assert (
+            "wecom delivered" in result.detail
+            and "dingtalk failed: errcode 310000" in result.detail
+        )
+        assert not notifier.send(notice(), dry_run=True).delivered  # nothing sent
+        assert len(wecom.received) == 1
+        nobody = notifier.send(notice(user="ghost", project="none"), dry_run=False)
+    assert not nobody.delivered and "nobody to tell" in nobody.detail  # SRE has no wecom
+
+
+def test_a_repeat_step_copies_the_project_contact_and_the_notice_says_why() -> None:
+    """The owner's 3rd reclaim in 30 days under a step with `copy_project`: the owner is
+    told (the gate), and the project's contact gets the same notice in their language."""
+    vision = Contact(name="Vision on-call", wecom="vision-oncall", language="en")
+    directory = OwnerDirectory(users={"lilei": LILEI}, projects={"vision": vision})
+    repeat = notice(
+        repeat_prior=3,
+        repeat_window=30 * 86400,
+        copy_project=True,
+        grace=120.0,
+        keep_needs_sre=True,
+    )
+    with robot("wecom") as wecom:
+        notifier = OwnerNotifier(
+            directory, {"wecom": WeComChannel(wecom.url)}, Renderer(), clock=lambda: NOW
+        )
+        result = notifier.send(repeat, dry_run=False)
+        once = notifier.send(notice(), dry_run=False)  # no step applies: the owner only
+    assert result.delivered and "copied to project Vision on-call: wecom delivered" in result.detail
+    assert "copied" not in once.detail
+    owner, copy, _ = wecom.received
+    told = "您的任务在最近 30 天内已被回收 3 次：宽限期为 2 分钟，并抄送项目负责人；"
+    assert told + "保留任务需经运维团队批准。" in owner["markdown"]["content"]
+    assert "Your jobs were reclaimed 3 times in the last 30 days" in copy["markdown"]["content"]
+
+
+def test_config_names_what_is_missing(tmp_path: Path) -> None:
+    owners = tmp_path / "owners.yml"
+    owners.write_text("users: {}\n")
+    cases = {
+        "notifier: {wecom: {url: http://x}}": "owner channels need notifier.directory",
+        f"notifier: {{directory: {owners}}}": "needs at least one channel",
+        f"notifier: {{directory: {owners}, email: {{host: h, sender: nope}}}}": "sender",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "actuator.yml"
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
