@@ -1,10 +1,12 @@
 """The audit log: append-only JSON lines, fsync'd before any side effect it describes.
 
 Every write takes an exclusive lock (a side file, so rotation can rename the log), appends
-and fsyncs. A write is all-or-nothing: if the disk fills mid-write the file is cut back to
-where it was, and a torn last line left by a crash is cut off before the next append, so a
-partial record never glues onto the next one. The log is rotated by size (`log.1`, …) and
-read from the end, a page at a time.
+and fsyncs. A record of what already happened (a notice sent, signals sent) may leave its
+fsync to `flush()`, once per node's pass: nothing follows it, and every record that a side
+effect follows is still fsync'd before that effect. A write is all-or-nothing: if the disk
+fills mid-write the file is cut back to where it was, and a torn last line left by a crash
+is cut off before the next append, so a partial record never glues onto the next one. The
+log is rotated by size (`log.1`, …) and read from the end, a page at a time.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self._lock = threading.Lock()
+        # Records written with sync=False: inode -> an open descriptor of it, fsync'd by
+        # flush() (held open, so a rotation meanwhile cannot hide the file from it).
+        self._unsynced: dict[int, int] = {}
 
     # -- writing ------------------------------------------------------------------------
 
@@ -89,12 +94,16 @@ class AuditLog:
             finally:
                 os.close(fd)
 
-    def write(self, record: dict[str, Any]) -> dict[str, Any]:
+    def write(self, record: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
         """Append `record` (a `ts` is added) durably; raise AuditError if that fails."""
-        return self.write_many([record])[0]
+        return self.write_many([record], sync=sync)[0]
 
-    def write_many(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Append several records with one fsync; all or none are written."""
+    def write_many(
+        self, records: list[dict[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
+        """Append several records with one fsync; all or none are written. With
+        `sync=False` (only for records no side effect follows) the fsync is `flush()`'s or
+        a later synced write's; the records are readable at once either way."""
         now = time.time()
         records = [{"ts": now, **r} for r in records]
         data = b"".join(
@@ -104,21 +113,61 @@ class AuditLog:
             with self._locked():
                 self._rotate_if_needed(len(data))
                 fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                held = False
                 try:
                     start = _repair_tail(fd)
                     try:
                         view = memoryview(data)
                         while view:
                             view = view[os.write(fd, view) :]
-                        os.fsync(fd)
+                        if sync:
+                            os.fsync(fd)
                     except OSError:
                         os.ftruncate(fd, start)  # all or nothing: no partial record stays
                         raise
+                    held = self._track(fd, synced=sync)
                 finally:
-                    os.close(fd)
+                    if not held:
+                        os.close(fd)
         except OSError as exc:
             raise AuditError(f"audit log {self.path} not writable: {exc.strerror or exc}") from exc
         return records
+
+    def _track(self, fd: int, *, synced: bool) -> bool:
+        """Under the lock: the file's unsynced records are synced now (an fsync covers the
+        whole file), or `fd` is held for flush(); True when it is held."""
+        inode = os.fstat(fd).st_ino
+        if synced:
+            earlier = self._unsynced.pop(inode, None)
+            if earlier is not None:
+                os.close(earlier)
+            return False
+        if inode in self._unsynced:
+            return False  # held already
+        self._unsynced[inode] = fd
+        return True
+
+    def flush(self) -> None:
+        """fsync the records written with sync=False; AuditError if that fails."""
+        with self._lock:
+            held, self._unsynced = self._unsynced, {}
+        problem: OSError | None = None
+        for fd in held.values():
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                problem = problem or exc
+            finally:
+                os.close(fd)
+        if problem is not None:
+            raise AuditError(
+                f"audit log {self.path} not synced: {problem.strerror or problem}"
+            ) from problem
+
+    @property
+    def unsynced_files(self) -> int:
+        """Files holding records not yet fsync'd (0 after flush())."""
+        return len(self._unsynced)
 
     def _rotate_if_needed(self, incoming: int) -> None:
         try:

@@ -205,7 +205,8 @@ class Executor:
                     # reclaim_when: demand: delivered, but no grace runs until someone waits
                     "grace_started": case.notified_mono is not None and not kept,
                     "kind": notice.kind,
-                }
+                },
+                sync=False,  # what was sent; fsync'd with the pass (AuditLog.flush)
             )
         self.store.save_samples(case, self.fence())
 
@@ -228,7 +229,8 @@ class Executor:
                     "detail": result.detail,
                     "demand": case.demand_for,
                     "sigterm_at": notice.deadline,
-                }
+                },
+                sync=False,
             )
 
     def _counted(self, case: Case) -> None:
@@ -246,7 +248,8 @@ class Executor:
                     "request": case.demand_for,
                     "who": case.demand_who,
                     "seconds_from_demand": round(waited, 3),
-                }
+                },
+                sync=False,
             )
         if self.alerts is not None:
             self.alerts.handed_off(case)
@@ -264,7 +267,8 @@ class Executor:
                     "case": case.id,
                     "delivered": result.delivered,
                     "detail": result.detail,
-                }
+                },
+                sync=False,
             )
 
     def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
@@ -282,7 +286,8 @@ class Executor:
                     "case": case.id,
                     "signal": sig.name,
                     "results": [r.__dict__ for r in results],
-                }
+                },
+                sync=False,  # the signals went out before this record could say so
             )
         except AuditError as exc:
             log.error("case %d: %s", case.id, exc)
@@ -297,8 +302,11 @@ class Executor:
         if step.ok:
             self.store.record_signal(case.id, case.pid, step.name, self.clock())
         with contextlib.suppress(AuditError):
-            self.audit.write({**step.record, "case": case.id, "ok": step.ok, "detail": step.detail})
+            self.audit.write(
+                {**step.record, "case": case.id, "ok": step.ok, "detail": step.detail},
+                sync=False,
+            )
 
     def _verify(self, case: Case, scheduler: Scheduler) -> None:
         with contextlib.suppress(AuditError):
-            self.audit.write({**scheduler.verify(case), "case": case.id})
+            self.audit.write({**scheduler.verify(case), "case": case.id}, sync=False)

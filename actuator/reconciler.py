@@ -219,6 +219,7 @@ class Reconciler:
                 self.nodes.wait_exit(interval)  # wakes early when a signalled process exits
             else:
                 stop.wait(interval)
+        self._flush_audit()
         if self.holding:
             with contextlib.suppress(StoreUnavailable):
                 self.store.release_lease(self.holder)
@@ -330,6 +331,15 @@ class Reconciler:
         finally:
             if cases:
                 self._save_samples(cases[0].node)
+            self._flush_audit()
+
+    def _flush_audit(self) -> None:
+        """The node's records of what was done (notices, signals) fsync'd together, once
+        per pass; every decision record was fsync'd before its side effect."""
+        try:
+            self.audit.flush()
+        except AuditError as exc:
+            log.error("reconciler: %s", exc)
 
     def _prune(self) -> None:
         """Retention: now and then, forget ended cases older than storage.retention."""

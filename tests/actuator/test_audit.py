@@ -64,6 +64,63 @@ def test_rotation_by_size_and_private_files(tmp_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
+def _synced_inodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The inodes os.fsync is called on from now on (the real fsync still runs)."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_record_of_what_was_done_is_synced_with_the_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.write({"event": "decision"})
+    synced = _synced_inodes(monkeypatch)
+    log.write({"event": "signals", "i": 1}, sync=False)
+    log.write({"event": "signals", "i": 2}, sync=False)
+    assert synced == [] and log.unsynced_files == 1
+    assert [r["event"] for r in log.tail(10)] == ["decision", "signals", "signals"]  # readable
+    log.flush()
+    assert synced == [path.stat().st_ino] and log.unsynced_files == 0
+    log.flush()  # nothing left: no second fsync
+    assert len(synced) == 1
+
+
+def test_a_synced_write_covers_the_records_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.write({"event": "notice"}, sync=False)
+    synced = _synced_inodes(monkeypatch)
+    log.write({"event": "decision"})  # its fsync covers the file, the notice included
+    assert len(synced) == 1 and log.unsynced_files == 0
+    log.flush()
+    assert len(synced) == 1
+
+
+def test_a_rotation_does_not_hide_unsynced_records_from_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, max_bytes=4096, keep=2)
+    log.write({"event": "signals", "pad": "x" * 3000}, sync=False)
+    before = path.stat().st_ino
+    # Another worker's synced write rotates the log: the unsynced records are in .1 now.
+    AuditLog(path, max_bytes=4096, keep=2).write({"event": "decision", "pad": "y" * 3000})
+    assert (tmp_path / "audit.jsonl.1").stat().st_ino == before
+    synced = _synced_inodes(monkeypatch)
+    log.flush()
+    assert synced == [before] and log.unsynced_files == 0
+
+
 @pytest.fixture
 def small_volume(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs the test mounts (root only; elsewhere this test is skipped)."""

@@ -412,7 +412,7 @@ def test_the_created_record_names_its_case_and_no_case_exists_without_one(
     assert sorted(e["case"] for e in created) == ids and all(ids)
     assert {e["pid"]: e["case"] for e in created} == {p: h.cases(p)[0].id for p in (101, 102)}
 
-    def refuse(records: list[dict[str, Any]]) -> None:
+    def refuse(records: list[dict[str, Any]], *, sync: bool = True) -> None:
         from actuator.audit import AuditError
 
         raise AuditError("disk full")
@@ -669,3 +669,23 @@ def test_a_job_that_resumes_between_the_recheck_and_its_sigterm_is_not_signalled
     (case,) = h.cases(101)
     assert case.state == State.CANCELLED and case.reason_code == "activity"
     assert "last look" in case.reason
+
+
+def test_the_records_of_what_a_pass_did_are_synced_when_it_ends(
+    tmp_path: Path, database: str
+) -> None:
+    """Notices and signals are recorded after they happen without an fsync each; the pass
+    fsyncs them together before it ends (every decision record was before its effect)."""
+    h = Harness(tmp_path, database)
+    h.node.allow_signals = True
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    r = h.reconciler()
+    for _ in range(200):
+        h.run(r)
+        if h.node.signalled:
+            break
+    assert h.node.signalled == [(101, "SIGTERM")]
+    events = [e["event"] for e in h.events()]
+    assert "notice" in events and "signals" in events
+    assert h.audit.unsynced_files == 0
