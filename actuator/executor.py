@@ -276,9 +276,7 @@ class Executor:
             case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
         )
         now = self.clock()
-        for r in results:
-            if r.sent:
-                self.store.record_signal(case.id, r.pid, r.signal, now)
+        self.store.record_signals(case.id, [(r.pid, r.signal) for r in results if r.sent], now)
         try:
             self.audit.write(
                 {

@@ -9,11 +9,18 @@ from actuator.store.database import Database
 
 class SignalQueries(Database):
     def record_signal(self, case_id: int, pid: int, signal_name: str, now: float) -> None:
+        self.record_signals(case_id, [(pid, signal_name)], now)
+
+    def record_signals(self, case_id: int, sent: list[tuple[int, str]], now: float) -> None:
+        """(pid, signal) sent to a case's tree in one step, in one commit."""
+        if not sent:
+            return
         with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO signals (case_id, ts, pid, signal) VALUES (?, ?, ?, ?)",
-                (case_id, now, pid, signal_name),
-            )
+            for pid, signal_name in sent:
+                conn.execute(
+                    "INSERT INTO signals (case_id, ts, pid, signal) VALUES (?, ?, ?, ?)",
+                    (case_id, now, pid, signal_name),
+                )
 
     def signals_for(self, case_id: int) -> list[dict[str, Any]]:
         rows = self._read("SELECT * FROM signals WHERE case_id = ? ORDER BY id", (case_id,))

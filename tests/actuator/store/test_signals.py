@@ -22,6 +22,18 @@ def test_signals_are_kept_per_case_in_order(database: str) -> None:
     ]
 
 
+def test_a_trees_signals_are_recorded_together(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    store.record_signals(1, [(4242, "SIGTERM"), (4243, "SIGTERM"), (4244, "SIGTERM")], 100.0)
+    store.record_signals(1, [], 101.0)  # nothing was sent: nothing recorded
+    assert [(s["pid"], s["ts"]) for s in store.signals_for(1)] == [
+        (4242, 100.0),
+        (4243, 100.0),
+        (4244, 100.0),
+    ]
+
+
 def test_terminations_are_counted_on_this_clock_per_node_and_in_all(database: str) -> None:
     store = open_store(database)
     store.init()
