@@ -10,7 +10,7 @@ DEMO_PACKAGES := prometheus prometheus-alertmanager
 TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze victoria-metrics
 TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd victoria-metrics
 
-.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak chaos clean protos check-ultralytics check-bare
+.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak churn-soak chaos clean protos check-ultralytics check-bare
 
 # Everything `make test` needs (the Python venv and every Debian package the tests start).
 setup: $(VENV)/.installed test-deps
@@ -118,6 +118,10 @@ check-ultralytics:
 # Ten minutes at 50 webhooks/s (reliability case 44); not part of bench.
 soak: setup
 	$(BIN)/python benchmarks/webhook_soak.py
+
+# Case 46 compressed: process churn through the exporter and a node agent (~30 min).
+churn-soak: setup
+	$(BIN)/python benchmarks/churn_soak.py --out churn-soak.json
 
 # Many faults at once, every signal judged against the ground truth (docs/reliability.md).
 # `make chaos MINUTES=60 SEED=1`; the report is chaos-report/chaos.{md,json}. With the
