@@ -26,6 +26,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 _BLOCK = 64 * 1024
 _PROBE_BYTES = 4096
+MAX_BACKLOG_BYTES = 16 * 2**20  # records of what was done, waiting out a full disk
 
 
 class Event(StrEnum):
@@ -80,6 +81,9 @@ class AuditLog:
         # Records written with sync=False: inode -> an open descriptor of it, fsync'd by
         # flush() (held open, so a rotation meanwhile cannot hide the file from it).
         self._unsynced: dict[int, int] = {}
+        # Records of what was done that a full disk refused: written before the next record.
+        self._backlog: list[bytes] = []
+        self.dropped = 0  # such records lost because the backlog was full
 
     # -- writing ------------------------------------------------------------------------
 
@@ -103,7 +107,9 @@ class AuditLog:
     ) -> list[dict[str, Any]]:
         """Append several records with one fsync; all or none are written. With
         `sync=False` (only for records no side effect follows) the fsync is `flush()`'s or
-        a later synced write's; the records are readable at once either way."""
+        a later synced write's; the records are readable at once either way, and a full
+        disk does not lose them: they wait in memory and go first into the next write that
+        succeeds (so they precede every later record), keeping their own `ts`."""
         now = time.time()
         records = [{"ts": now, **r} for r in records]
         data = b"".join(
@@ -111,27 +117,57 @@ class AuditLog:
         )
         try:
             with self._locked():
-                self._rotate_if_needed(len(data))
-                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                held = False
-                try:
-                    start = _repair_tail(fd)
-                    try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                        if sync:
-                            os.fsync(fd)
-                    except OSError:
-                        os.ftruncate(fd, start)  # all or nothing: no partial record stays
-                        raise
-                    held = self._track(fd, synced=sync)
-                finally:
-                    if not held:
-                        os.close(fd)
+                payload = b"".join(self._backlog) + data
+                self._append(payload, sync=sync)
+                self._backlog.clear()
         except OSError as exc:
-            raise AuditError(f"audit log {self.path} not writable: {exc.strerror or exc}") from exc
+            if sync:
+                raise AuditError(
+                    f"audit log {self.path} not writable: {exc.strerror or exc}"
+                ) from exc
+            self._keep_for_later(data, exc)
         return records
+
+    def _append(self, payload: bytes, *, sync: bool) -> None:
+        """Under the lock: append all of `payload` (fsync'd with `sync`) or none of it."""
+        self._rotate_if_needed(len(payload))
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        held = False
+        try:
+            start = _repair_tail(fd)
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if sync:
+                    os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, start)  # all or nothing: no partial record stays
+                raise
+            held = self._track(fd, synced=sync)
+        finally:
+            if not held:
+                os.close(fd)
+
+    def _keep_for_later(self, data: bytes, exc: OSError) -> None:
+        with self._lock:
+            if sum(map(len, self._backlog)) + len(data) > MAX_BACKLOG_BYTES:
+                self.dropped += data.count(b"\n")
+                log.error(
+                    "audit log %s not writable (%s) and %d bytes wait already: %d record(s) "
+                    "of what was done are lost",
+                    self.path,
+                    exc.strerror or exc,
+                    MAX_BACKLOG_BYTES,
+                    self.dropped,
+                )
+                return
+            self._backlog.append(data)
+        log.warning(
+            "audit log %s not writable (%s): the record waits for the next write",
+            self.path,
+            exc.strerror or exc,
+        )
 
     def _track(self, fd: int, *, synced: bool) -> bool:
         """Under the lock: the file's unsynced records are synced now (an fsync covers the
@@ -148,7 +184,10 @@ class AuditLog:
         return True
 
     def flush(self) -> None:
-        """fsync the records written with sync=False; AuditError if that fails."""
+        """Write the records a full disk refused, and fsync those written with sync=False;
+        AuditError if either fails (the refused ones wait on)."""
+        if self._backlog:
+            self.write_many([], sync=True)
         with self._lock:
             held, self._unsynced = self._unsynced, {}
         problem: OSError | None = None

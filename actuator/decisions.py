@@ -263,20 +263,26 @@ def last_look(
     reading that cannot be judged holds the signal to the next step. None: go on."""
     if not after.exists or check_identity(case, after) is not None:
         return wait()  # exited or changed meanwhile: the next step decides on that
-    written, seen = after.last_activity, before.last_activity
-    if written is not None and (seen is None or written > seen):
+    # On the node's clock: the two readings' offsets differ by their calls' latency, and a
+    # write the re-check saw would look newer by that much on this actuator's clock.
+    written = _node_time(after, after.last_activity)
+    seen = _node_time(before, before.last_activity)
+    # New since the re-check: after the write it saw, or (it saw none) from when it was taken.
+    taken = before.on_node_clock(before.sampled_at)
+    new = written is not None and (written > seen if seen is not None else written >= taken)
+    if new and after.last_activity is not None:
         return move(
             State.CANCELLED,
             Reason.ACTIVITY,
-            f"written {now - written:.1f}s ago, after the re-check: the last look before "
-            "SIGTERM found it working again",
+            f"written {now - after.last_activity:.1f}s ago, after the re-check: the last "
+            "look before SIGTERM found it working again",
         )
     found = check_idle(case, after, idle, now, limits)
     if found is not None:
         return found if found.state == State.CANCELLED else wait()
     if is_stalled_class(case.alertname):
         return None  # a hang may spin CPU: its stale log and heartbeat were looked at above
-    gap = after.sampled_at - before.sampled_at
+    gap = after.on_node_clock(after.sampled_at) - before.on_node_clock(before.sampled_at)
     if before.cpu_seconds is not None and after.cpu_seconds is not None and gap > 0.05:
         rate = (after.cpu_seconds - before.cpu_seconds) / gap
         if rate > limits.max_cpu_cores:
@@ -287,6 +293,10 @@ def last_look(
                 "before SIGTERM)",
             )
     return None
+
+
+def _node_time(live: LiveState, ts: float | None) -> float | None:
+    return None if ts is None else live.on_node_clock(ts)
 
 
 def roll_cpu(

@@ -315,6 +315,14 @@ class LiveState:
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
+    # This actuator's clock minus the node's, as applied to the node's readings above (0 on
+    # the actuator's own node). It carries each call's latency, so two readings of one node
+    # are compared on the node's clock (`on_node_clock`), never on this one.
+    clock_offset: float = 0.0
+
+    def on_node_clock(self, ts: float) -> float:
+        """One of this reading's timestamps as the node's clock read it."""
+        return ts - self.clock_offset
 
     @property
     def last_activity(self) -> float | None:

@@ -196,4 +196,5 @@ def rebase(live: LiveState, offset: float) -> LiveState:
         log_mtime=shift(live.log_mtime),
         heartbeat=shift(live.heartbeat),
         start_time=shift(live.start_time),
+        clock_offset=offset,
     )

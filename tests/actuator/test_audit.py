@@ -179,6 +179,34 @@ def test_a_full_disk_writes_nothing_partial_and_recovers(small_volume: Path) -> 
 
 
 @pytest.mark.reliability(40)
+def test_a_record_of_what_was_done_waits_out_a_full_disk(small_volume: Path) -> None:
+    """Found by the hour in the deployed shape (docs/reliability.md): a notice delivered
+    while the audit volume was full lost its record, and the SIGTERM after the grace had
+    no delivered notice on record before it. Such a record now waits and goes first."""
+    path = small_volume / "audit.jsonl"
+    log = AuditLog(path)
+    log.write({"event": "decision", "to": "notified"})
+    filler = fill(small_volume)
+    log.write({"event": "notice", "delivered": True, "pad": "n" * 8000}, sync=False)  # no raise
+    with pytest.raises(AuditError):
+        log.write({"event": "decision", "to": "terminating", "pad": "d" * 8000})
+    with pytest.raises(AuditError):
+        log.flush()  # still full: the notice waits on
+    assert [r["event"] for r in records(path)] == ["decision"]
+    os.unlink(filler)
+    log.write({"event": "decision", "to": "terminating"})
+    written = records(path)
+    assert [(r["event"], r.get("to")) for r in written] == [
+        ("decision", "notified"),
+        ("notice", None),
+        ("decision", "terminating"),
+    ]
+    assert written[1]["ts"] < written[2]["ts"]  # its own time, before the decision's
+    log.flush()  # nothing waits any more
+    assert len(records(path)) == 3 and log.dropped == 0
+
+
+@pytest.mark.reliability(40)
 def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
     small_volume: Path, workloads, actuator_factory
 ) -> None:

@@ -387,6 +387,29 @@ def test_the_last_look_before_sigterm_withholds_it_from_a_process_working_again(
     assert other is not None and other.action == Action.WAIT
 
 
+def test_the_last_look_reads_a_remote_node_on_its_own_clock() -> None:
+    """Found by the hour in the deployed shape (docs/reliability.md): through an agent each
+    reading is moved onto the actuator's clock by an offset that carries that call's
+    latency, so the same old log write looked 0.03 s newer in the second reading, and the
+    last look cancelled idle jobs as "written 461 s ago, after the re-check"."""
+    from actuator.decisions import last_look
+    from actuator.fleet.remote import rebase
+
+    case = make_case(state=State.NOTIFIED)
+    node = make_live(log_mtime=T0 - 600, cpu_seconds=10.0)  # on the node's clock
+    before = rebase(node, 5.000)
+    slower = rebase(replace(node, sampled_at=T0 + 0.5), 5.030)  # a slower answer
+    assert slower.log_mtime is not None and before.log_mtime is not None
+    assert slower.log_mtime > before.log_mtime  # the same write, later on this clock
+    assert last_look(case, before, slower, IDLE, T0 + 5.5) is None
+    wrote = rebase(replace(node, sampled_at=T0 + 0.5, log_mtime=T0 + 0.1), 4.990)
+    found = last_look(case, before, wrote, IDLE, T0 + 5.5)
+    assert found is not None and found.state == State.CANCELLED  # a new write still counts
+    # The CPU gap too: 0.1 s of CPU over 0.5 s on the node is idle, not 0.1/0.02 cores.
+    quick = rebase(replace(node, sampled_at=T0 + 0.5, cpu_seconds=10.01), 4.52)
+    assert last_look(case, before, quick, IDLE, T0 + 5.5) is None
+
+
 def test_the_last_look_lets_a_hang_spin_cpu_as_the_recheck_does() -> None:
     """A stalled job (an NCCL hang) spins CPU at 100 % util: like the re-check, the last look
     judges it by its stale log and heartbeat, never by its CPU."""
