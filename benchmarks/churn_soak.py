@@ -282,8 +282,8 @@ def _summary(
     first, last, settled = samples[:tenth], samples[-tenth:], samples
     out: dict[str, dict[str, float]] = {}
     for name in components:
-        rss_first = statistics.median(s.components[name]["rss_mib"] for s in first)
-        rss_last = statistics.median(s.components[name]["rss_mib"] for s in last)
+        rss_first = round(statistics.median(s.components[name]["rss_mib"] for s in first), 1)
+        rss_last = round(statistics.median(s.components[name]["rss_mib"] for s in last), 1)
         out[name] = {
             "rss_first_mib": rss_first,
             "rss_last_mib": rss_last,
