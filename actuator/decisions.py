@@ -299,18 +299,30 @@ def _node_time(live: LiveState, ts: float | None) -> float | None:
     return None if ts is None else live.on_node_clock(ts)
 
 
+# A CPU reading older than this is no window's start: the actuator was away, or (before
+# readings were kept on the node's clock) it was taken on another clock. Start afresh.
+STALE_CPU_READING = 3600.0
+
+
 def roll_cpu(
     case: Case, live: LiveState, idle: Idle, limits: Thresholds = SHIPPED
 ) -> tuple[Decision | None, dict[str, Any]]:
-    """CPU rate of the process tree over windows of at least `cpu_window` seconds."""
+    """CPU rate of the process tree over windows of at least `cpu_window` seconds. The
+    window is measured on the node's clock (`cpu_at` is kept there): through an agent each
+    reading's offset onto this clock carries its call's latency, which over a one-second
+    window would read a busy tree as idle."""
     assert live.cpu_seconds is not None
+    taken = live.on_node_clock(live.sampled_at)
+    fresh = {"cpu_seconds": live.cpu_seconds, "cpu_at": taken}
     if case.cpu_seconds is None or case.cpu_at is None or live.cpu_seconds < case.cpu_seconds:
-        return None, {"cpu_seconds": live.cpu_seconds, "cpu_at": live.sampled_at}
-    dt = live.sampled_at - case.cpu_at
+        return None, fresh
+    dt = taken - case.cpu_at
+    if dt < 0 or dt > STALE_CPU_READING:
+        return None, {**fresh, "cpu_rate": None}  # no window to judge: one more is needed
     if dt < idle.cpu_window:
         return None, {}
     rate = (live.cpu_seconds - case.cpu_seconds) / dt
-    updates = {"cpu_seconds": live.cpu_seconds, "cpu_at": live.sampled_at, "cpu_rate": rate}
+    updates = {"cpu_seconds": live.cpu_seconds, "cpu_at": taken, "cpu_rate": rate}
     if rate > limits.max_cpu_cores:
         return move(
             State.CANCELLED,
@@ -519,7 +531,7 @@ def decide_live(
         if problem is not None:
             return problem
         samples.update(cpu)
-        if cpu.get("cpu_rate") is None and case.cpu_rate is None:
+        if cpu.get("cpu_rate", case.cpu_rate) is None:
             return wait(**samples)  # need one full CPU window of evidence first
     held = held_back(case, guard, limits)
     if case.state == State.DEFERRED:

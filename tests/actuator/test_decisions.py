@@ -242,7 +242,7 @@ def test_waits_follow_the_boot_clock_not_the_wall_clock():
         notified_at=T0,
         notified_mono=5000.0,
         cpu_seconds=10.0,
-        cpu_at=T0,
+        cpu_at=T0 + 3599,  # read after the step
         cpu_rate=0,
     )
     e = eff(grace=600.0)
@@ -408,6 +408,37 @@ def test_the_last_look_reads_a_remote_node_on_its_own_clock() -> None:
     # The CPU gap too: 0.1 s of CPU over 0.5 s on the node is idle, not 0.1/0.02 cores.
     quick = rebase(replace(node, sampled_at=T0 + 0.5, cpu_seconds=10.01), 4.52)
     assert last_look(case, before, quick, IDLE, T0 + 5.5) is None
+
+
+def test_the_cpu_window_of_a_remote_node_is_measured_on_its_own_clock() -> None:
+    """The same class as the last look, in the re-check's CPU rate: a tree that used 0.12
+    cores over one second on the node read as 0.06 when the second answer's latency put it
+    a second later on the actuator's clock; a busy tree judged idle."""
+    from actuator.decisions import roll_cpu
+    from actuator.fleet.remote import rebase
+
+    first = rebase(make_live(cpu_seconds=10.0), 5.0)
+    _, sampled = roll_cpu(make_case(), first, IDLE)
+    assert sampled["cpu_at"] == T0  # kept on the node's clock
+    case = make_case(cpu_seconds=10.0, cpu_at=sampled["cpu_at"])
+    later = rebase(make_live(T0 + 1.0, cpu_seconds=10.12), 6.0)  # a slow answer
+    found, updates = roll_cpu(case, later, IDLE)
+    assert found is not None and found.state == State.CANCELLED
+    assert updates["cpu_rate"] == pytest.approx(0.12)
+
+
+def test_a_stale_or_backward_cpu_reading_starts_a_new_window() -> None:
+    """A reading from before the actuator was away, or on another clock (a case kept from
+    before readings were on the node's clock): no rate is computed across it, and the case
+    waits one window instead of acting on the rate it had."""
+    from actuator.decisions import STALE_CPU_READING, roll_cpu
+
+    for cpu_at in (T0 + 30, T0 - STALE_CPU_READING - 1):
+        case = make_case(cpu_seconds=10.0, cpu_at=cpu_at, cpu_rate=0.0)
+        found, updates = roll_cpu(case, make_live(cpu_seconds=10.0), IDLE)
+        assert found is None and updates == {"cpu_seconds": 10.0, "cpu_at": T0, "cpu_rate": None}
+        d = decide_live(case, make_live(cpu_seconds=10.0), eff(), IDLE, LIMITS, GUARD, T0)
+        assert d.action == Action.WAIT and d.updates.cpu_rate is None
 
 
 def test_the_last_look_lets_a_hang_spin_cpu_as_the_recheck_does() -> None:
