@@ -21,6 +21,7 @@ from actuator.models import (
     State,
 )
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice, ReclaimWhen
+from exporter.procfs import CLOCK_TICKS
 from exporter.text import clean
 from exporter.thresholds import SHIPPED, Thresholds
 from exporter.units import format_duration, parse_duration
@@ -284,7 +285,10 @@ def last_look(
         return None  # a hang may spin CPU: its stale log and heartbeat were looked at above
     gap = after.on_node_clock(after.sampled_at) - before.on_node_clock(before.sampled_at)
     if before.cpu_seconds is not None and after.cpu_seconds is not None and gap > 0.05:
-        rate = (after.cpu_seconds - before.cpu_seconds) / gap
+        # Less what the readings cannot resolve: over a tenth of a second one clock tick of
+        # an idle Python process would read as 0.1 cores.
+        used = after.cpu_seconds - before.cpu_seconds - cpu_resolution(after)
+        rate = max(0.0, used) / gap
         if rate > limits.max_cpu_cores:
             return move(
                 State.CANCELLED,
@@ -293,6 +297,13 @@ def last_look(
                 "before SIGTERM)",
             )
     return None
+
+
+def cpu_resolution(live: LiveState) -> float:
+    """The most a difference of two tree CPU readings can be off by: /proc counts user and
+    system time in whole clock ticks, each rounded down, for every process in the tree."""
+    processes = max(1, len(live.members) + len(live.excluded))
+    return 2 * processes / CLOCK_TICKS
 
 
 def _node_time(live: LiveState, ts: float | None) -> float | None:

@@ -387,6 +387,23 @@ def test_the_last_look_before_sigterm_withholds_it_from_a_process_working_again(
     assert other is not None and other.action == Action.WAIT
 
 
+def test_the_last_look_judges_cpu_by_more_than_the_readings_can_resolve() -> None:
+    """Found by a fresh-clone `make test` (tests/kube/test_pods.py): an idle pod's simulated
+    workload used one or two clock ticks between the re-check and its last look 0.1 s later,
+    read as 0.12 CPU cores, and its reclaim was cancelled as "working again". /proc counts
+    in whole ticks: what the readings cannot resolve is not work; a real worker still is."""
+    from actuator.decisions import cpu_resolution, last_look
+
+    case = make_case(state=State.NOTIFIED)
+    before = make_live(log_mtime=T0 - 600, cpu_seconds=10.0)
+    assert cpu_resolution(before) == 0.02  # user and system time, one process, 100 Hz
+    two_ticks = make_live(T0 + 0.1, log_mtime=T0 - 600, cpu_seconds=10.02)
+    assert last_look(case, before, two_ticks, IDLE, T0 + 0.1) is None
+    working = make_live(T0 + 0.1, log_mtime=T0 - 600, cpu_seconds=10.06)  # 0.6 cores
+    found = last_look(case, before, working, IDLE, T0 + 0.1)
+    assert found is not None and found.state == State.CANCELLED and "0.40 CPU" in found.reason
+
+
 def test_the_last_look_reads_a_remote_node_on_its_own_clock() -> None:
     """Found by the hour in the deployed shape (docs/reliability.md): through an agent each
     reading is moved onto the actuator's clock by an offset that carries that call's
