@@ -263,17 +263,6 @@ def test_invalid_pids_from_the_binding_are_rejected(sim_node: Path, spawn_worklo
     )
 
 
-def test_a_busy_device_without_busy_listed_processes_is_unknown() -> None:
-    from exporter.nvml_reader import util_join
-
-    assert util_join({10, 11}, {}, 0.0) == ""  # idle device, no samples: 0 % proven
-    assert util_join({10, 11}, {10: 90}, 0.9) == ""
-    assert util_join({10, 11}, {}, 0.9) == "device_busy_unattributed"
-    assert util_join({10}, {10: 3}, 0.6) == "device_busy_unattributed"
-    assert util_join({10}, {99: 90}, 0.9) == "pid_mismatch"
-    assert util_join({10}, {}, None) == "device_util_unknown"
-
-
 def test_info_carries_the_identity_the_actuator_checks(sim_node: Path, spawn_workload) -> None:
     from exporter import procfs
 
