@@ -243,7 +243,7 @@ class GpuCollector(Collector):
         )
         cpu_seconds: dict[int, float] = {}
         info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
-        live_keys: set[tuple[int, float]] = set()
+        live_keys: set[tuple[int, int]] = set()
         for index in reading.failed_gpus:
             families.device_up.add([str(index)], 0)
         for gpu in reading.gpus:
@@ -258,7 +258,7 @@ class GpuCollector(Collector):
                 if stat is None:  # NVML lists it, /proc does not (another PID namespace?)
                     continue
                 started = self._boot_time + stat.start_ticks / procfs.CLOCK_TICKS
-                live_keys.add((process.pid, started))
+                live_keys.add((process.pid, stat.start_ticks))
                 families.p_start.add(labels, started)
                 cpu = cpu_seconds.get(process.pid)
                 if cpu is None:  # once per process, though it may hold several GPUs
@@ -269,7 +269,7 @@ class GpuCollector(Collector):
                 written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
                 if written is not None:
                     families.p_log.add(labels, written)
-                identity = self.identities.get(process.pid, started, gpu.uuid)
+                identity = self.identities.get(process.pid, stat.start_ticks, gpu.uuid)
                 if identity is not None:
                     key = (labels, started)
                     known = self._info.get(key)

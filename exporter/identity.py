@@ -23,14 +23,13 @@ from exporter import config_errors
 from exporter.cgroup import read_cgroup_identity
 from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.procfs import read_status
+from exporter.procfs import start_ticks as read_start_ticks
 from exporter.slurm import slurm_job_of
 from exporter.text import label
 
 PROC = Path("/proc")
 _log = logging.getLogger(__name__)
 MAX_COMMAND = 64
-# Same process when the start times agree this closely (they are whole clock ticks).
-_START_TOLERANCE = 0.05
 # python, python3, python3.11, python3.13t, python3.12-dbg, pypy3
 _PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?t?(?:-dbg)?$")
 
@@ -163,7 +162,12 @@ def _python_target(args: Sequence[str]) -> str:
 
 
 class IdentityCache:
-    """Identities of processes, computed once per (pid, create_time)."""
+    """Identities of processes, computed once per (pid, start_ticks).
+
+    A process is known by its start in clock ticks since boot, never by a start time on the
+    wall clock: the kernel's boot time (`btime`, which turns ticks into wall time) moves
+    when the clock is stepped or slewed across a second, and a start time compared with
+    one computed before that would call every new process a reused PID."""
 
     def __init__(
         self,
@@ -179,16 +183,16 @@ class IdentityCache:
         self._proc_root = proc_root
         self._pods = pods
         self._unnamed_retry, self._clock = unnamed_retry, clock
-        self._unnamed: dict[tuple[int, float], tuple[float, ProcessIdentity]] = {}
-        self._cache: dict[tuple[int, float], ProcessIdentity] = {}
+        self._unnamed: dict[tuple[int, int], tuple[float, ProcessIdentity]] = {}
+        self._cache: dict[tuple[int, int], ProcessIdentity] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
 
-    def get(self, pid: int, create_time: float, uuid: str = "") -> ProcessIdentity | None:
+    def get(self, pid: int, start_ticks: int, uuid: str = "") -> ProcessIdentity | None:
         """Identity of the process (on GPU `uuid`), or None when it is gone or its PID now
         names another."""
-        key = (pid, create_time)
+        key = (pid, start_ticks)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -196,7 +200,7 @@ class IdentityCache:
         if unnamed is not None and self._clock() - unnamed[0] < self._unnamed_retry:
             return unnamed[1]
         try:
-            identity = self._compute(pid, create_time, uuid)
+            identity = self._compute(pid, start_ticks, uuid)
         except (psutil.Error, OSError):
             return None
         if identity is not None and identity.pod_uid and not identity.pod:
@@ -207,7 +211,7 @@ class IdentityCache:
             self._cache[key] = identity
         return identity
 
-    def prune(self, live: Iterable[tuple[int, float]]) -> None:
+    def prune(self, live: Iterable[tuple[int, int]]) -> None:
         """Forget every process not in ``live`` (call once per scrape with what it saw)."""
         keep = set(live)
         for key in [k for k in self._cache if k not in keep]:
@@ -224,11 +228,9 @@ class IdentityCache:
             _log.warning("pod lookup failed for GPU %s", uuid, exc_info=True)
             return None
 
-    def _compute(self, pid: int, create_time: float, uuid: str) -> ProcessIdentity | None:
+    def _compute(self, pid: int, start_ticks: int, uuid: str) -> ProcessIdentity | None:
         process = psutil.Process(pid)
         with process.oneshot():
-            if abs(process.create_time() - create_time) > _START_TOLERANCE:
-                return None  # the PID was reused
             uid = process.uids().real
             gid = process.gids().real
             argv = process.cmdline()
@@ -238,6 +240,9 @@ class IdentityCache:
         pod = self._pod_of(container.pod, uuid)
         namespace = pod.namespace if pod else ""
         status = read_status(pid, self._proc_root)
+        # Read after the facts above: still the same process, so they were all its own.
+        if read_start_ticks(pid, self._proc_root) != start_ticks:
+            return None  # gone, or the PID was reused
         supplementary = status.groups if status is not None else ()
         groups = [group_name(g) for g in {gid, *supplementary}]
         return ProcessIdentity(

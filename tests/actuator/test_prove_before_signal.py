@@ -25,6 +25,7 @@ from exporter.sim.state import load_faults, save_faults
 from exporter.thresholds import SHIPPED, load
 from tests.helpers.actuator import NODE, Actuator, Workloads, alert_for, payload
 from tests.helpers.cases import GUARD, LIMITS, T0, decide_live, eff, make_case, make_live
+from tests.helpers.procview import stepped_proc
 from tests.support import REPO, gpu_reclaimer_command, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -307,23 +308,6 @@ def test_class5_dedup_two_alerts_for_one_process_make_one_case(
 
 
 # -- 6. identity after a clock step -------------------------------------------------------
-
-
-def stepped_proc(tmp_path: Path) -> Path:
-    """A view of /proc whose boot time reads one hour later, as after `date -s +1h`:
-    /proc/stat's btime follows the wall clock, start ticks and the boot id do not."""
-    root = tmp_path / "proc"
-    root.mkdir()
-    for name in os.listdir("/proc"):
-        if name.isdigit() or name == "sys":
-            (root / name).symlink_to(f"/proc/{name}")
-    lines = []
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("btime "):
-            line = f"btime {int(line.split()[1]) + 3600}"
-        lines.append(line)
-    (root / "stat").write_text("\n".join(lines) + "\n")
-    return root
 
 
 @pytest.mark.reliability(42)

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
+from exporter import procfs
 from exporter.collector import ExporterSettings, GpuCollector
 from exporter.identity import IdentityCache
 from exporter.nvml import open_nvml
@@ -261,6 +262,25 @@ def test_invalid_pids_from_the_binding_are_rejected(sim_node: Path, spawn_worklo
         )
         == 1
     )
+
+
+@pytest.mark.reliability(42)
+def test_a_moved_boot_time_leaves_every_process_labelled(
+    sim_node: Path, spawn_workload, tmp_path: Path
+) -> None:
+    """Found by the hour of chaos: the host's wall clock moved a second, so did /proc/stat's
+    btime, and the exporter, which had turned start ticks into a start time with the btime
+    it read at its start, found every new process's start "a second off" from psutil's and
+    took it for a reused PID: no gpu_process_info, no alert, for the rest of its life.
+    Here the exporter's view of btime is an hour ahead of psutil's."""
+    from tests.helpers.procview import stepped_proc
+
+    w = spawn_workload(phases="idle")
+    scraper = Scraper(sim_node, proc_root=stepped_proc(tmp_path))
+    info = scraper.info(w.pid)
+    assert info is not None and info["start_ticks"] == str(procfs.start_ticks(w.pid))
+    started = scraper.process("gpu_process_start_time_seconds", w.pid)
+    assert started is not None and abs(started - 3600 - psutil.Process(w.pid).create_time()) < 1
 
 
 def test_info_carries_the_identity_the_actuator_checks(sim_node: Path, spawn_workload) -> None:

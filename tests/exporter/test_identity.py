@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
 from exporter.identity import (
     IdentityCache,
@@ -34,8 +35,10 @@ def spawn(children: Children) -> Spawn:
     return children.start
 
 
-def key(pid: int) -> tuple[int, float]:
-    return pid, psutil.Process(pid).create_time()
+def key(pid: int) -> tuple[int, int]:
+    ticks = procfs.start_ticks(pid)
+    assert ticks is not None
+    return pid, ticks
 
 
 def me() -> str:
@@ -140,14 +143,14 @@ def test_computed_once_per_process(tmp_path: Path, spawn: Spawn) -> None:
 
 def test_reused_pid_is_not_this_process(spawn: Spawn) -> None:
     child = spawn([sys.executable, "-c", WAIT])
-    pid, started = key(child.pid)
-    assert IdentityCache().get(pid, started - 10) is None
+    pid, ticks = key(child.pid)
+    assert IdentityCache().get(pid, ticks - 1) is None
 
 
 def test_vanished_process() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    assert IdentityCache().get(child.pid, 0.0) is None
+    assert IdentityCache().get(child.pid, 0) is None
 
 
 def project_of(cache: IdentityCache, pid: int) -> str:
@@ -186,6 +189,7 @@ def test_pod_name_and_namespace_from_the_kubelet_and_project(tmp_path: Path, spa
         "0::/kubepods.slice/kubepods-burstable.slice/"
         f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n"
     )
+    (proc / "stat").symlink_to(f"/proc/{child.pid}/stat")  # who it is: its start ticks
     (proc / "status").write_text(
         "Name:\tpython3\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t4242 4343\n"
     )
