@@ -79,8 +79,11 @@ runbook-links: setup
 	$(BIN)/python -m actuator.runbook --base "$(RUNBOOK_BASE)"
 	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py
 
+# Two workers (pytest-xdist); each test module runs whole on one of them (tests/conftest.py).
+# TEST_WORKERS=0 runs the suite in this process, one test after another.
+TEST_WORKERS ?= 2
 unit: setup
-	$(BIN)/pytest -q --durations=20
+	$(BIN)/pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint rules unit
 

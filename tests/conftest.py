@@ -16,6 +16,27 @@ from exporter.sim.state import init_node, read_procs
 from exporter.sim.workload import sim_run_args
 from tests.support import Children, GiB, gpu_reclaimer_command, wait_until
 
+# Tests that share something of the host's run on one worker, one after another, under
+# `pytest -n` (pytest-xdist, `--dist loadgroup`): Slurm's munged listens on the standard
+# socket, and the day's accounts are created in the host's /etc/passwd.
+SHARED_HOST_GROUPS = {
+    "tests/slurm/": "slurm",
+    "tests/chaos/test_chaos_run.py": "accounts",
+    "tests/e2e/test_accounts.py": "accounts",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each module runs whole on one worker: its module-scoped stacks start once, and its
+    tests keep their order."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        module = Path(str(item.path)).relative_to(root).as_posix()
+        group = next(
+            (g for prefix, g in SHARED_HOST_GROUPS.items() if module.startswith(prefix)), module
+        )
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
