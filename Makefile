@@ -83,7 +83,7 @@ runbook-links: setup
 # TEST_WORKERS=0 runs the suite in this process, one test after another.
 TEST_WORKERS ?= 2
 unit: setup
-	$(BIN)/pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -q --durations=20 -n $(TEST_WORKERS)
 
 test: lint rules unit
 

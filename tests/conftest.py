@@ -16,26 +16,30 @@ from exporter.sim.state import init_node, read_procs
 from exporter.sim.workload import sim_run_args
 from tests.support import Children, GiB, gpu_reclaimer_command, wait_until
 
-# Tests that share something of the host's run on one worker, one after another, under
-# `pytest -n` (pytest-xdist, `--dist loadgroup`): Slurm's munged listens on the standard
-# socket, and the day's accounts are created in the host's /etc/passwd.
-SHARED_HOST_GROUPS = {
-    "tests/slurm/": "slurm",
-    "tests/chaos/test_chaos_run.py": "accounts",
-    "tests/e2e/test_accounts.py": "accounts",
-}
+# Under `pytest -n N` (pytest-xdist, as `make test` runs) each test module runs whole on one
+# worker: its module-scoped stacks start once and its tests keep their order. Modules that
+# share something of the host run on one worker, one after another: Slurm's munged listens
+# on the standard socket.
+SHARED_HOST_GROUPS = {"tests/slurm/": "slurm"}
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each module runs whole on one worker: its module-scoped stacks start once, and its
-    tests keep their order."""
-    root = Path(str(config.rootpath))
-    for item in items:
-        module = Path(str(item.path)).relative_to(root).as_posix()
-        group = next(
-            (g for prefix, g in SHARED_HOST_GROUPS.items() if module.startswith(prefix)), module
-        )
-        item.add_marker(pytest.mark.xdist_group(group))
+def worker_scope(nodeid: str) -> str:
+    """The unit of work a worker takes whole: the test's module, or its shared group."""
+    module = nodeid.split("::", 1)[0]
+    return next(
+        (g for prefix, g in SHARED_HOST_GROUPS.items() if module.startswith(prefix)), module
+    )
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: known only where it is installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
