@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +22,7 @@ from exporter.sim.state import (
     read_procs,
     save_faults,
     save_node,
+    write_text_atomic,
 )
 from exporter.units import format_size, parse_size
 
@@ -168,10 +168,10 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _write_launcher(directory: Path, name: str) -> Path:
+    """The launcher, written whole and renamed into place: workloads started together each
+    write it while another may be exec'ing it, and an exec'd file cannot be rewritten."""
     path = directory / name
-    directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(_LAUNCHER.format(python=sys.executable, name=name))
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    write_text_atomic(path, _LAUNCHER.format(python=sys.executable, name=name), mode=0o755)
     return path
 
 

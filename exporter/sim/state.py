@@ -74,12 +74,18 @@ class ProcState:
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write via a temporary file and rename, so readers never see half a file. Readable
     by all, like the driver state it stands in for (workloads may run as other users)."""
+    write_text_atomic(path, json.dumps(payload), mode=0o644, suffix=".json")
+
+
+def write_text_atomic(path: Path, text: str, *, mode: int, suffix: str = "") -> None:
+    """Write `text` to a new file and rename it over `path`: a reader (or a process exec'ing
+    the old file, which the kernel keeps from being written: ETXTBSY) keeps the old inode."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle)
+            handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -201,3 +201,28 @@ def test_a_workload_runs_as_another_account_once_started() -> None:
             child.wait(timeout=10)
     finally:
         shutil.rmtree(base)
+
+
+def test_a_workload_never_rewrites_the_launcher_another_is_starting_from(
+    tmp_path: Path,
+) -> None:
+    """Jobs started together each write the `--name` launcher while another may be exec'ing
+    it, and Linux refuses to write a file being exec'd (ETXTBSY: the job died at start). So a
+    start puts a new file in place and leaves the old one, that a start may hold, untouched."""
+    import os
+
+    node = tmp_path / "node"
+    sim("init", str(node), "--gpus", "1")
+    args = ["run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--name", "python"]
+    assert sim(*args, "--phases", "busy=0.1s,done").returncode == 0
+    launcher = node / "bin" / "python"
+    held = os.open(launcher, os.O_RDONLY)  # as an exec in progress holds it
+    try:
+        before = os.fstat(held)
+        assert sim(*args, "--phases", "busy=0.1s,done").returncode == 0
+        assert os.stat(launcher).st_ino != before.st_ino  # a new file, renamed into place
+        assert os.fstat(held).st_mtime_ns == before.st_mtime_ns  # the held one not rewritten
+        assert os.access(launcher, os.X_OK) and launcher.read_text().startswith("#!")
+        assert not [p.name for p in launcher.parent.iterdir() if p.name.startswith(".tmp-")]
+    finally:
+        os.close(held)
