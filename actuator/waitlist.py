@@ -1,7 +1,7 @@
 """The node's wait list: `gpu-reclaimer wait --gpus N` for hosts with no scheduler.
 
 Callers wait in the order they came; each is offered what it needs of the GPUs free now
-(whole GPUs with no process, or one GPU with enough free memory), first come first. A GPU
+(whole GPUs no process holds, listed or not, or one GPU with enough free memory), first come first. A GPU
 given to a waiter is not offered to another until a process appears on it (at most
 RESERVE_S: the time its job may take to start). Whether it appeared is judged only on a
 reading taken after the GPU was given and after any worker saw the job there: a reading
@@ -30,6 +30,10 @@ RESERVE_S = 60.0  # at most: the promise ends as soon as a process appears on th
 # (sampled, not read live) and show the GPU empty before the job appeared.
 SEEN_SETTLE_S = 2.0
 OFFERS_TTL_S = 0.2  # waiters polling together share one computation
+# A GPU with no process listed is empty only while its used memory is no more than the
+# driver's own: beyond it, something NVML does not list (a process in another container,
+# a context leaked on exit) holds it, and giving it away would put two jobs on one GPU.
+UNLISTED_MEMORY_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class FreeGpu:
     index: int
     uuid: str
     memory_free: int | None  # bytes; None: unknown
-    empty: bool  # no process holds memory on it
+    empty: bool  # no process holds memory on it, listed or not
 
     def to_json(self) -> dict[str, object]:
         return {"index": self.index, "uuid": self.uuid, "memory_free": self.memory_free}
@@ -53,7 +57,8 @@ def free_gpus(reading: NvmlReading | None, reserved: set[str]) -> list[FreeGpu] 
             continue
         known = g.memory_total is not None and g.memory_used is not None
         free = g.memory_total - g.memory_used if known else None  # type: ignore[operator]
-        out.append(FreeGpu(g.index, g.uuid, free, empty=not g.processes))
+        unheld = known and g.memory_used <= UNLISTED_MEMORY_BYTES  # type: ignore[operator]
+        out.append(FreeGpu(g.index, g.uuid, free, empty=unheld and not g.processes))
     return out
 
 
