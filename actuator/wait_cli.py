@@ -23,7 +23,7 @@ def add_commands(commands: Any) -> None:
         "wait",
         help="wait on this node until enough GPU is free, then print where",
         description="Join this node's wait list and block until enough GPU is free: N whole "
-        "GPUs with no process on them, or one GPU with SIZE of memory free. Waiters are "
+        "GPUs nothing holds memory on, or one GPU with SIZE of memory free. Waiters are "
         "served first come first. Where the site reclaims on demand, an idle process may be "
         "reclaimed for you (its owner is warned first). When your GPUs are free, the last "
         "line on standard output is CUDA_VISIBLE_DEVICES=...; progress goes to standard "
@@ -36,7 +36,7 @@ def add_commands(commands: Any) -> None:
         "--gpus",
         type=argtypes.positive_int,
         metavar="N",
-        help="whole GPUs on this node, with no process on them",
+        help="whole GPUs on this node that nothing holds memory on",
     )
     what.add_argument(
         "--memory", type=argtypes.size, metavar="SIZE", help="free memory on one GPU (e.g. 20GiB)"
@@ -80,7 +80,12 @@ def _line(reader: Any) -> dict[str, Any]:
     raw = reader.readline(MAX_ANSWER)
     if not raw:
         raise CommandError("the actuator closed the connection (restarted?): wait again")
-    answer: dict[str, Any] = json.loads(raw)
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise CommandError("the socket did not answer as the actuator does (not its JSON)")
     if not answer.get("ok"):
         raise CommandError(str(answer.get("error", "refused")))
     return answer
@@ -119,9 +124,12 @@ def run_wait(args: argparse.Namespace) -> int:
             served = _line(reader)
         except TimeoutError:
             raise CommandError("the actuator did not answer in time") from None
-    gpus = served["gpus"]
-    for g in gpus:
-        free = f", {g['memory_free'] / 2**30:.1f} GiB free" if g["memory_free"] else ""
-        print(f"GPU {g['index']} ({g['uuid']}) on {served['node']} is yours{free}", file=sys.stderr)
-    print("CUDA_VISIBLE_DEVICES=" + ",".join(str(g["index"]) for g in gpus), flush=True)
+    try:
+        gpus = [(int(g["index"]), str(g["uuid"]), g.get("memory_free")) for g in served["gpus"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise CommandError("the actuator's answer names no GPUs: wait again") from None
+    for index, uuid, memory_free in gpus:
+        free = f", {memory_free / 2**30:.1f} GiB free" if isinstance(memory_free, int) else ""
+        print(f"GPU {index} ({uuid}) on {served.get('node')} is yours{free}", file=sys.stderr)
+    print("CUDA_VISIBLE_DEVICES=" + ",".join(str(index) for index, _, _ in gpus), flush=True)
     return 0

@@ -1,0 +1,108 @@
+"""`gpu-reclaimer wait` as a user runs it (actuator/wait_cli.py), against a Unix socket that
+answers as a scripted actuator would: served, refused, listing, and the ways a socket can
+fail (none there, closed mid-wait, not the actuator's JSON); each failure one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import gpu_reclaimer_command
+
+
+class _Scripted:
+    """A Unix socket that reads one request line and writes the scripted answer lines."""
+
+    def __init__(self, path: Path, *answers: bytes) -> None:
+        self.path, self.answers = path, answers
+        self.requests: list[dict[str, Any]] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            self.requests.append(json.loads(conn.makefile("rb").readline()))
+            for answer in self.answers:
+                conn.sendall(answer)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "keep.sock"
+
+
+def wait(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*gpu_reclaimer_command(), "wait", *args, "--socket", str(sock)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _json(**answer: Any) -> bytes:
+    return json.dumps(answer).encode() + b"\n"
+
+
+QUEUED = _json(ok=True, queued=3, position=2, node="gpu-01")
+
+
+def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
+    gpus = [{"index": 1, "uuid": "GPU-b", "memory_free": None}, {"index": 3, "uuid": "GPU-d"}]
+    server = _Scripted(sock, QUEUED, _json(ok=True, gpus=gpus, node="gpu-01"))
+    done = wait(sock, "--gpus", "2", "--for", "1h")
+    server.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "CUDA_VISIBLE_DEVICES=1,3\n"
+    assert "waiting on gpu-01 (position 2; up to 1h)" in done.stderr
+    assert "GPU 3 (GPU-d) on gpu-01 is yours" in done.stderr
+    assert server.requests == [{"action": "wait", "gpus": 2, "memory": 0, "seconds": 3600.0}]
+
+
+def test_the_queue_is_listed(sock: Path) -> None:
+    waiter = {"position": 1, "user": "alice", "uid": 1001, "gpus": 1, "memory": 0, "since": 0}
+    server = _Scripted(sock, _json(ok=True, waiters=[waiter]))
+    done = wait(sock, "--list")
+    server.close()
+    assert done.returncode == 0 and "  1. alice (uid 1001) wants 1 GPU(s), waiting" in done.stdout
+    empty = _Scripted(sock.with_name("empty.sock"), _json(ok=True, waiters=[]))
+    assert wait(sock.with_name("empty.sock"), "--list").stdout == "nobody is waiting on this node\n"
+    empty.close()
+
+
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        ((_json(ok=False, error="wait for at most 7d"),), "wait for at most 7d"),
+        ((QUEUED,), "the actuator closed the connection (restarted?): wait again"),
+        ((b"HTTP/1.1 400 Bad Request\r\n",), "did not answer as the actuator does"),
+        ((b"[1, 2]\n",), "did not answer as the actuator does"),
+        ((QUEUED, _json(ok=True, gpus="all")), "the actuator's answer names no GPUs"),
+    ],
+)
+def test_each_failure_is_one_line(sock: Path, answers: tuple[bytes, ...], message: str) -> None:
+    server = _Scripted(sock, *answers)
+    done = wait(sock, "--gpus", "1")
+    server.close()
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2  # the one line, after "waiting on"
+
+
+def test_no_socket_says_what_to_check(sock: Path) -> None:
+    done = wait(sock, "--memory", "20GiB")
+    assert done.returncode == 2 and "is the actuator running on this node" in done.stderr
