@@ -382,5 +382,7 @@ def request_keep(
         sock.sendall(
             json.dumps({"pid": pid, "action": action, "seconds": seconds}).encode() + b"\n"
         )
-        answer: dict[str, Any] = json.loads(sock.makefile("rb").readline(MAX_ANSWER))
-        return answer
+        answer = json.loads(sock.makefile("rb").readline(MAX_ANSWER) or b"null")
+    if not isinstance(answer, dict):
+        raise ValueError("the socket did not answer as the actuator does (not its JSON)")
+    return answer

@@ -5,39 +5,15 @@ fail (none there, closed mid-wait, not the actuator's JSON); each failure one li
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.sockets import ScriptedSocket
 from tests.support import gpu_reclaimer_command
-
-
-class _Scripted:
-    """A Unix socket that reads one request line and writes the scripted answer lines."""
-
-    def __init__(self, path: Path, *answers: bytes) -> None:
-        self.path, self.answers = path, answers
-        self.requests: list[dict[str, Any]] = []
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(path))
-        self.server.listen()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        conn, _ = self.server.accept()
-        with conn:
-            self.requests.append(json.loads(conn.makefile("rb").readline()))
-            for answer in self.answers:
-                conn.sendall(answer)
-
-    def close(self) -> None:
-        self.server.close()
 
 
 @pytest.fixture
@@ -63,7 +39,7 @@ QUEUED = _json(ok=True, queued=3, position=2, node="gpu-01")
 
 def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
     gpus = [{"index": 1, "uuid": "GPU-b", "memory_free": None}, {"index": 3, "uuid": "GPU-d"}]
-    server = _Scripted(sock, QUEUED, _json(ok=True, gpus=gpus, node="gpu-01"))
+    server = ScriptedSocket(sock, QUEUED, _json(ok=True, gpus=gpus, node="gpu-01"))
     done = wait(sock, "--gpus", "2", "--for", "1h")
     server.close()
     assert done.returncode == 0, done.stderr
@@ -75,11 +51,11 @@ def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
 
 def test_the_queue_is_listed(sock: Path) -> None:
     waiter = {"position": 1, "user": "alice", "uid": 1001, "gpus": 1, "memory": 0, "since": 0}
-    server = _Scripted(sock, _json(ok=True, waiters=[waiter]))
+    server = ScriptedSocket(sock, _json(ok=True, waiters=[waiter]))
     done = wait(sock, "--list")
     server.close()
     assert done.returncode == 0 and "  1. alice (uid 1001) wants 1 GPU(s), waiting" in done.stdout
-    empty = _Scripted(sock.with_name("empty.sock"), _json(ok=True, waiters=[]))
+    empty = ScriptedSocket(sock.with_name("empty.sock"), _json(ok=True, waiters=[]))
     assert wait(sock.with_name("empty.sock"), "--list").stdout == "nobody is waiting on this node\n"
     empty.close()
 
@@ -95,7 +71,7 @@ def test_the_queue_is_listed(sock: Path) -> None:
     ],
 )
 def test_each_failure_is_one_line(sock: Path, answers: tuple[bytes, ...], message: str) -> None:
-    server = _Scripted(sock, *answers)
+    server = ScriptedSocket(sock, *answers)
     done = wait(sock, "--gpus", "1")
     server.close()
     assert (done.returncode, done.stdout) == (2, ""), done
