@@ -80,7 +80,7 @@ runbook-links: setup
 	$(BIN)/python deploy/kubernetes/generate_prometheusrule.py
 
 # Two workers (pytest-xdist; each test module whole on one of them, tests/conftest.py):
-# 10 to 11 minutes on 2 cores instead of 16. TEST_WORKERS=0 runs one process (to debug).
+# 9 to 11 minutes on 2 cores instead of 16. TEST_WORKERS=0 runs one process (to debug).
 TEST_WORKERS ?= 2
 unit: setup
 	$(BIN)/pytest -q --durations=20 -n $(TEST_WORKERS)
