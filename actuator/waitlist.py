@@ -1,11 +1,11 @@
 """The node's wait list: `gpu-reclaimer wait --gpus N` for hosts with no scheduler.
 
 Callers wait in the order they came; each is offered what it needs of the GPUs free now
-(whole GPUs no process holds, listed or not, or one GPU with enough free memory), first come first. A GPU
-given to a waiter is not offered to another until a process appears on it (at most
-RESERVE_S: the time its job may take to start). Whether it appeared is judged only on a
-reading taken after the GPU was given and after any worker saw the job there: a reading
-from before could show the GPU empty and give it twice.
+(whole GPUs no process holds, listed or not, or one GPU with enough free memory), first
+come first. A GPU given to a waiter is not offered to another until a process appears on it
+(at most RESERVE_S: the time its job may take to start). Whether it appeared is judged only
+on a reading taken after the GPU was given and after any worker saw the job there: a
+reading from before could show the GPU empty and give it twice.
 What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
 """
