@@ -12,7 +12,6 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.kube.pod_resources import PodRef, PodResources, device_key
 from exporter.sim.state import init_node, load_node, read_procs
 from tests.helpers.kube import Kubelet, PodCgroup, PodSpec, pod_cgroup
 from tests.support import free_port, gpu_reclaimer_command, wait_until
@@ -127,23 +126,3 @@ def test_the_exporter_names_each_pod_process_pod_and_namespace(
             for p in procs:
                 p.kill()
                 p.wait(10)
-
-
-def test_the_client_answers_unknown_when_the_kubelet_fails(tmp_path: Path) -> None:
-    with Kubelet(tmp_path / "kubelet.sock") as kubelet:
-        kubelet.pods = [PodSpec("ns", "p", "c", ["GPU-a"], "n")]
-        client = PodResources(kubelet.socket_path, refresh=60)
-        assert client.locate("GPU-a") == PodRef("ns", "p", "c")
-        assert client.locate("GPU-b") is None
-        kubelet.failing = True
-        assert client.locate("GPU-a") == PodRef("ns", "p", "c")  # within `refresh`: cached
-        assert client.locate("GPU-a", max_age=0) is None  # asked afresh: unknown
-        assert "UNAVAILABLE" in client.last_error
-        client.close()
-    assert PodResources(tmp_path / "absent.sock", timeout=0.5).locate("GPU-a") is None
-
-
-def test_device_ids_name_their_gpu() -> None:
-    assert device_key("GPU-6248c547-aaaa") == "GPU-6248c547-aaaa"
-    assert device_key("GPU-6248c547-aaaa::3") == "GPU-6248c547-aaaa"
-    assert device_key("MIG-1f2e") == "MIG-1f2e"
