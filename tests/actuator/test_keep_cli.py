@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,23 @@ def _json(**answer: Any) -> bytes:
     return json.dumps(answer).encode() + b"\n"
 
 
+# A fixed time: test ids are made from the answers, and every xdist worker must collect the
+# same ids (a time read at collection differs between workers).
+UNTIL = 4102444800.0  # 2100-01-01
+
+
 @pytest.mark.parametrize(
     ("args", "answer", "request_", "printed"),
     [
         (
             ["4242", "--for", "2h"],
-            _json(ok=True, case=7, until=time.time() + 7200),
+            _json(ok=True, case=7, until=UNTIL),
             {"pid": 4242, "action": "keep", "seconds": 7200.0},
             "case 7: process 4242 kept until ",
         ),
         (
             ["4242", "--for", "30m"],
-            _json(ok=True, case=None, until=time.time() + 1800),
+            _json(ok=True, case=None, until=UNTIL),
             {"pid": 4242, "action": "keep", "seconds": 1800.0},
             "process 4242 kept until ",
         ),
