@@ -1,0 +1,151 @@
+"""The node agent's HTTP API in-process (actuator/fleet/agent_app.py, Werkzeug's test client,
+a real LocalNode on a simulated node, real processes): only this node's targets, a signal
+step carried out once however often it is asked, a dry run that sends nothing, and every
+malformed request refused whole with its reason. Over mutual TLS: tests/fleet/test_fleet.py."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.test import Client
+
+from actuator.fleet import wire
+from actuator.fleet.agent_app import MAX_BODY, create_agent_app
+from actuator.fleet.journal import SignalJournal
+from actuator.live import target_of
+from actuator.models import Member, Target
+from actuator.node import LocalNode
+from actuator.policy import Protect
+from exporter.sim.state import init_node
+from tests.helpers.actuator import NODE, Workload, Workloads
+from tests.support import wait_until
+
+GIB = 1 << 30
+
+
+@pytest.fixture
+def node_dir(tmp_path: Path) -> Path:
+    init_node(tmp_path / "node", gpus=2, memory_total=80 * GIB, name="NVIDIA H100 80GB HBM3")
+    return tmp_path / "node"
+
+
+@pytest.fixture
+def workloads(node_dir: Path) -> Iterator[Workloads]:
+    made = Workloads(node_dir)
+    yield made
+    made.cleanup()
+
+
+@pytest.fixture
+def agent(node_dir: Path, tmp_path: Path) -> Client:
+    # The tests' processes are root's: nothing protects them here but the agent's checks.
+    protect = Protect(protect_root=False, protected_uid_below=0)
+    node = LocalNode(NODE, protect, sim_dir=str(node_dir), sm_window=0.5)
+    app = create_agent_app(node, SignalJournal(tmp_path / "journal.sqlite"), clock=lambda: 1e9)
+    return Client(app)
+
+
+def _target(w: Workload) -> Target:
+    return target_of(NODE, w.pid, w.uuid)
+
+
+def _signal(w: Workload, key: str, **over: Any) -> dict[str, Any]:
+    target = _target(w)
+    members = [Member(target.pid, target.start_ticks, 0)]
+    body = {
+        "key": key,
+        "target": wire.dump_target(target),
+        "members": wire.dump_members(members),
+        "signal": "SIGTERM",
+        **over,
+    }
+    return body
+
+
+def test_health_and_what_it_serves(agent: Client) -> None:
+    assert agent.get("/-/healthy").json == {"node": NODE, "now": 1e9, "status": "ok"}
+    ready = agent.get("/-/ready")
+    assert ready.status_code == 200 and ready.json["monitored"] == 0
+    assert agent.get("/v1/node").json["protocol"] == wire.PROTOCOL
+    assert b"gpu_reclaimer_agent_info{" in agent.get("/metrics").data
+
+
+def test_a_process_of_this_node_is_inspected_another_node_s_refused(
+    agent: Client, workloads: Workloads
+) -> None:
+    w = workloads.spawn(memory="3GiB")
+    answer = agent.post("/v1/inspect", json={"target": wire.dump_target(_target(w))})
+    assert answer.status_code == 200, answer.json
+    live = wire.load_live(answer.json["live"])
+    assert live.exists and live.on_gpu and live.gpu_memory_bytes == 3 * GIB
+    assert [m.pid for m in live.members] == [w.pid]
+    elsewhere = replace(_target(w), node="node-b")
+    refused = agent.post("/v1/inspect", json={"target": wire.dump_target(elsewhere)})
+    assert refused.status_code == 403 and "serves node" in refused.json["error"]
+
+
+def test_a_signal_step_is_carried_out_once_however_often_asked(
+    agent: Client, workloads: Workloads
+) -> None:
+    w = workloads.spawn()
+    step = _signal(w, "case-1:term")
+    first = agent.post("/v1/signal", json=step)
+    assert first.status_code == 200, first.json
+    assert first.json["replayed"] is False
+    assert [r["sent"] for r in first.json["results"]] == [True]
+    wait_until(lambda: w.proc.poll() is not None, timeout=20)
+    again = agent.post("/v1/signal", json=step)  # a retry after a lost answer, a replay
+    assert again.json["replayed"] is True and again.json["results"] == first.json["results"]
+    metrics = agent.get("/metrics").data.decode()
+    assert 'gpu_reclaimer_agent_signals_total{signal="SIGTERM"} 1.0' in metrics
+
+
+def test_a_dry_run_sends_nothing(agent: Client, workloads: Workloads) -> None:
+    w = workloads.spawn()
+    answer = agent.post("/v1/signal", json=_signal(w, "case-2:term", dry_run=True))
+    assert answer.status_code == 200, answer.json
+    assert answer.json["results"] == [
+        {"pid": w.pid, "signal": "SIGTERM", "sent": False, "detail": "dry run"}
+    ]
+    with pytest.raises(subprocess.TimeoutExpired):
+        w.proc.wait(timeout=1.0)  # still running
+    # The real step under the same key is another step: it is carried out.
+    real = agent.post("/v1/signal", json=_signal(w, "case-2:term"))
+    assert real.json["replayed"] is False and real.json["results"][0]["sent"] is True
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "code"),
+    [
+        ("post", "/v1/signal", b"not json", 400),
+        ("post", "/v1/signal", {"key": "k", "signal": "SIGTERM"}, 422),
+        ("post", "/v1/inspect", {"target": {"pid": "one"}}, 422),
+        ("get", "/v1/slurm/jobs/12a/processes", None, 422),
+        ("get", "/v1/nothing-here", None, 404),
+        ("get", "/v1/signal", None, 405),
+        ("post", "/v1/alive", b"[" + b" " * MAX_BODY + b"]", 413),
+    ],
+)
+def test_a_malformed_request_is_refused_whole(
+    agent: Client, method: str, path: str, body: Any, code: int
+) -> None:
+    kwargs: dict[str, Any] = {}
+    if isinstance(body, bytes):
+        kwargs = {"data": body, "content_type": "application/json"}
+    elif body is not None:
+        kwargs = {"json": body}
+    answer = getattr(agent, method)(path, **kwargs)
+    assert answer.status_code == code, answer.data
+    assert answer.json["error"]
+
+
+def test_a_signal_other_than_term_or_kill_is_refused(agent: Client, workloads: Workloads) -> None:
+    w = workloads.spawn()
+    answer = agent.post("/v1/signal", json=_signal(w, "case-3:stop", signal="SIGSTOP"))
+    assert answer.status_code == 422
+    assert w.proc.poll() is None
