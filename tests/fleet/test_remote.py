@@ -1,0 +1,160 @@
+"""The actuator's side of the agent protocol (actuator/fleet/remote.py) against a loopback
+server that answers as a scripted agent would: an answer is believed only when it is JSON,
+a 200, from the node it should be, with the agent's clock; anything else is the node being
+unreachable (unknown, never idle); a silent node fails fast for a while; a signal step is
+retried under the same key; the node's readings are moved onto this actuator's clock."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+
+from actuator.fleet.remote import RemoteNode, rebase
+from actuator.models import LiveState, Member, Target
+from actuator.node import NodeUnreachable
+
+NODE = "node-b"
+TARGET = Target(NODE, 4242, 1000, "boot", "GPU-a", 1.7e9)
+
+
+@dataclass
+class _Script:
+    answers: list[tuple[int, bytes]] = field(default_factory=list)  # then the last, forever
+    seen: list[tuple[str, str, Any]] = field(default_factory=list)
+
+
+def _agent(payload: dict[str, Any], *, node: str = NODE, now: Any = 1000.0) -> bytes:
+    return json.dumps({"node": node, "now": now, **payload}).encode()
+
+
+@pytest.fixture
+def script() -> Iterator[tuple[_Script, str]]:
+    state = _Script()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            state.seen.append((self.command, self.path, body))
+            code, data = state.answers.pop(0) if len(state.answers) > 1 else state.answers[0]
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _PlainHttp:
+    """The TLS settings' one duty here: a session (plain, on loopback; mTLS: test_fleet)."""
+
+    def session(self) -> requests.Session:
+        return requests.Session()
+
+
+def _node(url: str) -> RemoteNode:
+    return RemoteNode(NODE, url, _PlainHttp(), timeout=2, clock=lambda: 1010.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ((200, b"<html>a proxy</html>"), "not JSON"),
+        ((500, _agent({"error": "NVML is not answering"})), "HTTP 500: NVML is not answering"),
+        ((200, _agent({}, node="node-a")), "serves node 'node-a', not 'node-b'"),
+        ((200, _agent({}, now="soon")), "no clock reading"),
+        ((200, _agent({}, now=True)), "no clock reading"),
+        ((200, _agent({"live": {"exists": "maybe"}})), "malformed live state"),
+    ],
+)
+def test_an_answer_is_believed_only_from_the_right_agent(
+    script: tuple[_Script, str], answer: tuple[int, bytes], why: str
+) -> None:
+    state, url = script
+    state.answers = [answer]
+    with pytest.raises(NodeUnreachable, match=why.replace("(", r"\(")):
+        _node(url).inspect(TARGET)
+
+
+def test_a_node_that_failed_fails_fast_for_a_while(script: tuple[_Script, str]) -> None:
+    state, url = script
+    state.answers = [(503, _agent({"error": "restarting"}))]
+    node = _node(url)
+    with pytest.raises(NodeUnreachable, match="restarting"):
+        node.inspect(TARGET)
+    with pytest.raises(NodeUnreachable, match="not retried for 4s"):
+        node.inspect(TARGET)
+    assert len(state.seen) == 1  # the second call never reached the agent
+    assert node.monitored_count() is None and node.gpu_processes("GPU-a") is None  # unknown
+
+
+def test_the_node_s_readings_are_moved_onto_this_clock(script: tuple[_Script, str]) -> None:
+    state, url = script
+    live = {"sampled_at": 990.0, "exists": True, "log_mtime": 900.0, "start_time": 100.0}
+    state.answers = [(200, _agent({"live": live}))]
+    seen = _node(url).inspect(TARGET)
+    # The agent's clock read 1000 when ours read 1010: its readings are 10 s behind ours.
+    assert (seen.sampled_at, seen.log_mtime, seen.start_time) == (1000.0, 910.0, 110.0)
+    assert seen.heartbeat is None and seen.clock_offset == 10.0
+    assert state.seen[0][:2] == ("POST", "/v1/inspect")
+
+
+def test_lists_that_make_no_sense_are_unknown(script: tuple[_Script, str]) -> None:
+    state, url = script
+    state.answers = [(200, _agent({"processes": {"12": "lots"}, "count": True}))]
+    node = _node(url)
+    assert node.gpu_processes("GPU-a/../x") is None
+    assert state.seen[-1][1] == "/v1/gpus/GPU-a%2F..%2Fx/processes"  # one path segment
+    assert node.monitored_count() is None
+    state.answers = [(200, _agent({"processes": {"12": 4096}, "count": 3}))]
+    assert node.gpu_processes("GPU-a") == {12: 4096} and node.monitored_count() == 3
+
+
+def test_a_signal_step_is_retried_under_the_same_key(script: tuple[_Script, str]) -> None:
+    state, url = script
+    sent = {"pid": 4242, "signal": "SIGTERM", "sent": True, "detail": ""}
+    state.answers = [(502, b"bad gateway"), (200, _agent({"results": [sent]}))]
+    member = Member(4242, 1000, 1001)
+    results = _node(url).signal_tree(TARGET, [member], signal.SIGTERM, dry_run=False, key="c7:t")
+    assert [r.sent for r in results] == [True]
+    keys = [body["key"] for _, path, body in state.seen if path == "/v1/signal"]
+    assert keys == ["c7:t", "c7:t"]
+
+
+def test_a_step_the_agent_never_confirms_is_reported_not_sent(
+    script: tuple[_Script, str],
+) -> None:
+    state, url = script
+    state.answers = [(503, _agent({"error": "busy"}))]
+    member = Member(4242, 1000, 1001)
+    results = _node(url).signal_tree(TARGET, [member], signal.SIGKILL, dry_run=False, key="c7:k")
+    assert [(r.pid, r.sent) for r in results] == [(4242, False)]
+    assert results[0].detail.startswith("not sent: ") and "busy" in results[0].detail
+
+
+def test_rebase_leaves_unknown_readings_unknown() -> None:
+    live = LiveState(sampled_at=5.0, exists=True)
+    moved = rebase(live, -2.5)
+    assert (moved.sampled_at, moved.log_mtime, moved.heartbeat, moved.start_time) == (
+        2.5,
+        None,
+        None,
+        None,
+    )
