@@ -1,6 +1,7 @@
 """Operators with a real identity: OIDC tokens (RS256 JWTs) checked against a JWKS the test
 serves over loopback with keys it makes; roles from groups; the audit names the person; the
-shared token is Alertmanager's only; failed authentication is counted and audited."""
+shared token is Alertmanager's only; failed authentication is counted and audited. (LDAP
+binds: test_ldap_operators.py.)"""
 
 from __future__ import annotations
 
@@ -164,70 +165,3 @@ def test_bad_tokens_and_the_shared_token_are_refused_counted_and_audited(rt, iss
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'gpu_reclaimer_auth_failures_total{reason="expired"} 1.0' in metrics
     assert not [a for a in audit(rt) if "eyJ" in json.dumps(a)]  # no token in the audit
-
-
-# -- LDAP bind ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from tests.helpers.slapd import slapd
-
-    with slapd(tmp_path_factory.mktemp("slapd")) as server:
-        server.add_person("wangfang", userPassword="correct horse")
-        server.add_person("zhaolei", userPassword="battery staple")
-        server.add_person("student", userPassword="letmein")
-        server.add_group("gpu-sre", "wangfang", "zhaolei")
-        server.add_group("gpu-admin", "zhaolei")
-        yield server
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    import base64
-
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-
-
-def test_people_sign_in_with_their_directory_password_and_groups_give_roles(
-    tmp_path: Path, directory: Any
-) -> None:
-    from actuator.ldap_operators import LdapBindVerifier
-    from tests.helpers.slapd import GROUPS, PEOPLE
-
-    runtime = make_runtime(tmp_path)
-    ldap = LdapBindVerifier(
-        directory.url,
-        f"uid={{user}},{PEOPLE}",
-        group_base=GROUPS,
-        roles={"sre": ["gpu-sre"], "admin": ["gpu-admin"]},
-    )
-    runtime.operators = Operators(ldap=ldap)
-    client = create_app(runtime).test_client()
-    case = make_case(id=0, state=State.NOTIFIED)
-    with runtime.store._tx() as conn:
-        insert_case(conn, case, {})
-    sre = basic("wangfang", "correct horse")
-    assert client.get("/api/v1/cases", headers=sre).status_code == 200
-    r = client.post(f"/api/v1/cases/{case.id}/snooze", headers=sre, json={"duration": "1h"})
-    assert r.status_code == 200, r.json
-    (snooze,) = [a for a in audit(runtime) if a["event"] == "snooze"]
-    assert snooze["by"] == f"wangfang (ldap {directory.url})"
-    assert client.post("/api/v1/breaker/reset", headers=sre, json={}).status_code == 403
-    admin = basic("zhaolei", "battery staple")
-    assert (
-        client.post("/api/v1/breaker/reset", headers=admin, json={"reason": "ok"}).status_code
-        == 200
-    )
-    # Refused: a wrong password, an empty one (an anonymous bind LDAP would let through), a
-    # name that would change the DN, a person without a role, a bearer token here.
-    for headers, code in (
-        (basic("wangfang", "wrong"), 401),
-        (basic("wangfang", ""), 401),
-        (basic("*)(uid=*", "x"), 401),
-        (basic("student", "letmein"), 403),
-        (bearer("some-token"), 401),
-    ):
-        assert client.get("/api/v1/cases", headers=headers).status_code == code, headers
-    reasons = [a["reason"] for a in audit(runtime) if a["event"] == "auth_failed"]
-    assert reasons.count("password") == 1 and "role" in reasons and "scheme" in reasons
-    assert not [a for a in audit(runtime) if "horse" in json.dumps(a)]  # no password kept

@@ -34,6 +34,11 @@ class Slapd:
             attrs = {"cn": uid, "sn": uid, **attributes}
             assert conn.add(f"uid={uid},{PEOPLE}", ["inetOrgPerson"], attrs), conn.result
 
+    def set_password(self, uid: str, password: str) -> None:
+        with _root(self.url) as conn:
+            change = {"userPassword": [(ldap3.MODIFY_REPLACE, [password])]}
+            assert conn.modify(f"uid={uid},{PEOPLE}", change), conn.result
+
     def add_group(self, cn: str, *members: str) -> None:
         with _root(self.url) as conn:
             dns = [f"uid={m},{PEOPLE}" for m in members]
