@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.demo.day import Job, Scheduler, plan_day, run_day, table
+from actuator.demo.day import Job, Scheduler, run_day, table
 from actuator.demo.stack import StackOptions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
@@ -29,15 +29,6 @@ JOBS = [
 
 def _queued_job_completed(scheduler: Scheduler) -> bool:
     return scheduler.runs[2].ended_h is not None
-
-
-def test_the_same_seed_plans_the_same_day() -> None:
-    assert plan_day(7) == plan_day(7)
-    assert plan_day(7) != plan_day(8)
-    day = plan_day(7, gpus=4)
-    assert [j.arrival_h for j in day] == sorted(j.arrival_h for j in day)
-    assert {j.kind for j in day} <= {"training", "debug", "notebook", "crashed", "hung"}
-    assert all(j.gpus == 2 for j in day if j.kind == "hung")
 
 
 def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
