@@ -1,7 +1,7 @@
 """The agent served as it runs on a node (actuator/fleet/agent_server.py: gunicorn, one
 worker, mutual TLS): the actuator's certificate is served; a connection without a client
 certificate, or with one the fleet CA did not sign, is refused at the handshake; SIGTERM
-stops it cleanly and removes its self-registration."""
+stops it cleanly. (The agent in a fleet, and another agent's certificate: test_fleet.py.)"""
 
 from __future__ import annotations
 
