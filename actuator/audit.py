@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -72,6 +72,7 @@ class AuditLog:
         *,
         max_bytes: int = 100 * 2**20,
         keep: int = 5,
+        on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
@@ -84,6 +85,9 @@ class AuditLog:
         # Records of what was done that a full disk refused: written before the next record.
         self._backlog: list[bytes] = []
         self.dropped = 0  # such records lost because the backlog was full
+        # Told how many were lost, each time some are: the store counts them for /metrics
+        # (every worker answers the same), and a lost record is never silent.
+        self._on_dropped = on_dropped
 
     # -- writing ------------------------------------------------------------------------
 
@@ -150,9 +154,11 @@ class AuditLog:
                 os.close(fd)
 
     def _keep_for_later(self, data: bytes, exc: OSError) -> None:
+        lost = 0
         with self._lock:
             if sum(map(len, self._backlog)) + len(data) > MAX_BACKLOG_BYTES:
-                self.dropped += data.count(b"\n")
+                lost = data.count(b"\n")
+                self.dropped += lost
                 log.error(
                     "audit log %s not writable (%s) and %d bytes wait already: %d record(s) "
                     "of what was done are lost",
@@ -161,8 +167,15 @@ class AuditLog:
                     MAX_BACKLOG_BYTES,
                     self.dropped,
                 )
-                return
-            self._backlog.append(data)
+            else:
+                self._backlog.append(data)
+        if lost:
+            if self._on_dropped is not None:
+                try:
+                    self._on_dropped(lost)
+                except Exception as error:  # counting must not turn a loss into a failure
+                    log.error("could not count %d lost audit record(s): %s", lost, error)
+            return
         log.warning(
             "audit log %s not writable (%s): the record waits for the next write",
             self.path,

@@ -111,6 +111,12 @@ class ActuatorCollector(Collector):
             buckets=[(repr(b), n) for b, n in reclaim["buckets"]] + [("+Inf", reclaim["count"])],
             sum_value=reclaim["sum"],
         )
+        yield CounterMetricFamily(
+            "gpu_reclaimer_audit_records_dropped",
+            "Records of what was done (notices, signals, follow-ups) the audit log lost: its "
+            "volume stayed full until the records waiting in memory passed their bound",
+            sum(snap["named"].get("audit_records_dropped", {}).values()),
+        )
         yield from _demand_metrics(snap["named"])
         yield GaugeMetricFamily(
             "gpu_reclaimer_circuit_breaker_open",

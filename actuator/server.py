@@ -216,9 +216,20 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
     return WebhookNotifier(hook.url, timeout=hook.timeout, headers=hook.headers)
 
 
-def open_audit(config: ActuatorConfig) -> AuditLog:
+def open_audit(config: ActuatorConfig, store: Store | None = None) -> AuditLog:
+    """The audit log; with the store, records it loses are counted there (/metrics)."""
     storage = config.storage
-    return AuditLog(storage.audit_log, max_bytes=storage.audit_max_bytes, keep=storage.audit_keep)
+
+    def count_lost(records: int) -> None:
+        if store is not None:
+            store.count("audit_records_dropped", by=records)
+
+    return AuditLog(
+        storage.audit_log,
+        max_bytes=storage.audit_max_bytes,
+        keep=storage.audit_keep,
+        on_dropped=count_lost,
+    )
 
 
 def build_schedulers(config: ActuatorConfig, nodes: NodeDirectory, store: Store) -> Schedulers:
@@ -308,7 +319,7 @@ class _Worker:
     def __init__(self, config: ActuatorConfig, token: str) -> None:
         self.config = config
         store = open_store(config.storage.database)
-        audit = open_audit(config)
+        audit = open_audit(config, store)
         links = build_links(config, token)
         picture_links = build_picture_links(config, token)
         # Every wait is measured on the store's clock: this host's boot-time clock for

@@ -16,9 +16,9 @@ def bump(conn: Conn, name: str, label: str, by: int = 1) -> None:
 
 
 class CounterQueries(Database):
-    def count(self, name: str, label: str = "") -> None:
+    def count(self, name: str, label: str = "", by: int = 1) -> None:
         with self._tx() as conn:
-            bump(conn, name, label)
+            bump(conn, name, label, by)
 
     def count_request(self, code: int) -> None:
         with self._tx() as conn:
@@ -92,7 +92,7 @@ class CounterQueries(Database):
             named: dict[str, dict[str, int]] = {}
             for r in conn.execute(
                 "SELECT name, label, value FROM counters WHERE name IN ('reclaims', "
-                "'needless_reclaims', "
+                "'needless_reclaims', 'audit_records_dropped', "
                 "'demand_up', 'demand_waiting', 'demand_to_free_bucket', "
                 "'demand_to_free_count', 'demand_to_free_ms')"
             ):

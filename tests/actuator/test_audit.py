@@ -206,6 +206,47 @@ def test_a_record_of_what_was_done_waits_out_a_full_disk(small_volume: Path) -> 
     assert len(records(path)) == 3 and log.dropped == 0
 
 
+def test_records_lost_past_the_bound_are_counted_in_the_store(
+    small_volume: Path, tmp_path: Path
+) -> None:
+    """The records of what was done wait out a full volume in memory, up to a bound; past it
+    they are lost, and the loss is counted where /metrics reads (every worker the same)."""
+    from actuator.audit import MAX_BACKLOG_BYTES
+    from actuator.metrics import ActuatorCollector
+
+    store = Store(tmp_path / "db.sqlite")
+    store.init()
+    log = AuditLog(
+        small_volume / "audit.jsonl",
+        on_dropped=lambda n: store.count("audit_records_dropped", by=n),
+    )
+    fill(small_volume)
+    pad = "p" * (1 << 20)
+    waiting = MAX_BACKLOG_BYTES // (len(pad) + 100)  # these fit in memory
+    for n in range(waiting):
+        log.write({"event": "notice", "n": n, "pad": pad}, sync=False)
+    assert log.dropped == 0
+    log.write_many([{"event": "signal", "pad": pad}, {"event": "signal"}], sync=False)
+    assert log.dropped == 2
+    (dropped,) = [
+        m for m in ActuatorCollector(store).collect()
+        if m.name == "gpu_reclaimer_audit_records_dropped"
+    ]  # fmt: skip
+    assert dropped.samples[0].value == 2
+
+
+def test_a_count_that_fails_does_not_turn_the_loss_into_a_failure(small_volume: Path) -> None:
+    def broken(_: int) -> None:
+        raise StoreUnavailable("the database is on the full volume too")
+
+    log = AuditLog(small_volume / "audit.jsonl", on_dropped=broken)
+    fill(small_volume)
+    from actuator.audit import MAX_BACKLOG_BYTES
+
+    log.write({"event": "notice", "pad": "p" * (MAX_BACKLOG_BYTES + 1)}, sync=False)  # no raise
+    assert log.dropped == 1
+
+
 @pytest.mark.reliability(40)
 def test_the_actuator_on_a_full_volume_is_unready_signals_nothing_and_recovers(
     small_volume: Path, workloads, actuator_factory

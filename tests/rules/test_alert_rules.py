@@ -26,7 +26,12 @@ RULE_FILES = sorted(RULES_DIR.glob("*.rules.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yml"))
 
 RECLAIMABLE = {"GpuProcessIdle", "GpuProcessStalled"}
-ACTUATOR_ALERTS = {"GpuReclaimFailed", "GpuReclaimerCircuitBreakerOpen", "GpuReclaimerActuatorDown"}
+ACTUATOR_ALERTS = {
+    "GpuReclaimFailed",
+    "GpuReclaimerCircuitBreakerOpen",
+    "GpuReclaimerActuatorDown",
+    "GpuReclaimerAuditRecordsLost",
+}
 ALL_ALERTS = RECLAIMABLE | ACTUATOR_ALERTS | {"GpuMemoryOrphaned", "GpuExporterDown", "GpuNvmlDown"}
 # What the actuator and chat need on every per-process alert (labels, not annotations);
 # start_time lets the actuator tell the flagged process from a later one with the same PID.
