@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from exporter.procfs import read_status, start_ticks
@@ -41,6 +42,14 @@ class _Key:
     start_ticks: int
     writers: frozenset[int]  # uids that may write its heartbeat: its own, and root
 
+    @cached_property
+    def candidate_names(self) -> tuple[str, ...]:
+        """The file names its heartbeat may have, the namespace's first."""
+        host = f"0-{self.host_pid}.json"  # a writer that could not read its namespace
+        if self.namespace is None:
+            return (host,)
+        return (f"{self.namespace}-{self.ns_pid}.json", host)
+
 
 class HeartbeatReader:
     """Reads heartbeats scrape after scrape, keeping what cannot change while a process
@@ -52,7 +61,9 @@ class HeartbeatReader:
     def __init__(self, proc_root: Path = PROC) -> None:
         self._proc_root = proc_root
         self._keys: dict[tuple[int, int], _Key] = {}
-        self._files: dict[Path, _File] = {}
+        self._files: dict[str, _File] = {}  # by file name, in the one directory read
+        # A file's verdict for a process, while neither changed: (file, key, timestamp).
+        self._verdicts: dict[str, tuple[_File, _Key, float | None]] = {}
 
     def read(self, directory: Path, targets: Iterable[ProcessRef]) -> dict[int, float]:
         """Host PID -> timestamp of its heartbeat, for the targets that have one; never
@@ -64,6 +75,7 @@ class HeartbeatReader:
             names = set()
         keys: dict[tuple[int, int], _Key] = {}
         found: dict[int, float] = {}
+        folder = os.fspath(directory)
         for pid, ref in refs.items():
             if not names:
                 break  # the common case without heartbeat users: no /proc reads at all
@@ -78,11 +90,17 @@ class HeartbeatReader:
             if key is None:
                 continue
             keys[(pid, ticks)] = key
-            for name in _candidate_names(key):
+            for name in key.candidate_names:
                 if name not in names:
                     continue
-                read = self._read_file(Path(directory) / name)
+                read = self._read_file(folder, name)
                 if read is None:
+                    continue
+                known = self._verdicts.get(name)
+                if known is not None and known[0] is read and known[1] is key:
+                    if known[2] is not None:  # the same file, the same process: as before
+                        found[pid] = known[2]
+                        break
                     continue
                 owner, record = read.owner, read.record
                 if owner not in key.writers:
@@ -93,29 +111,32 @@ class HeartbeatReader:
                         continue
                     key = keys[(pid, ticks)] = fresh
                 timestamp = _matching_timestamp(record, key)
+                self._verdicts[name] = (read, key, timestamp)
                 if timestamp is not None:
                     found[pid] = timestamp
                     break
         self._keys = keys
-        self._files = {path: f for path, f in self._files.items() if path.name in names}
+        self._files = {name: f for name, f in self._files.items() if name in names}
+        self._verdicts = {n: v for n, v in self._verdicts.items() if n in self._files}
         return found
 
-    def _read_file(self, path: Path) -> _File | None:
+    def _read_file(self, folder: str, name: str) -> _File | None:
         """The file as last read while one stat says it is unchanged (same inode, size,
         modification and change times: a writer's rename or rewrite changes them, and so
         does a chown); read again otherwise. Most files are unchanged between scrapes."""
+        path = f"{folder}/{name}"
         try:
             st = os.stat(path)
         except OSError:
             return None
-        known = self._files.get(path)
+        known = self._files.get(name)
         if known is not None and known.signature == _signature(st):
             return known
         read = _read_record(path)
         if read is None:
-            self._files.pop(path, None)
+            self._files.pop(name, None)
         else:
-            self._files[path] = read
+            self._files[name] = read
         return read
 
 
@@ -125,13 +146,6 @@ def read_heartbeats(
     """Host PID -> timestamp of its heartbeat, for the targets that have one; never raises
     (one call, nothing remembered: the actuator's re-check of one process)."""
     return HeartbeatReader(proc_root).read(directory, targets)
-
-
-def _candidate_names(key: _Key) -> list[str]:
-    names = [f"0-{key.host_pid}.json"]  # a writer that could not read its namespace
-    if key.namespace is not None:
-        names.insert(0, f"{key.namespace}-{key.ns_pid}.json")
-    return names
 
 
 def _process_key(pid: int, ticks: int, proc_root: Path) -> _Key | None:
@@ -173,7 +187,7 @@ def _signature(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _read_record(path: Path) -> _File | None:
+def _read_record(path: str) -> _File | None:
     """A heartbeat file's owner and JSON object; None if unreadable or not one."""
     try:
         with open(path, "rb") as f:
