@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,16 +220,11 @@ def build_notifier(config: ActuatorConfig) -> Notifier:
 def open_audit(config: ActuatorConfig, store: Store | None = None) -> AuditLog:
     """The audit log; with the store, records it loses are counted there (/metrics)."""
     storage = config.storage
-
-    def count_lost(records: int) -> None:
-        if store is not None:
-            store.count("audit_records_dropped", by=records)
-
     return AuditLog(
         storage.audit_log,
         max_bytes=storage.audit_max_bytes,
         keep=storage.audit_keep,
-        on_dropped=count_lost,
+        on_dropped=None if store is None else partial(store.count, "audit_records_dropped", ""),
     )
 
 

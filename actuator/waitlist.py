@@ -55,9 +55,9 @@ def free_gpus(reading: NvmlReading | None, reserved: set[str]) -> list[FreeGpu] 
     for g in reading.gpus:
         if g.uuid in reserved:
             continue
-        known = g.memory_total is not None and g.memory_used is not None
-        free = g.memory_total - g.memory_used if known else None  # type: ignore[operator]
-        unheld = known and g.memory_used <= UNLISTED_MEMORY_BYTES  # type: ignore[operator]
+        used, total = g.memory_used, g.memory_total
+        free = total - used if total is not None and used is not None else None
+        unheld = used is not None and used <= UNLISTED_MEMORY_BYTES  # unknown: not empty
         out.append(FreeGpu(g.index, g.uuid, free, empty=unheld and not g.processes))
     return out
 

@@ -22,6 +22,13 @@ def gpu_reclaimer_command() -> list[str]:
     return [sys.executable, "-m", "exporter.cli"]
 
 
+def gpu_reclaimer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `gpu-reclaimer ARGS` as a user types it; its exit status and both streams."""
+    return subprocess.run(
+        [*gpu_reclaimer_command(), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

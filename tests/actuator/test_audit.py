@@ -212,14 +212,14 @@ def test_records_lost_past_the_bound_are_counted_in_the_store(
     """The records of what was done wait out a full volume in memory, up to a bound; past it
     they are lost, and the loss is counted where /metrics reads (every worker the same)."""
     from actuator.audit import MAX_BACKLOG_BYTES
+    from actuator.config import ActuatorConfig
     from actuator.metrics import ActuatorCollector
+    from actuator.server import open_audit
 
     store = Store(tmp_path / "db.sqlite")
     store.init()
-    log = AuditLog(
-        small_volume / "audit.jsonl",
-        on_dropped=lambda n: store.count("audit_records_dropped", by=n),
-    )
+    storage = {"database": str(tmp_path / "db.sqlite"), "audit_log": str(small_volume / "a")}
+    log = open_audit(ActuatorConfig.model_validate({"storage": storage}), store)  # as served
     fill(small_volume)
     pad = "p" * (1 << 20)
     waiting = MAX_BACKLOG_BYTES // (len(pad) + 100)  # these fit in memory

@@ -4,28 +4,18 @@ what is printed, and each failure as one line (exit 2)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.sockets import ScriptedSocket
-from tests.support import gpu_reclaimer_command
+from tests.helpers.sockets import ScriptedSocket, json_line
+from tests.support import gpu_reclaimer
 
 
 def keep(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def _json(**answer: Any) -> bytes:
-    return json.dumps(answer).encode() + b"\n"
+    return gpu_reclaimer("keep", *args, "--socket", str(sock))
 
 
 # A fixed time: test ids are made from the answers, and every xdist worker must collect the
@@ -38,31 +28,31 @@ UNTIL = 4102444800.0  # 2100-01-01
     [
         (
             ["4242", "--for", "2h"],
-            _json(ok=True, case=7, until=UNTIL),
+            json_line(ok=True, case=7, until=UNTIL),
             {"pid": 4242, "action": "keep", "seconds": 7200.0},
             "case 7: process 4242 kept until ",
         ),
         (
             ["4242", "--for", "30m"],
-            _json(ok=True, case=None, until=UNTIL),
+            json_line(ok=True, case=None, until=UNTIL),
             {"pid": 4242, "action": "keep", "seconds": 1800.0},
             "process 4242 kept until ",
         ),
         (
             ["4242", "--revoke"],
-            _json(ok=True),
+            json_line(ok=True),
             {"pid": 4242, "action": "revoke", "seconds": 0.0},
             "process 4242: keep withdrawn",
         ),
         (
             ["4242", "--release"],
-            _json(ok=True, case=7, released=True),
+            json_line(ok=True, case=7, released=True),
             {"pid": 4242, "action": "release", "seconds": 0.0},
             "case 7: release confirmed",
         ),
         (
             ["--list"],
-            _json(ok=True, keeps=[]),
+            json_line(ok=True, keeps=[]),
             {"pid": 0, "action": "list", "seconds": 0.0},
             "no keeps asked in advance on this node",
         ),
@@ -83,7 +73,7 @@ def test_each_form_asks_for_what_it_says(
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        (_json(ok=False, error="process 4242 is not yours"), "process 4242 is not yours"),
+        (json_line(ok=False, error="process 4242 is not yours"), "process 4242 is not yours"),
         (b"", "did not answer as the actuator does"),
         (b"<html>\n", "cannot ask the actuator"),
         (b"[true]\n", "did not answer as the actuator does"),

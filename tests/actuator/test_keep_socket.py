@@ -16,7 +16,7 @@ import pytest
 
 from actuator.keep_socket import PER_UID, REQUEST_DEADLINE_S, request_keep
 from tests.helpers.actuator import alert_for, payload
-from tests.support import gpu_reclaimer_command, wait_until
+from tests.support import gpu_reclaimer, wait_until
 
 # A local user's processes: one trickles a request a byte every half second; the other opens
 # many connections and sends nothing.
@@ -61,12 +61,7 @@ def _notified(actuator, w) -> None:  # type: ignore[no-untyped-def]
 
 
 def _keep(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), "keep", *args, "--socket", str(sock)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return gpu_reclaimer("keep", *args, "--socket", str(sock), timeout=30)
 
 
 # The stranger's client: one line of JSON, with the standard library only.

@@ -4,16 +4,14 @@ fail (none there, closed mid-wait, not the actuator's JSON); each failure one li
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers.sockets import ScriptedSocket
-from tests.support import gpu_reclaimer_command
+from tests.helpers.sockets import ScriptedSocket, json_line
+from tests.support import gpu_reclaimer
 
 
 @pytest.fixture
@@ -22,24 +20,15 @@ def sock(tmp_path: Path) -> Iterator[Path]:
 
 
 def wait(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), "wait", *args, "--socket", str(sock)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return gpu_reclaimer("wait", *args, "--socket", str(sock))
 
 
-def _json(**answer: Any) -> bytes:
-    return json.dumps(answer).encode() + b"\n"
-
-
-QUEUED = _json(ok=True, queued=3, position=2, node="gpu-01")
+QUEUED = json_line(ok=True, queued=3, position=2, node="gpu-01")
 
 
 def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
     gpus = [{"index": 1, "uuid": "GPU-b", "memory_free": None}, {"index": 3, "uuid": "GPU-d"}]
-    server = ScriptedSocket(sock, QUEUED, _json(ok=True, gpus=gpus, node="gpu-01"))
+    server = ScriptedSocket(sock, QUEUED, json_line(ok=True, gpus=gpus, node="gpu-01"))
     done = wait(sock, "--gpus", "2", "--for", "1h")
     server.close()
     assert done.returncode == 0, done.stderr
@@ -51,11 +40,11 @@ def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
 
 def test_the_queue_is_listed(sock: Path) -> None:
     waiter = {"position": 1, "user": "alice", "uid": 1001, "gpus": 1, "memory": 0, "since": 0}
-    server = ScriptedSocket(sock, _json(ok=True, waiters=[waiter]))
+    server = ScriptedSocket(sock, json_line(ok=True, waiters=[waiter]))
     done = wait(sock, "--list")
     server.close()
     assert done.returncode == 0 and "  1. alice (uid 1001) wants 1 GPU(s), waiting" in done.stdout
-    empty = ScriptedSocket(sock.with_name("empty.sock"), _json(ok=True, waiters=[]))
+    empty = ScriptedSocket(sock.with_name("empty.sock"), json_line(ok=True, waiters=[]))
     assert wait(sock.with_name("empty.sock"), "--list").stdout == "nobody is waiting on this node\n"
     empty.close()
 
@@ -63,11 +52,11 @@ def test_the_queue_is_listed(sock: Path) -> None:
 @pytest.mark.parametrize(
     ("answers", "message"),
     [
-        ((_json(ok=False, error="wait for at most 7d"),), "wait for at most 7d"),
+        ((json_line(ok=False, error="wait for at most 7d"),), "wait for at most 7d"),
         ((QUEUED,), "the actuator closed the connection (restarted?): wait again"),
         ((b"HTTP/1.1 400 Bad Request\r\n",), "did not answer as the actuator does"),
         ((b"[1, 2]\n",), "did not answer as the actuator does"),
-        ((QUEUED, _json(ok=True, gpus="all")), "the actuator's answer names no GPUs"),
+        ((QUEUED, json_line(ok=True, gpus="all")), "the actuator's answer names no GPUs"),
     ],
 )
 def test_each_failure_is_one_line(sock: Path, answers: tuple[bytes, ...], message: str) -> None:

@@ -14,7 +14,7 @@ from actuator.why import Explanation, explain
 from exporter.sim.state import init_node
 from tests.helpers.actuator import TOKEN, Actuator, Workloads, alert_for, payload
 from tests.helpers.cases import make_case
-from tests.support import gpu_reclaimer_command
+from tests.support import gpu_reclaimer
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +33,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workloads, 
 
 
 def why(actuator_url: str, case: int, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), "why", str(case), "--actuator", actuator_url, *options],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return gpu_reclaimer("why", str(case), "--actuator", actuator_url, *options)
 
 
 def test_why_shows_each_decision_with_the_evidence_it_was_judged_on(

@@ -5,28 +5,21 @@ exit 2."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from tests.support import gpu_reclaimer_command
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), *args], capture_output=True, text=True, timeout=60
-    )
+from tests.support import gpu_reclaimer
 
 
 def test_the_certificates_certs_makes_are_what_the_agent_needs(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
-    made = cli("certs", "init", "--dir", str(pki))
+    made = gpu_reclaimer("certs", "init", "--dir", str(pki))
     assert made.returncode == 0, made.stderr
     assert "keep it offline" in made.stdout
-    agent = cli("certs", "agent", "gpu-07", "--dir", str(pki), "--ip", "10.0.0.7")
+    agent = gpu_reclaimer("certs", "agent", "gpu-07", "--dir", str(pki), "--ip", "10.0.0.7")
     assert agent.returncode == 0, agent.stderr
     config = tmp_path / "agent.yml"
     config.write_text(f"node:\n  name: from-the-file\njournal: {tmp_path / 'journal.sqlite'}\n")
-    checked = cli(
+    checked = gpu_reclaimer(
         "agent",
         "--config",
         str(config),
@@ -46,7 +39,7 @@ def test_the_certificates_certs_makes_are_what_the_agent_needs(tmp_path: Path) -
 
 def test_each_mistake_is_one_line(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
-    assert cli("certs", "init", "--dir", str(pki)).returncode == 0
+    assert gpu_reclaimer("certs", "init", "--dir", str(pki)).returncode == 0
     cert = str(pki / "actuator.pem")
     for args, message in (
         (["agent", "--tls-cert", cert, "--check-config"], "go together"),
@@ -54,7 +47,7 @@ def test_each_mistake_is_one_line(tmp_path: Path) -> None:
         (["certs", "agent", "n1", "--dir", str(pki), "--ip", "10.0.0.300"], "10.0.0.300"),
         (["certs", "agent", "n1", "--dir", str(tmp_path / "none")], "no CA here"),
     ):
-        done = cli(*args)
+        done = gpu_reclaimer(*args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -30,3 +30,8 @@ class ScriptedSocket:
 
     def close(self) -> None:
         self.server.close()
+
+
+def json_line(**answer: Any) -> bytes:
+    """One answer as the actuator's socket writes it: a JSON object and a newline."""
+    return json.dumps(answer).encode() + b"\n"

@@ -6,13 +6,11 @@ import subprocess
 from pathlib import Path
 
 from exporter.sim.state import load_faults, load_node, read_procs
-from tests.support import GiB, gpu_reclaimer_command
+from tests.support import GiB, gpu_reclaimer, gpu_reclaimer_command
 
 
 def sim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*gpu_reclaimer_command(), "sim", *args], capture_output=True, text=True, timeout=60
-    )
+    return gpu_reclaimer("sim", *args)
 
 
 def test_init_fault_and_status(tmp_path: Path) -> None:
