@@ -88,6 +88,14 @@ def add_demo_command(commands: Any) -> None:
         help="GPUs on the simulated node (default 4)",
     )
     day.add_argument(
+        "--jobs-per-gpu",
+        type=_positive_number,
+        default=None,
+        metavar="N",
+        help="jobs arriving per GPU per day, most in working hours (default 8: the queue is "
+        "rarely empty in working hours; fewer: a cluster with room, where demand is rarer)",
+    )
+    day.add_argument(
         "--create-users",
         action="store_true",
         help="as root, create the day's job owners (system accounts day-alice, day-bob, "
@@ -105,6 +113,16 @@ def add_demo_command(commands: Any) -> None:
             f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
         )
     parser.set_defaults(func=run_demo)
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -182,7 +200,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _day(args: argparse.Namespace) -> int:
     from actuator.demo.accounts import day_accounts
-    from actuator.demo.day import MODES, run_modes
+    from actuator.demo.day import JOBS_PER_GPU, MODES, run_modes
     from actuator.demo.stack import StackError, StackOptions
 
     if args.hours <= 0:
@@ -208,7 +226,8 @@ def _day(args: argparse.Namespace) -> int:
         progress("jobs run as " + ", ".join(f"{u} ({p})" for u, p in accounts.users.items()))
     try:
         modes = args.modes or MODES
-        run_modes(options, args.seed, args.hours, sys.stdout, progress, modes)
+        jobs_per_gpu = args.jobs_per_gpu or JOBS_PER_GPU
+        run_modes(options, args.seed, args.hours, sys.stdout, progress, modes, jobs_per_gpu)
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
         return 2

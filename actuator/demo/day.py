@@ -41,6 +41,9 @@ KINDS: dict[str, float] = {  # share of the day's jobs
     "crashed": 0.12,  # the loop crashed; the process and its DataLoader workers live on
     "hung": 0.08,  # a 2-GPU run whose peer died: NCCL spins at 100 %, no progress
 }
+# How many jobs arrive per GPU per day (the default day's load: the queue is rarely empty in
+# working hours).
+JOBS_PER_GPU = 8.0
 # Hours of the day jobs arrive in, weighted: most arrive in working hours.
 ARRIVAL_WEIGHTS = [1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 3, 2, 2, 2, 1, 1, 1]
 # A reclaimed GPU that no job takes within this long was reclaimed for nothing.
@@ -79,7 +82,7 @@ class Job:
 
 
 def plan_day(
-    seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: float = 8.0
+    seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: float = JOBS_PER_GPU
 ) -> list[Job]:
     """The day's jobs, in arrival order; the same seed gives the same day."""
     rng = random.Random(seed)
@@ -426,7 +429,9 @@ def _num(x: float | None, unit: str = "", digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}{unit}"
 
 
-def table(runs: Sequence[DayFigures], seed: int, scale: float) -> str:
+def table(
+    runs: Sequence[DayFigures], seed: int, scale: float, jobs_per_gpu: float = JOBS_PER_GPU
+) -> str:
     """The day's table, one column per mode, as Markdown; and how demand compares."""
     first = runs[0]
 
@@ -462,8 +467,8 @@ def table(runs: Sequence[DayFigures], seed: int, scale: float) -> str:
         row("working jobs signalled (must be 0)", lambda f: str(f.harmed)),
     ]
     lines = [
-        f"Simulated day: {first.hours:g} h on {first.gpus} GPUs, seed {seed}, time x{scale:g} "
-        f"(1 h = {3600 * scale:g} s)",
+        f"Simulated day: {first.hours:g} h on {first.gpus} GPUs, {jobs_per_gpu:g} jobs per GPU "
+        f"per day, seed {seed}, time x{scale:g} (1 h = {3600 * scale:g} s)",
         "",
         "| | " + " | ".join(MODE_NAMES.get(f.mode, f.mode) for f in runs) + " |",
         "|---" * (len(runs) + 1) + "|",
@@ -503,12 +508,13 @@ def run_modes(
     out: TextIO,
     progress: Callable[[str], None],
     modes: Sequence[str] = MODES,
+    jobs_per_gpu: float = JOBS_PER_GPU,
 ) -> list[DayFigures]:
-    jobs = plan_day(seed, hours=hours, gpus=options.gpus)
+    jobs = plan_day(seed, hours=hours, gpus=options.gpus, jobs_per_gpu=jobs_per_gpu)
     kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
     progress(f"{len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
     runs = [run_day(options, jobs, hours, mode, progress) for mode in modes]
-    out.write(table(runs, seed, options.scale))
+    out.write(table(runs, seed, options.scale, jobs_per_gpu))
     return runs
 
 
