@@ -396,6 +396,14 @@ class DemandSettings(Strict):
 
 class ReconcilerSettings(Strict):
     interval: Duration = Field(0.5, gt=0, le=60)
+    recheck_waiting: Duration = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="a warned case waiting out its grace (or for demand) is re-checked live "
+        "this often, and at every pass from its deadline on; SIGTERM is always decided on a "
+        "fresh re-check",
+    )
     parallel: int = Field(
         8, ge=1, le=64, description="nodes whose cases are re-checked at once (agents)"
     )

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
 from actuator.store import Fence, Store
+from actuator.store.signals import SignalSent
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,27 @@ class Executor:
         self.clock, self.mono, self.fence = clock, mono, fence
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
         self.pictures = pictures
+        # Signals sent in this pass, by node: recorded in one commit per node's pass
+        # (`save_signals`), like the audit's records of what was done.
+        self._sent: dict[str, list[SignalSent]] = {}
+        self._sent_lock = threading.Lock()
+
+    def save_signals(self, node: str) -> None:
+        """Record the signals sent to the node's cases since the last call, in one commit."""
+        with self._sent_lock:
+            sent = self._sent.pop(node, [])
+        try:
+            self.store.record_signals_sent(sent)
+        except BaseException:  # kept for the next pass's commit
+            with self._sent_lock:
+                self._sent[node] = sent + self._sent.get(node, [])
+            raise
+
+    def _sent_now(self, case: Case, sent: list[tuple[int, str]]) -> None:
+        now = self.clock()
+        with self._sent_lock:
+            pending = self._sent.setdefault(case.node, [])
+            pending.extend(SignalSent(case.id, pid, name, now) for pid, name in sent)
 
     def carry_out(self, step: Step) -> None:
         """What the committed decision means: its action's effect, then its new state's."""
@@ -275,8 +298,7 @@ class Executor:
         results = node.signal_tree(
             case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
         )
-        now = self.clock()
-        self.store.record_signals(case.id, [(r.pid, r.signal) for r in results if r.sent], now)
+        self._sent_now(case, [(r.pid, r.signal) for r in results if r.sent])
         try:
             self.audit.write(
                 {
@@ -298,7 +320,7 @@ class Executor:
             log.info("case %d: DRY-RUN: would %s (%s)", case.id, step.name, step.detail)
             return
         if step.ok:
-            self.store.record_signal(case.id, case.pid, step.name, self.clock())
+            self._sent_now(case, [(case.pid, step.name)])
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {**step.record, "case": case.id, "ok": step.ok, "detail": step.detail},

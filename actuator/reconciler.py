@@ -65,6 +65,7 @@ from actuator.node import Node, NodeUnreachable
 from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
+from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.repeat import with_repeat
 from actuator.schedulers import Scheduler, Schedulers, gate
 from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
@@ -140,6 +141,7 @@ class Reconciler:
         self.config = config
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
+        self._checked: dict[int, Checked] = {}  # last live re-check of each live case
         self._repeat_counts: dict[str, int] = {}  # owner -> reclaims in the repeat window
         self.links = links
         self.alerts = alerts
@@ -269,6 +271,8 @@ class Reconciler:
             self.rearm()
             cases = self.store.live_cases()
             self._choices = self.planner.plan(cases)
+            live_ids = {c.id for c in cases}
+            self._checked = {k: v for k, v in self._checked.items() if k in live_ids}
             with self.alerts.batched() if self.alerts is not None else contextlib.nullcontext():
                 self._advance_all(cases)  # the pass's decision alerts leave as one list
             self.planner.watch()
@@ -320,8 +324,12 @@ class Reconciler:
 
     def _advance_group(self, cases: list[Case]) -> None:
         """One node's cases in turn; the samples of those that only waited, saved at once."""
+        every, mono = self.config.reconciler.recheck_waiting, self.mono()
         try:
             for case in cases:
+                choice = self._choices.get(case.id)
+                if not recheck_due(case, self._checked.get(case.id), choice, mono, every):
+                    continue  # waiting out its grace, re-checked not long ago (recheck.py)
                 try:
                     self.advance(case)
                 except (StoreUnavailable, LeaseLost):
@@ -329,9 +337,12 @@ class Reconciler:
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
         finally:
-            if cases:
-                self._save_samples(cases[0].node)
-            self._flush_audit()
+            try:
+                if cases:
+                    self._save_samples(cases[0].node)
+                    self.executor.save_signals(cases[0].node)
+            finally:
+                self._flush_audit()
 
     def _flush_audit(self) -> None:
         """The node's records of what was done (notices, signals) fsync'd together, once
@@ -564,6 +575,7 @@ class Reconciler:
         seen = self._observe(case, node)
         with self._acting:
             now, mono = self.clock(), self.mono()
+            self._checked[case.id] = Checked(mono, demand_key(self._choices.get(case.id)))
             if isinstance(seen, NodeUnreachable):
                 agents = self.config.agents
                 decision = decide_unreachable(

@@ -138,6 +138,15 @@ def main() -> int:
         help="CPU only: strace's stops on every system call cost the actuator CPU of their own",
     )
     parser.add_argument(
+        "--recheck-waiting",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="reconciler.recheck_waiting: how often a warned case is re-checked while it "
+        "waits out its 2 s grace (default 5, as shipped: at the warning and at the deadline "
+        "only; 0.25: at every tick, as before the setting existed)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="also sample the actuator's worker with py-spy (on PATH) while the cases run, "
@@ -155,6 +164,7 @@ def main() -> int:
         workers=1,
         policy={
             "limits": {"terminations_per_node_per_hour": 100000, "terminations_per_minute": 10000},
+            "reconciler": {"recheck_waiting": f"{args.recheck_waiting:g}s"},
         },
     )
     with Stack(options) as stack:
@@ -199,7 +209,7 @@ def main() -> int:
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; {host} processes on the "
-        f"host; {n} cases reclaimed in {busy_s:.1f}s"
+        f"host; {n} cases reclaimed in {busy_s:.1f}s; recheck_waiting {args.recheck_waiting:g}s"
     )
     print("| per case (alert to reclaim) | actuator, net of its rest |")
     print("|---|---|")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,29 +147,29 @@ class ProcStatus:
     ns_pid: int  # innermost PID (what the process sees in its namespace)
 
 
+# The status lines the actuator judges by, found in one pass over the file (a process's name
+# is escaped by the kernel, so no line but the real ones can start with these keys).
+_STATUS_LINES = re.compile(rb"^(Uid|Gid|Groups|NSpid):([^\n]*)$", re.MULTILINE)
+
+
 def read_status(pid: int, proc_root: Path = PROC) -> ProcStatus | None:
     """None when the process is gone or the file is unreadable."""
-    uid = gid = None
-    uids: frozenset[int] = frozenset()
-    groups: tuple[int, ...] = ()
-    ns_pid = pid
     try:
         with open(f"{proc_root}/{pid}/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"Uid:"):
-                    values = [int(v) for v in line.split()[1:3]]
-                    uid, uids = values[0], frozenset(values)
-                elif line.startswith(b"Gid:"):
-                    gid = int(line.split()[1])
-                elif line.startswith(b"Groups:"):
-                    groups = tuple(int(g) for g in line.split()[1:])
-                elif line.startswith(b"NSpid:"):
-                    ns_pid = int(line.split()[-1])
-    except (OSError, ValueError, IndexError):
+            raw = handle.read()
+        lines = {key: value.split() for key, value in _STATUS_LINES.findall(raw)}
+        uid_values = [int(v) for v in lines[b"Uid"][0:2]]
+        gid = int(lines[b"Gid"][0])
+        groups = tuple(int(g) for g in lines.get(b"Groups", ()))
+        ns_pids = lines.get(b"NSpid")
+        ns_pid = int(ns_pids[-1]) if ns_pids else pid
+    except (OSError, ValueError, IndexError, KeyError):
         return None
-    if uid is None or gid is None:
+    if not uid_values:
         return None
-    return ProcStatus(uid=uid, uids=uids, gid=gid, groups=groups, ns_pid=ns_pid)
+    return ProcStatus(
+        uid=uid_values[0], uids=frozenset(uid_values), gid=gid, groups=groups, ns_pid=ns_pid
+    )
 
 
 def read_cmdline(pid: int, proc_root: Path = PROC) -> list[str]:

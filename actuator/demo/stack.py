@@ -672,7 +672,12 @@ class Stack:
                 "database": str(self.run_dir / "actuator" / "actuator.db"),
                 "audit_log": str(self.audit_log),
             },
-            "reconciler": {"interval": "0.25s", "lease_ttl": "5s"},
+            # A warned case's re-checks while it waits, scaled like every other interval.
+            "reconciler": {
+                "interval": "0.25s",
+                "lease_ttl": "5s",
+                "recheck_waiting": f"{max(0.25, 5 * options.scale):g}s",
+            },
             **(self._agents_policy() if options.agent else {}),
             # The actuator's decisions go to Alertmanager, which routes them to chat.
             "alertmanager": {

@@ -44,9 +44,18 @@ class _Conflict(Exception):
     """The row's version moved: someone else changed the case first."""
 
 
+def _members(row: Row, data: dict[str, Any] | None = None) -> list[Member]:
+    """The recorded tree: its own column, or in `data` for a row written before the column."""
+    if row["members"] is not None:
+        return [Member(**m) for m in json.loads(row["members"])]
+    if data is None:
+        data = json.loads(row["data"])
+    return [Member(**m) for m in data.get("members", [])]
+
+
 def row_to_case(row: Row) -> Case:
     data = json.loads(row["data"])
-    members = [Member(**m) for m in data.pop("members", [])]
+    members = _members(row, data)
     fields = {k: row[k] for k in CASE_COLUMNS}
     fields["state"] = State(fields["state"])
     fields.update({k: data[k] for k in CASE_DATA_FIELDS if k in data})
@@ -55,15 +64,20 @@ def row_to_case(row: Row) -> Case:
 
 def case_data(case: Case) -> str:
     data: dict[str, Any] = {k: getattr(case, k) for k in CASE_DATA_FIELDS}
-    data["members"] = [m.__dict__ for m in case.members]
     return json.dumps(data, separators=(",", ":"))
+
+
+def case_members(case: Case) -> str:
+    """The recorded tree in a column of its own: read alone by every TERM decision on the
+    node (signalled_members), without the rest of each case."""
+    return json.dumps([m.__dict__ for m in case.members], separators=(",", ":"))
 
 
 def insert_case(conn: Conn, case: Case, evidence: dict[str, Any]) -> None:
     row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
     row["state"] = str(case.state)
     row["live"] = 1 if case.state in LIVE_STATES else 0
-    row["data"] = case_data(case)
+    row["data"], row["members"] = case_data(case), case_members(case)
     names = ", ".join(f'"{k}"' for k in row)
     cur = conn.execute(
         f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)}) RETURNING id",
@@ -96,15 +110,17 @@ class CaseQueries(Database):
         """(pid, start ticks) -> case id: the processes other live cases on the same node
         and boot are signalling (their recorded trees), so that no process gets one step
         twice (a DataLoader worker flagged on its own while its parent's tree is reclaimed)."""
+        # The members alone: every TERM decision on the node reads every signalled case.
         rows = self._read(
-            "SELECT * FROM cases WHERE live = 1 AND node = ? AND boot_id = ? AND id != ? "
-            "AND state IN (?, ?)",
+            "SELECT id, pid, start_ticks, members, data FROM cases WHERE live = 1 AND node = ? "
+            "AND boot_id = ? AND id != ? AND state IN (?, ?)",
             (case.node, case.boot_id, case.id, *sorted(str(s) for s in SIGNALLED_STATES)),
         )
         found: dict[tuple[int, int], int] = {}
-        for other in map(row_to_case, rows):
-            for m in other.members or [Member(other.pid, other.start_ticks, other.uid)]:
-                found.setdefault((m.pid, m.start_ticks), other.id)
+        for row in rows:
+            tree = [(m.pid, m.start_ticks) for m in _members(row)]
+            for key in tree or [(row["pid"], row["start_ticks"])]:
+                found.setdefault(key, row["id"])
         return found
 
     def list_cases(
@@ -142,7 +158,7 @@ class CaseQueries(Database):
         row = {k: getattr(case, k) for k in CASE_COLUMNS if k not in ("id", "version")}
         row["state"] = str(case.state)
         row["live"] = 1 if case.state in LIVE_STATES else 0
-        row["data"] = case_data(case)
+        row["data"], row["members"] = case_data(case), case_members(case)
         assignments = ", ".join(f'"{k}" = ?' for k in row)
         cur = conn.execute(
             f"UPDATE cases SET {assignments}, version = version + 1 WHERE id = ? AND version = ?",

@@ -159,6 +159,8 @@ class Database:
                 columns = {r["name"] for r in conn.execute("PRAGMA table_info(cases)")}
                 if "clock" not in columns:  # added after schema 2: a column, no new version
                     conn.execute("ALTER TABLE cases ADD COLUMN clock TEXT NOT NULL DEFAULT ''")
+                if "members" not in columns:  # likewise; NULL: the members are in data
+                    conn.execute("ALTER TABLE cases ADD COLUMN members TEXT")
                 conn.execute(
                     "INSERT INTO breaker (id, open) VALUES (1, 0) ON CONFLICT (id) DO NOTHING"
                 )

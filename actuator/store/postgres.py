@@ -192,6 +192,7 @@ class PostgresDatabase(Database):
                 conn.execute(
                     "ALTER TABLE cases ADD COLUMN IF NOT EXISTS clock TEXT NOT NULL DEFAULT ''"
                 )
+                conn.execute("ALTER TABLE cases ADD COLUMN IF NOT EXISTS members TEXT")
                 # A flag before, a time now (an old 1 still reads "taken").
                 conn.execute("ALTER TABLE waiters ALTER COLUMN taken TYPE DOUBLE PRECISION")
                 conn.execute(

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS cases (
     boot_id     TEXT NOT NULL,
     uuid        TEXT NOT NULL,
     data        TEXT NOT NULL,
+    members     TEXT,  -- the recorded tree (JSON), NULL in a row written before (in data)
     created     REAL NOT NULL,
     updated     REAL NOT NULL,
     term_at     REAL,

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from actuator.store.database import Database
 
 
+@dataclass(frozen=True)
+class SignalSent:
+    """One signal (or a scheduler's step, by name) that went out to a case's process."""
+
+    case_id: int
+    pid: int
+    signal: str
+    ts: float
+
+
 class SignalQueries(Database):
     def record_signal(self, case_id: int, pid: int, signal_name: str, now: float) -> None:
-        self.record_signals(case_id, [(pid, signal_name)], now)
+        self.record_signals_sent([SignalSent(case_id, pid, signal_name, now)])
 
     def record_signals(self, case_id: int, sent: list[tuple[int, str]], now: float) -> None:
         """(pid, signal) sent to a case's tree in one step, in one commit."""
+        self.record_signals_sent([SignalSent(case_id, pid, name, now) for pid, name in sent])
+
+    def record_signals_sent(self, sent: Sequence[SignalSent]) -> None:
+        """Signals already sent (a record of what was done, not a decision), in one commit."""
         if not sent:
             return
         with self._tx() as conn:
-            for pid, signal_name in sent:
+            for s in sent:
                 conn.execute(
                     "INSERT INTO signals (case_id, ts, pid, signal) VALUES (?, ?, ?, ?)",
-                    (case_id, now, pid, signal_name),
+                    (s.case_id, s.ts, s.pid, s.signal),
                 )
 
     def signals_for(self, case_id: int) -> list[dict[str, Any]]:

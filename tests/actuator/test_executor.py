@@ -17,7 +17,7 @@ from actuator.models import Case, Reason, SignalResult, State
 from actuator.notify import NullNotifier
 from actuator.policy import Mode, Notice
 from actuator.schedulers import Step as SchedulerStep
-from actuator.store import Fence, Store
+from actuator.store import Fence, Store, StoreUnavailable
 from tests.helpers.cases import T0, eff, make_case, make_live
 
 
@@ -118,3 +118,30 @@ def test_observe_mode_rehearses_the_step_enforcement_would_take(
     node = Node()
     executor.carry_out(_step(observed, None, node))
     assert node.signalled == [("SIGTERM", True)]  # a bare process: its signal, dry
+
+
+def test_signals_sent_are_recorded_together_at_the_end_of_the_nodes_pass(
+    executor: Executor,
+) -> None:
+    """A record of what was done, not a decision: one commit per node's pass; a store that
+    fails keeps them for the next pass's commit."""
+    executor.carry_out(_step(Decision(Action.TERM, State.TERMINATING), id=7))
+    pods = Pods()
+    owned = {"pod": {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}}
+    executor.carry_out(_step(Decision(Action.KILL, State.KILLING), pods, id=8, **owned))
+    assert executor.store.signals_for(7) == [] and executor.store.signals_for(8) == []
+
+    real = executor.store.record_signals_sent
+
+    def unavailable(sent: Any) -> None:
+        raise StoreUnavailable("disk full")
+
+    executor.store.record_signals_sent = unavailable  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        executor.save_signals("n")
+    executor.store.record_signals_sent = real  # type: ignore[method-assign]
+    executor.save_signals("n")
+    assert executor.store.signals_for(7) == [{"ts": T0, "pid": 4242, "signal": "SIGTERM"}]
+    assert [s["signal"] for s in executor.store.signals_for(8)] == ["EVICT"]
+    executor.save_signals("n")  # nothing twice
+    assert len(executor.store.signals_for(7)) == 1

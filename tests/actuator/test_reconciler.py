@@ -149,7 +149,12 @@ class Harness:
                     "defaults": {"grace": "60s", "term_timeout": "10s"},
                     "idle": {"cpu_window": "1s", "rearm_after": "300s"},
                     "protect": {"protect_root": False, "protected_uid_below": 0},
-                    "reconciler": {"lease_ttl": "10s", "stall_after": "30s"},
+                    # Every tick (a second) re-checks each case, warned ones included.
+                    "reconciler": {
+                        "lease_ttl": "10s",
+                        "stall_after": "30s",
+                        "recheck_waiting": "1s",
+                    },
                     "storage": {
                         "database": database or str(tmp_path / "db"),
                         "audit_log": str(tmp_path / "audit.jsonl"),
@@ -344,6 +349,48 @@ def test_a_wall_clock_step_changes_no_wait(tmp_path: Path, database: str) -> Non
     assert h.node.signalled == [], "a +1 h step cut the 60 s grace short"
     h.run(r, ticks=60)
     assert h.node.signalled == [(101, "SIGTERM")]
+
+
+def test_a_warned_case_is_rechecked_every_few_seconds_and_signalled_on_a_fresh_look(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database, reconciler={"recheck_waiting": "10s"})
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.node.allow_signals = True
+    looked: list[float] = []
+    h.node.inspected = lambda pid: looked.append(h.clock.mono)
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    (case,) = h.cases(101)
+    assert case.state == State.NOTIFIED and case.notified_mono is not None
+    looked.clear()
+    h.run(r, ticks=50)  # 50 s of the 60 s grace, a tick a second
+    assert len(looked) == 5, looked  # every 10 s, not at every tick
+    h.run(r, ticks=15)
+    assert h.node.signalled == [(101, "SIGTERM")]
+    (case,) = h.cases(101)
+    deadline = case.notified_mono + 60
+    assert deadline <= case.term_mono < deadline + 1  # not a tick past the deadline
+    # Decided on a re-check at that tick, and looked at once more before the signal:
+    assert looked.count(case.term_mono) == 2
+
+
+def test_a_warned_case_that_works_again_is_cancelled_within_the_recheck_interval(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database, reconciler={"recheck_waiting": "10s"})
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert h.cases(101)[0].state == State.NOTIFIED
+    h.run(r, ticks=4)
+    h.node.live[101] = idle_live(h.clock, 101, cpu_seconds=40.0)  # 30 CPU seconds at once
+    h.run(r, ticks=10)
+    (case,) = h.cases(101)
+    assert case.state == State.CANCELLED and case.reason_code == "activity"
+    assert h.node.signalled == []
 
 
 @pytest.mark.reliability(9)

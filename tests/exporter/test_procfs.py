@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from exporter import procfs
 
@@ -48,3 +49,36 @@ def test_the_process_table_links_parents_and_children() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_status_gives_the_ids_a_process_runs_as() -> None:
+    """A real process's status, and a status whose name imitates the lines judged by (the
+    kernel escapes a newline in a name, so no such line can start a line of its own)."""
+    own = procfs.read_status(os.getpid())
+    assert own is not None
+    assert (own.uid, own.gid) == (os.getuid(), os.getgid())
+    assert own.uids == {os.getuid(), os.geteuid()}
+    assert set(own.groups) == set(os.getgroups())
+    assert procfs.read_status(2**22 + 1) is None  # beyond pid_max: no such process
+
+
+def test_status_is_read_by_its_own_lines_only(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    status = tmp_path / "77" / "status"
+    status.write_bytes(
+        b"Name:\tUid:\\n0 0 0 0\n"
+        b"Umask:\t0022\n"
+        b"State:\tS (sleeping)\n"
+        b"NSpid:\t77\t12\n"
+        b"Uid:\t1001\t1002\t1001\t1001\n"
+        b"Gid:\t1001\t1001\t1001\t1001\n"
+        b"Groups:\t27 1001 \n"
+    )
+    parsed = procfs.read_status(77, tmp_path)
+    assert parsed == procfs.ProcStatus(
+        uid=1001, uids=frozenset({1001, 1002}), gid=1001, groups=(27, 1001), ns_pid=12
+    )
+    status.write_bytes(b"Name:\tx\nGid:\t5\t5\t5\t5\n")  # no Uid line: not judged at all
+    assert procfs.read_status(77, tmp_path) is None
+    status.write_bytes(b"Uid:\tnobody\nGid:\t5\n")
+    assert procfs.read_status(77, tmp_path) is None

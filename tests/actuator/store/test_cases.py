@@ -5,6 +5,8 @@ pruning forgets only ended cases with everything they own."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from actuator.models import Member, State
@@ -67,6 +69,28 @@ def test_the_members_other_live_cases_signal_are_known(database: str) -> None:
     worker = _stored(store, pid=101, start_ticks=7)
     assert store.signalled_members(worker) == {(m.pid, m.start_ticks): parent.id for m in tree}
     assert store.signalled_members(parent) == {}  # the worker's own case signals nothing yet
+
+
+def test_a_tree_recorded_before_members_had_a_column_is_still_known(database: str) -> None:
+    """A store from before the `members` column: init adds it, and the trees that live
+    cases recorded inside `data` are still read, by the signal path and by the case."""
+    store = open_store(database)
+    store.init()
+    tree = [Member(100, 5, 1001), Member(101, 7, 1001)]
+    parent = _stored(store, pid=100, start_ticks=5, state=State.TERMINATING, members=tree)
+    worker = _stored(store, pid=101, start_ticks=7)
+    with store._tx() as conn:
+        row = conn.execute("SELECT data FROM cases WHERE id = ?", (parent.id,)).fetchone()
+        data = json.loads(row["data"]) | {"members": [m.__dict__ for m in tree]}
+        conn.execute("UPDATE cases SET data = ? WHERE id = ?", (json.dumps(data), parent.id))
+        conn.execute("ALTER TABLE cases DROP COLUMN members")
+    store.init()  # as an upgraded actuator starts
+    assert store.signalled_members(worker) == {(100, 5): parent.id, (101, 7): parent.id}
+    assert store.get_case(parent.id).members == tree  # type: ignore[union-attr]
+    assert store.transition(
+        parent, State.KILLING, reason="killed", evidence={}, now=3.0
+    )  # now in the column
+    assert store.signalled_members(worker) == {(100, 5): parent.id, (101, 7): parent.id}
 
 
 def test_pruning_forgets_ended_cases_only(database: str) -> None:
