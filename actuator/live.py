@@ -187,6 +187,7 @@ class Inspector:
         if status is None:
             return LiveState(sampled_at=now, exists=True, errors=("cannot read its status",))
         argv = procfs.read_cmdline(target.pid, root_dir)
+        names = command_names(target.pid, root_dir)
         identity = LiveState(
             sampled_at=now,
             exists=True,
@@ -195,7 +196,7 @@ class Inspector:
             start_time=self._boot_time + stat.start_ticks / procfs.CLOCK_TICKS,
             uid=status.uid,
             user=user_name(status.uid),
-            command=" ".join(command_names(target.pid, root_dir)),
+            command=" ".join(names),
             program=command_name(argv),
             cmdline=" ".join(argv),
         )
@@ -246,7 +247,7 @@ class Inspector:
             pod_container=pod.container if pod else "",
             slurm_job=slurm_job,
             project=project,
-            protected=self.protection.reason(stat, status),
+            protected=self.protection.reason(stat, status, names),
             gpu_found=gpu_found,
             gpu_index=gpu.index if gpu is not None else None,
             gpu_model=gpu.name if gpu is not None else "",

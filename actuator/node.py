@@ -197,7 +197,11 @@ class LocalNode:
             and root_uid in (None, status.uid)
         ):
             root_uid = status.uid
-            table = procfs.read_process_table(self.proc_root)
+            # The root's descendants as they are now, from the kernel's lists of children
+            # (the tree alone, not every process on the host); a whole pass without them.
+            table = procfs.read_subtree(root.pid, self.proc_root)
+            if table is None:
+                table = procfs.read_process_table(self.proc_root)
             table.setdefault(root.pid, root)
             tree = process_tree(root, status.uid, table, self.protection, self.proc_root)
             found = {(m.pid, m.start_ticks): m for m in tree.members}

@@ -74,8 +74,11 @@ class Protection:
             self._own, self._own_at = frozenset(keys), now
             return self._own
 
-    def reason(self, stat: ProcStat, status: ProcStatus) -> str | None:
-        """Why this process must never be signalled, or None."""
+    def reason(
+        self, stat: ProcStat, status: ProcStatus, names: tuple[str, ...] | None = None
+    ) -> str | None:
+        """Why this process must never be signalled, or None. `names`: its command_names,
+        when the caller has just read them."""
         if stat.pid <= 1:
             return "pid 1"
         if stat.is_kernel_thread:
@@ -89,7 +92,7 @@ class Protection:
             return f"uid {uid} < {self.protect.protected_uid_below}"
         if self.protect.users and user_name(uid) in self.protect.users:
             return f"protected user {user_name(uid)}"
-        for name in command_names(stat.pid, self.proc_root):
+        for name in command_names(stat.pid, self.proc_root) if names is None else names:
             for pattern in self._patterns:
                 if pattern.fullmatch(name):
                     return f"protected command {name!r} (pattern {pattern.pattern!r})"

@@ -110,6 +110,40 @@ def read_process_table(proc_root: Path = PROC) -> dict[int, ProcStat]:
     return table
 
 
+def read_subtree(pid: int, proc_root: Path = PROC) -> dict[int, ProcStat] | None:
+    """Stats of a process's descendants (not its own), found through the kernel's lists of
+    children (/proc/<pid>/task/<tid>/children: a child is listed under the thread that forked
+    it) instead of a pass over every process on the host. None when the kernel keeps no such
+    lists (built without CONFIG_PROC_CHILDREN) or the process is gone."""
+    root = str(proc_root)
+    if not os.path.exists(f"{root}/{pid}/task/{pid}/children"):
+        return None
+    table: dict[int, ProcStat] = {}
+    stack, seen = [pid], {pid}
+    while stack:
+        parent = stack.pop()
+        try:
+            threads = os.listdir(f"{root}/{parent}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in threads:
+            try:
+                with open(f"{root}/{parent}/task/{tid}/children", "rb") as handle:
+                    listed = handle.read().split()
+            except OSError:
+                continue
+            for child in map(int, listed):
+                if child in seen:
+                    continue
+                seen.add(child)
+                stat = read_stat(child, proc_root)
+                # Still that parent's child: not a PID reused since the list was read.
+                if stat is not None and stat.ppid == parent:
+                    table[child] = stat
+                    stack.append(child)
+    return table
+
+
 def children_map(table: dict[int, ProcStat]) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for stat in table.values():

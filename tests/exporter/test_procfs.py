@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from exporter import procfs
@@ -51,9 +54,52 @@ def test_the_process_table_links_parents_and_children() -> None:
         child.wait()
 
 
+FAMILY = """
+import subprocess, sys, threading, time
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+parent_of_one = [sys.executable, "-c", f"import subprocess, time; subprocess.Popen({sleep!r}); "
+                 "time.sleep(60)"]
+kids = [subprocess.Popen(parent_of_one)]
+# A child forked by another thread is listed under that thread, not under the main one.
+thread = threading.Thread(target=lambda: kids.append(subprocess.Popen(sleep)))
+thread.start()
+thread.join()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_subtree_is_read_from_the_kernels_lists_of_children(tmp_path: Path) -> None:
+    family = subprocess.Popen([sys.executable, "-c", FAMILY], stdout=subprocess.PIPE, text=True)
+    expected: set[int] = set()
+    assert family.stdout is not None and family.stdout.readline() == "ready\n"
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the grandchild is started by the child, a moment later
+            table = procfs.read_process_table()
+            children = procfs.children_map(table)
+            expected = set(children.get(family.pid, ()))
+            expected |= {g for c in expected for g in children.get(c, ())}
+            if len(expected) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(expected) == 3
+        subtree = procfs.read_subtree(family.pid)
+        assert subtree is not None
+        assert set(subtree) == expected  # the same tree as a whole pass over the host
+        assert {s.ppid for s in subtree.values()} <= expected | {family.pid}
+    finally:
+        for pid in expected:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        family.kill()
+        family.wait()
+    assert procfs.read_subtree(family.pid) is None  # gone
+    (tmp_path / "5" / "task" / "5").mkdir(parents=True)  # a kernel without the lists
+    assert procfs.read_subtree(5, tmp_path) is None
+
+
 def test_status_gives_the_ids_a_process_runs_as() -> None:
-    """A real process's status, and a status whose name imitates the lines judged by (the
-    kernel escapes a newline in a name, so no such line can start a line of its own)."""
     own = procfs.read_status(os.getpid())
     assert own is not None
     assert (own.uid, own.gid) == (os.getuid(), os.getgid())
@@ -63,6 +109,8 @@ def test_status_gives_the_ids_a_process_runs_as() -> None:
 
 
 def test_status_is_read_by_its_own_lines_only(tmp_path: Path) -> None:
+    """Only the lines judged by, and a name imitating one is not one (the kernel escapes a
+    newline in a name, so no such line can start a line of its own)."""
     (tmp_path / "77").mkdir()
     status = tmp_path / "77" / "status"
     status.write_bytes(
