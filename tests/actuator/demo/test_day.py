@@ -4,6 +4,8 @@ program at a time scale, the GPUs a `wait` printed, and the verdict on `demand` 
 
 from __future__ import annotations
 
+import pytest
+
 from actuator.demo.day import (
     KINDS,
     DayFigures,
@@ -13,6 +15,7 @@ from actuator.demo.day import (
     plan_day,
     table,
 )
+from tests.support import gpu_reclaimer
 
 
 def test_the_same_seed_plans_the_same_day() -> None:
@@ -24,6 +27,13 @@ def test_the_same_seed_plans_the_same_day() -> None:
     assert all(j.gpus == 2 for j in day if j.kind == "hung")
     assert [j.id for j in day] == list(range(len(day)))  # numbered in arrival order
     assert len(plan_day(7, hours=12, gpus=2, jobs_per_gpu=6)) == 6
+
+
+@pytest.mark.parametrize("load", ["0", "-2", "nan", "inf", "many"])
+def test_a_day_s_load_that_is_no_positive_number_is_refused_in_one_line(load: str) -> None:
+    done = gpu_reclaimer("demo", "--day", "--jobs-per-gpu", load)
+    assert done.returncode == 2
+    assert "argument --jobs-per-gpu:" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_job_s_phases_at_a_time_scale() -> None:
@@ -71,6 +81,7 @@ def test_the_verdict_weighs_demand_against_idle() -> None:
     assert verdict.startswith("reclaim_when: demand kept 90% of idle's reduction")
     assert "with 8 of its 24 reclaims (33%; target <= 33 %) and 0 needless" in verdict
     assert demand_verdict({"observe": runs["observe"], "demand": runs["demand"]}) == ""
-    text = table(list(runs.values()), seed=1, scale=1 / 120)
+    text = table(list(runs.values()), seed=1, scale=1 / 120, jobs_per_gpu=5)
+    assert text.startswith("Simulated day: 24 h on 4 GPUs, 5 jobs per GPU per day, seed 1,")
     assert "| jobs completed per GPU per day | 2.5 | 2.5 | 2.5 |" in text
     assert verdict in text and text.rstrip().endswith("not a promise for a real fleet.")
