@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from actuator.demand.fit import Choice
 from actuator.models import Case, State
 from actuator.policy import Effective, ReclaimWhen
@@ -47,9 +49,10 @@ def recheck_due(
         return True
     if case.notified_mono is None or case.release_requested_mono is not None:
         return True  # a notice to retry, or the owner said go ahead
-    if case.effective is None:
+    try:
+        eff = Effective.model_validate(case.effective)
+    except ValidationError:  # none recorded, or one this release cannot read: look now
         return True
-    eff = Effective.model_validate(case.effective)
     if eff.reclaim_when == ReclaimWhen.DEMAND:
         if demand_key(choice) != last.demand:
             return True  # demand appeared, changed or went away: the owner is told now

@@ -327,10 +327,10 @@ class Reconciler:
         every, mono = self.config.reconciler.recheck_waiting, self.mono()
         try:
             for case in cases:
-                choice = self._choices.get(case.id)
-                if not recheck_due(case, self._checked.get(case.id), choice, mono, every):
-                    continue  # waiting out its grace, re-checked not long ago (recheck.py)
                 try:
+                    choice = self._choices.get(case.id)
+                    if not recheck_due(case, self._checked.get(case.id), choice, mono, every):
+                        continue  # waiting out its grace, re-checked not long ago (recheck.py)
                     self.advance(case)
                 except (StoreUnavailable, LeaseLost):
                     raise

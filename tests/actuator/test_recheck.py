@@ -50,15 +50,16 @@ def test_every_other_state_is_rechecked_at_every_tick(state: State) -> None:
     assert recheck_due(case, Checked(1010.0, None), None, 1010.5, EVERY)
 
 
-def test_a_notice_to_retry_or_an_owners_go_ahead_is_acted_on_at_once() -> None:
+def test_a_notice_to_retry_a_go_ahead_or_an_unreadable_rule_is_acted_on_at_once() -> None:
     unsent = _warned()
     unsent.notified_mono = None  # the notice was not delivered yet
     assert recheck_due(unsent, Checked(1010.0, None), None, 1010.5, EVERY)
     released = _warned(release_requested_mono=1010.2)
     assert recheck_due(released, Checked(1010.0, None), None, 1010.5, EVERY)
-    unrecorded = _warned()
-    unrecorded.effective = None
-    assert recheck_due(unrecorded, Checked(1010.0, None), None, 1010.5, EVERY)
+    for recorded in (None, {"grace": "not a duration"}, {"no_such_field": 1}):
+        unreadable = _warned()
+        unreadable.effective = recorded  # none, or written by another release
+        assert recheck_due(unreadable, Checked(1010.0, None), None, 1010.5, EVERY)
 
 
 def test_under_demand_a_change_in_who_waits_is_acted_on_at_once() -> None:
