@@ -80,7 +80,7 @@ class Executor:
         with self._sent_lock:
             sent = self._sent.pop(node, [])
         try:
-            self.store.record_signals_sent(sent)
+            self.store.record_signals(sent)
         except BaseException:  # kept for the next pass's commit
             with self._sent_lock:
                 self._sent[node] = sent + self._sent.get(node, [])

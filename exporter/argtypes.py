@@ -51,6 +51,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
+
+
 def unreachable(what: str, url: str, error: BaseException) -> CommandError:
     """A service that did not answer, in one short line: the request's URL (which may hold a
     whole PromQL query) is left out; the reason stays."""

@@ -89,7 +89,7 @@ def add_demo_command(commands: Any) -> None:
     )
     day.add_argument(
         "--jobs-per-gpu",
-        type=_positive_number,
+        type=argtypes.positive_number,
         default=None,
         metavar="N",
         help="jobs arriving per GPU per day, most in working hours (default 8: the queue is "
@@ -113,16 +113,6 @@ def add_demo_command(commands: Any) -> None:
             f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
         )
     parser.set_defaults(func=run_demo)
-
-
-def _positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
 
 
 def _modes(text: str) -> tuple[str, ...]:

@@ -20,14 +20,7 @@ class SignalSent:
 
 
 class SignalQueries(Database):
-    def record_signal(self, case_id: int, pid: int, signal_name: str, now: float) -> None:
-        self.record_signals_sent([SignalSent(case_id, pid, signal_name, now)])
-
-    def record_signals(self, case_id: int, sent: list[tuple[int, str]], now: float) -> None:
-        """(pid, signal) sent to a case's tree in one step, in one commit."""
-        self.record_signals_sent([SignalSent(case_id, pid, name, now) for pid, name in sent])
-
-    def record_signals_sent(self, sent: Sequence[SignalSent]) -> None:
+    def record_signals(self, sent: Sequence[SignalSent]) -> None:
         """Signals already sent (a record of what was done, not a decision), in one commit."""
         if not sent:
             return

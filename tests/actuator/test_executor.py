@@ -131,15 +131,15 @@ def test_signals_sent_are_recorded_together_at_the_end_of_the_nodes_pass(
     executor.carry_out(_step(Decision(Action.KILL, State.KILLING), pods, id=8, **owned))
     assert executor.store.signals_for(7) == [] and executor.store.signals_for(8) == []
 
-    real = executor.store.record_signals_sent
+    real = executor.store.record_signals
 
     def unavailable(sent: Any) -> None:
         raise StoreUnavailable("disk full")
 
-    executor.store.record_signals_sent = unavailable  # type: ignore[method-assign]
+    executor.store.record_signals = unavailable  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailable):
         executor.save_signals("n")
-    executor.store.record_signals_sent = real  # type: ignore[method-assign]
+    executor.store.record_signals = real  # type: ignore[method-assign]
     executor.save_signals("n")
     assert executor.store.signals_for(7) == [{"ts": T0, "pid": 4242, "signal": "SIGTERM"}]
     assert [s["signal"] for s in executor.store.signals_for(8)] == ["EVICT"]

@@ -17,18 +17,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--for", dest="for_", type=argtypes.duration)
     parser.add_argument("--prometheus", type=argtypes.url)
     parser.add_argument("--gpus", type=argtypes.positive_int)
+    parser.add_argument("--load", type=argtypes.positive_number)
     return parser
 
 
 def test_good_values_parse() -> None:
-    args = _parser().parse_args(
-        ["--memory", "4GiB", "--for", "1h30m", "--prometheus", "http://p:9090", "--gpus", "2"]
-    )
-    assert (args.memory, args.for_, args.prometheus, args.gpus) == (
+    argv = ["--memory", "4GiB", "--for", "1h30m", "--prometheus", "http://p:9090"]
+    args = _parser().parse_args([*argv, "--gpus", "2", "--load", "2.5"])
+    assert (args.memory, args.for_, args.prometheus, args.gpus, args.load) == (
         4 * 2**30,
         5400.0,
         "http://p:9090",
         2,
+        2.5,
     )
 
 
@@ -41,6 +42,10 @@ def test_good_values_parse() -> None:
         (["--prometheus", "ftp://p"], "not an http(s) URL: 'ftp://p'"),
         (["--gpus", "0"], "must be at least 1: '0'"),
         (["--gpus", "two"], "not a whole number: 'two'"),
+        (["--load", "0"], "must be a positive number: '0'"),
+        (["--load", "nan"], "must be a positive number: 'nan'"),
+        (["--load", "inf"], "must be a positive number: 'inf'"),
+        (["--load", "some"], "not a number: 'some'"),
     ],
 )
 def test_a_bad_value_is_the_parsers_own_error_not_a_traceback(

@@ -13,6 +13,7 @@ from actuator.models import Member, State
 from actuator.store import open_store
 from actuator.store.cases import insert_case
 from actuator.store.database import DUPLICATE
+from actuator.store.signals import SignalSent
 from tests.helpers.cases import make_case
 
 
@@ -99,7 +100,7 @@ def test_pruning_forgets_ended_cases_only(database: str) -> None:
     live = _stored(store, pid=1)
     ended = _stored(store, pid=2)
     store.transition(ended, State.RECLAIMED, reason="freed", evidence={}, now=100.0)
-    store.record_signal(ended.id, 2, "SIGTERM", 90.0)
+    store.record_signals([SignalSent(ended.id, 2, "SIGTERM", 90.0)])
     assert store.prune(before=50.0) == 0  # ended after the cut-off: kept
     assert store.prune(before=200.0) == 1
     assert store.get_case(ended.id) is None and store.signals_for(ended.id) == []
