@@ -9,6 +9,10 @@ and at every tick from its deadline on. A signal is never sent on an old reading
 that decides SIGTERM re-checks live and looks once more just before it (reconciler.advance).
 What waiting longer costs is only how soon a process that worked again, exited, or whose
 alert resolved leaves its case (at most `every` later).
+
+A new case likewise waits out its first CPU window (`idle.cpu_window`) between its first
+two re-checks: nothing can be judged before the window is full (decisions.roll_cpu), and
+the looks in between only noticed an exit or a resolved alert up to one window sooner.
 """
 
 from __future__ import annotations
@@ -43,9 +47,15 @@ def recheck_due(
     choice: Choice | None,
     mono: float,
     every: float,
+    cpu_window: float = 0.0,
 ) -> bool:
     """Whether this tick must re-check the case live (pure; `mono` is the reconciler's)."""
-    if case.state != State.NOTIFIED or last is None or mono - last.mono >= every:
+    if last is None:
+        return True  # never looked at by this worker
+    if case.state == State.PENDING and case.cpu_at is not None and case.cpu_rate is None:
+        # Its CPU window opened at the last look (taken before `last.mono`): full by now?
+        return mono - last.mono >= cpu_window
+    if case.state != State.NOTIFIED or mono - last.mono >= every:
         return True
     if case.notified_mono is None or case.release_requested_mono is not None:
         return True  # a notice to retry, or the owner said go ahead

@@ -69,6 +69,7 @@ from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.repeat import with_repeat
 from actuator.schedulers import Scheduler, Schedulers, gate
 from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
+from actuator.signalled import SignalledTrees
 from actuator.startup import idle_thresholds
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from exporter import procfs
@@ -142,6 +143,7 @@ class Reconciler:
         self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._checked: dict[int, Checked] = {}  # last live re-check of each live case
+        self._signalled: dict[str, SignalledTrees] = {}  # by node: this pass's (signalled.py)
         self._repeat_counts: dict[str, int] = {}  # owner -> reclaims in the repeat window
         self.links = links
         self.alerts = alerts
@@ -325,11 +327,16 @@ class Reconciler:
     def _advance_group(self, cases: list[Case]) -> None:
         """One node's cases in turn; the samples of those that only waited, saved at once."""
         every, mono = self.config.reconciler.recheck_waiting, self.mono()
+        window = self.config.idle.cpu_window
+        if cases:
+            self._signalled[cases[0].node] = SignalledTrees(self.store.signalled_trees)
         try:
             for case in cases:
                 try:
                     choice = self._choices.get(case.id)
-                    if not recheck_due(case, self._checked.get(case.id), choice, mono, every):
+                    if not recheck_due(
+                        case, self._checked.get(case.id), choice, mono, every, window
+                    ):
                         continue  # waiting out its grace, re-checked not long ago (recheck.py)
                     self.advance(case)
                 except (StoreUnavailable, LeaseLost):
@@ -608,12 +615,18 @@ class Reconciler:
             if decision.action == Action.TERM and live is not None:
                 tree = [(case.pid, case.start_ticks)]
                 tree += [(m.pid, m.start_ticks) for m in live.members]
-                decision = not_twice(decision, tree, self.store.signalled_members(case))
+                decision = not_twice(decision, tree, self._signalled_on(case).others(case, tree))
             if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
                 decision = replace(
                     decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
                 )
             self.apply(case, decision, live, eff, node, now, mono, scheduler)
+
+    def _signalled_on(self, case: Case) -> SignalledTrees:
+        found = self._signalled.get(case.node)
+        if found is None:  # a step outside a node's pass: read afresh
+            found = SignalledTrees(self.store.signalled_trees)
+        return found
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
@@ -795,6 +808,8 @@ class Reconciler:
             self._aborted(case, decision_id, "the case changed meanwhile (snoozed?)")
             return
         log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
+        if d.action == Action.TERM:
+            self._signalled_on(case).add(case)  # before its signal: the pass's next decisions
         self.executor.carry_out(Step(case, d, live, eff, node, scheduler, now))
         if d.state == State.RECLAIMED:
             self.planner.reclaimed(case, mono)

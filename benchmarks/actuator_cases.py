@@ -89,6 +89,7 @@ def _profiler(procs: list[psutil.Process], out: Path) -> subprocess.Popen[bytes]
             "--format",
             "raw",
             "--nonblocking",
+            "--gil",
             "--rate",
             "200",
             "--output",

@@ -68,8 +68,8 @@ def case_data(case: Case) -> str:
 
 
 def case_members(case: Case) -> str:
-    """The recorded tree in a column of its own: read alone by every TERM decision on the
-    node (signalled_members), without the rest of each case."""
+    """The recorded tree in a column of its own: read alone for the TERM decisions on the
+    node (signalled_trees), without the rest of each case."""
     return json.dumps([m.__dict__ for m in case.members], separators=(",", ":"))
 
 
@@ -106,22 +106,27 @@ class CaseQueries(Database):
     def live_cases(self) -> list[Case]:
         return [row_to_case(r) for r in self._read("SELECT * FROM cases WHERE live = 1")]
 
-    def signalled_members(self, case: Case) -> dict[tuple[int, int], int]:
-        """(pid, start ticks) -> case id: the processes other live cases on the same node
-        and boot are signalling (their recorded trees), so that no process gets one step
+    def signalled_trees(self, node: str, boot_id: str) -> dict[tuple[int, int], set[int]]:
+        """(pid, start ticks) -> ids of the live cases on the node and boot that are
+        signalling that process (their recorded trees), so that no process gets one step
         twice (a DataLoader worker flagged on its own while its parent's tree is reclaimed)."""
-        # The members alone: every TERM decision on the node reads every signalled case.
+        # The members alone, once per node's pass (actuator/signalled.py).
         rows = self._read(
             "SELECT id, pid, start_ticks, members, data FROM cases WHERE live = 1 AND node = ? "
-            "AND boot_id = ? AND id != ? AND state IN (?, ?)",
-            (case.node, case.boot_id, case.id, *sorted(str(s) for s in SIGNALLED_STATES)),
+            "AND boot_id = ? AND state IN (?, ?)",
+            (node, boot_id, *sorted(str(s) for s in SIGNALLED_STATES)),
         )
-        found: dict[tuple[int, int], int] = {}
+        found: dict[tuple[int, int], set[int]] = {}
         for row in rows:
             tree = [(m.pid, m.start_ticks) for m in _members(row)]
             for key in tree or [(row["pid"], row["start_ticks"])]:
-                found.setdefault(key, row["id"])
+                found.setdefault(key, set()).add(row["id"])
         return found
+
+    def signalled_members(self, case: Case) -> dict[tuple[int, int], int]:
+        """`signalled_trees` for one case: the processes other cases are signalling."""
+        trees = self.signalled_trees(case.node, case.boot_id)
+        return {key: min(ids - {case.id}) for key, ids in trees.items() if ids - {case.id}}
 
     def list_cases(
         self,

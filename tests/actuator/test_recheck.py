@@ -77,3 +77,16 @@ def test_under_demand_the_grace_runs_from_when_someone_started_waiting() -> None
     seen = Checked(2598.0, demand_key(CHOSEN))
     assert not recheck_due(case, seen, CHOSEN, 2599.0, EVERY)
     assert recheck_due(case, seen, CHOSEN, 2600.0, EVERY)
+
+
+def test_a_new_case_waits_out_its_first_cpu_window_between_looks() -> None:
+    opened = make_case(state=State.PENDING, cpu_seconds=5.0, cpu_at=1010.0, cpu_rate=None)
+    seen = Checked(1010.1, None)
+    assert not recheck_due(opened, seen, None, 1010.6, EVERY, cpu_window=1.0)  # half full
+    assert recheck_due(opened, seen, None, 1011.1, EVERY, cpu_window=1.0)  # full: judged now
+    assert recheck_due(opened, None, None, 1010.6, EVERY, cpu_window=1.0)  # another worker's
+    # Its rate known (or no window opened yet), a pending case is looked at every tick.
+    judged = make_case(state=State.PENDING, cpu_seconds=5.0, cpu_at=1010.0, cpu_rate=0.0)
+    assert recheck_due(judged, seen, None, 1010.6, EVERY, cpu_window=1.0)
+    unopened = make_case(state=State.PENDING)
+    assert recheck_due(unopened, seen, None, 1010.6, EVERY, cpu_window=1.0)

@@ -376,6 +376,41 @@ def test_a_warned_case_is_rechecked_every_few_seconds_and_signalled_on_a_fresh_l
     assert looked.count(case.term_mono) == 2
 
 
+def test_a_new_case_is_looked_at_again_once_its_cpu_window_is_full(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database, idle={"cpu_window": "3s"})
+    h.node.live = {101: idle_live(h.clock, 101)}
+    looked: list[float] = []
+    h.node.inspected = lambda pid: looked.append(h.clock.mono)
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=2)  # the first look opens the window; the next tick is inside it
+    assert len(looked) == 1 and h.cases(101)[0].state == State.PENDING
+    h.run(r, ticks=2)  # three seconds since the first look: judged idle and warned
+    assert looked == [looked[0], looked[0] + 3]
+    assert h.cases(101)[0].state == State.NOTIFIED
+
+
+def test_a_process_in_two_trees_decided_in_one_pass_gets_one_sigterm(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
+    family = (Member(101, TICKS, 1001), Member(102, TICKS, 1001))
+    h.node.live = {101: idle_live(h.clock, 101, members=family), 102: idle_live(h.clock, 102)}
+    h.node.allow_signals = True
+    h.fire(101, 102)  # the parent and its DataLoader worker, each flagged
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    signals_at: list[list[tuple[int, str]]] = []
+    for _ in range(70):
+        h.run(r)
+        signals_at.append(list(h.node.signalled))
+    first = next(s for s in signals_at if s)
+    assert len(first) == 1, first  # the other case waits while the first tree is signalled
+
+
 def test_a_warned_case_that_works_again_is_cancelled_within_the_recheck_interval(
     tmp_path: Path, database: str
 ) -> None:
