@@ -31,7 +31,8 @@ from actuator.notify import Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
-from actuator.store import Fence, Store
+from actuator.store import Store
+from actuator.store.counters import Bump, demand_to_free
 from actuator.store.signals import SignalSent
 
 log = logging.getLogger(__name__)
@@ -60,35 +61,46 @@ class Executor:
         gate: NoticeGate,
         clock: Callable[[], float],
         mono: Callable[[], float],
-        fence: Callable[[], Fence],
         alerts: DecisionAlerts | None = None,
         links: KeepLinks | None = None,
         pictures: EvidencePictures | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.store, self.audit, self.notifier, self.gate = store, audit, notifier, gate
-        self.clock, self.mono, self.fence = clock, mono, fence
+        self.clock, self.mono = clock, mono
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
         self.pictures = pictures
-        # Signals sent in this pass, by node: recorded in one commit per node's pass
-        # (`save_signals`), like the audit's records of what was done.
+        # What was done in this pass, by node: recorded in one commit each per node's pass
+        # (`save_done`, `notified`), like the audit's records of what was done.
         self._sent: dict[str, list[SignalSent]] = {}
-        self._sent_lock = threading.Lock()
+        self._bumps: dict[str, list[Bump]] = {}  # reclaims by trigger, demand-to-free waits
+        self._notified: dict[str, list[Case]] = {}  # a notice's outcome (its grace's start)
+        self._done_lock = threading.Lock()
 
-    def save_signals(self, node: str) -> None:
-        """Record the signals sent to the node's cases since the last call, in one commit."""
-        with self._sent_lock:
-            sent = self._sent.pop(node, [])
+    def save_done(self, node: str) -> None:
+        """Record the signals sent to the node's cases and their reclaims counted since the
+        last call, a commit each; kept for the next pass's if the store fails."""
+        with self._done_lock:
+            sent, bumps = self._sent.pop(node, []), self._bumps.pop(node, [])
         try:
             self.store.record_signals(sent)
-        except BaseException:  # kept for the next pass's commit
-            with self._sent_lock:
+            sent = []
+            self.store.count_many(bumps)
+        except BaseException:
+            with self._done_lock:
                 self._sent[node] = sent + self._sent.get(node, [])
+                self._bumps[node] = bumps + self._bumps.get(node, [])
             raise
+
+    def notified(self, node: str) -> list[Case]:
+        """The node's cases whose notice's outcome is to be saved (the reconciler saves
+        them with the samples of its pass, in one commit)."""
+        with self._done_lock:
+            return self._notified.pop(node, [])
 
     def _sent_now(self, case: Case, sent: list[tuple[int, str]]) -> None:
         now = self.clock()
-        with self._sent_lock:
+        with self._done_lock:
             pending = self._sent.setdefault(case.node, [])
             pending.extend(SignalSent(case.id, pid, name, now) for pid, name in sent)
 
@@ -231,7 +243,8 @@ class Executor:
                 },
                 sync=False,  # what was sent; fsync'd with the pass (AuditLog.flush)
             )
-        self.store.save_samples(case, self.fence())
+        with self._done_lock:  # saved with the pass's samples (a lost one: sent again)
+            self._notified.setdefault(case.node, []).append(case)
 
     def _warn_of_demand(self, case: Case, eff: Effective, now: float) -> None:
         """The second notice of `reclaim_when: demand`: someone waits, SIGTERM at the
@@ -258,11 +271,15 @@ class Executor:
 
     def _counted(self, case: Case) -> None:
         """Reclaims by trigger, and (for demand) the time from the wait to a free GPU."""
-        self.store.count("reclaims", "demand" if case.demand_for else "idle")
-        if case.demand_for is None or case.demand_at is None:
+        bumps: list[Bump] = [("reclaims", "demand" if case.demand_for else "idle", 1)]
+        waited = None
+        if case.demand_for is not None and case.demand_at is not None:
+            waited = max(0.0, (case.exited_at or self.clock()) - case.demand_at)
+            bumps += demand_to_free(waited)
+        with self._done_lock:  # counted with the pass (save_done)
+            self._bumps.setdefault(case.node, []).extend(bumps)
+        if waited is None:
             return
-        waited = max(0.0, (case.exited_at or self.clock()) - case.demand_at)
-        self.store.observe_demand_to_free(waited)
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {

@@ -3,7 +3,10 @@
 Every gunicorn worker runs one in a background thread; only the holder of the SQLite lease
 acts. Each step is: re-check live state -> pure decision -> audit record (fsync'd) ->
 compare-and-set the state, fenced by the lease (renewed in the same transaction) -> the side
-effect. A step whose audit record cannot be written stops there; a reconciler that lost its
+effect. The decisions of a node's pass are recorded and committed together (one fsync, one
+commit) before any of their side effects, and a SIGTERM or SIGKILL decision at once, so
+that its signal leaves as soon after its last look as before. A step whose audit record
+cannot be written stops there; a reconciler that lost its
 lease stops before the next side effect and audits the decision as aborted; a state is
 committed before its signal is sent, so a restart never signals twice (at worst a SIGTERM
 is lost and SIGKILL follows after `term_timeout`). Every episode and every case is handled
@@ -71,7 +74,7 @@ from actuator.schedulers import Scheduler, Schedulers, gate
 from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
 from actuator.signalled import SignalledTrees
 from actuator.startup import idle_thresholds
-from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
+from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable, Transition
 from exporter import procfs
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,18 @@ class Signalled:
 
 
 Observation = LiveState | Signalled
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision recorded for the node's batch (reconciler._commit), not yet committed."""
+
+    step: Step
+    previous: State
+    record: dict[str, Any]  # its audit record
+    move: Transition  # its state's compare-and-set
+    mono: float
+
 
 PRUNE_EVERY = 600.0  # seconds between retention passes
 # Fields a re-armed case starts afresh with (its target and alert stay).
@@ -167,6 +182,7 @@ class Reconciler:
         self._renewed_mono = float("-inf")  # when this reconciler last renewed its lease
         self._pass_began: float | None = None  # while a pass runs: when it began (mono)
         self._samples: dict[str, list[Case]] = {}  # by node: cases that only waited (apply)
+        self._decided: dict[str, list[Decided]] = {}  # by node: this pass's batch (_commit)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
         self.thresholds = idle_thresholds(config)
@@ -186,7 +202,6 @@ class Reconciler:
             gate=config.notice,
             clock=clock,
             mono=mono,
-            fence=self.fence,
             alerts=alerts,
             links=links,
             pictures=pictures,
@@ -294,10 +309,11 @@ class Reconciler:
         return True
 
     def _save_samples(self, node: str) -> None:
-        """The samples of a node's cases that only waited this pass, in one commit (a node
-        group's, so a slow node never holds another's back)."""
+        """The samples of a node's cases that only waited this pass, and the outcomes of
+        its notices, in one commit (a node group's, so a slow node never holds another's
+        back)."""
         with self._acting:
-            waiting = self._samples.pop(node, [])
+            waiting = self._samples.pop(node, []) + self.executor.notified(node)
         if waiting:
             self.store.save_samples_many(waiting, self.fence())
 
@@ -325,29 +341,32 @@ class Reconciler:
                 raise exc
 
     def _advance_group(self, cases: list[Case]) -> None:
-        """One node's cases in turn; the samples of those that only waited, saved at once."""
+        """One node's cases in turn, their decisions committed together (`_commit`); the
+        samples of those that only waited, and what was done, saved at once."""
         every, mono = self.config.reconciler.recheck_waiting, self.mono()
         window = self.config.idle.cpu_window
-        if cases:
-            self._signalled[cases[0].node] = SignalledTrees(self.store.signalled_trees)
+        node = cases[0].node if cases else ""
+        self._signalled[node] = SignalledTrees(self.store.signalled_trees)
         try:
             for case in cases:
                 try:
                     choice = self._choices.get(case.id)
-                    if not recheck_due(
-                        case, self._checked.get(case.id), choice, mono, every, window
-                    ):
+                    last = self._checked.get(case.id)
+                    if not recheck_due(case, last, choice, mono, every, window):
                         continue  # waiting out its grace, re-checked not long ago (recheck.py)
                     self.advance(case)
                 except (StoreUnavailable, LeaseLost):
                     raise
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
+            with self._acting:
+                self._commit(node)
         finally:
+            self._decided.pop(node, None)  # not committed: neither recorded nor carried out
             try:
                 if cases:
-                    self._save_samples(cases[0].node)
-                    self.executor.save_signals(cases[0].node)
+                    self._save_samples(node)
+                    self.executor.save_done(node)
             finally:
                 self._flush_audit()
 
@@ -574,8 +593,9 @@ class Reconciler:
 
     def advance(self, case: Case) -> None:
         """One step of one case: observe the node (outside the lock, so several nodes are
-        observed at once), then decide and act under the lock (limits are counted and a
-        decision carried out by one step at a time, as if steps ran in turn)."""
+        observed at once), then decide under the lock and add the decision to the node's
+        batch (limits are counted and decisions committed and carried out by one step at a
+        time, as if steps ran in turn; a SIGTERM's batch is committed at once)."""
         node = self.nodes.get(case.node)
         if node is None:
             return
@@ -743,7 +763,8 @@ class Reconciler:
         mono: float,
         scheduler: Scheduler | None = None,
     ) -> None:
-        """Record the decision and commit its state, then have the executor carry it out."""
+        """The decision's case updates; a state change goes into the node's batch, recorded
+        and committed with it before the executor carries it out (`_commit`)."""
         d.updates.apply_to(case)
         if not d.changes_state:
             if d.updates:  # evidence for later steps, covering no side effect
@@ -774,45 +795,61 @@ class Reconciler:
             case.kill_at, case.kill_mono = now, mono
         previous = case.state
         record = self._record(case, previous, d.action, d.reason, now, {"code": d.code})
-        decision_id = record["decision_id"]
         record["to"] = str(d.state)
         if live is not None:
             record["live"] = live.evidence()
         record["thresholds"] = self._thresholds(eff)
         if disagree:  # the alert claimed otherwise; the node won
             record["alert_disagrees"] = disagree
-        try:
-            self.audit.write(record)
-        except AuditError as exc:
-            log.error("case %d: not acting, %s", case.id, exc)
-            return
-        evidence = {"action": str(d.action), "code": d.code, "decision_id": decision_id}
+        evidence = {"action": str(d.action), "code": d.code, "decision_id": record["decision_id"]}
         if live is not None:
             evidence["live"] = live.evidence()
             evidence["thresholds"] = record["thresholds"]  # what `why` judges it against
-        try:
-            done = self.store.transition(
-                case,
-                d.state,
-                reason=d.reason,
-                evidence=evidence,
-                now=now,
-                reason_code=d.code or "",
-                mono=mono,
-                fence=self.fence(),
-            )
-        except LeaseLost as exc:
-            self._aborted(case, decision_id, str(exc))
-            raise
-        if done is None:
-            self._aborted(case, decision_id, "the case changed meanwhile (snoozed?)")
+        move = Transition(case, d.state, d.reason, evidence, now, d.code or "", mono)
+        step = Step(case, d, live, eff, node, scheduler, now)
+        self._decided.setdefault(case.node, []).append(Decided(step, previous, record, move, mono))
+        if d.action in (Action.TERM, Action.KILL):
+            self._commit(case.node)  # a signal leaves right after its last look, as ever
+
+    def _commit(self, node: str) -> None:
+        """The node's decided steps so far: their audit records fsync'd together, their
+        states committed together (fenced by the lease), then each carried out in turn.
+        Nothing is carried out that is not both recorded and committed."""
+        batch = self._decided.pop(node, [])
+        if not batch:
             return
-        log.info("case %d: %s -> %s (%s)", case.id, previous, d.state, d.reason)
-        if d.action == Action.TERM:
-            self._signalled_on(case).add(case)  # before its signal: the pass's next decisions
-        self.executor.carry_out(Step(case, d, live, eff, node, scheduler, now))
-        if d.state == State.RECLAIMED:
-            self.planner.reclaimed(case, mono)
+        try:
+            self.audit.write_many([b.record for b in batch])
+        except AuditError as exc:
+            log.error("cases %s: not acting, %s", [b.step.case.id for b in batch], exc)
+            return
+        try:
+            made = self.store.transition_many([b.move for b in batch], self.fence())
+        except LeaseLost as exc:
+            for b in batch:
+                self._aborted(b.step.case, b.record["decision_id"], str(exc))
+            raise
+        failed: BaseException | None = None
+        for b, done in zip(batch, made, strict=True):
+            case, d = b.step.case, b.step.decision
+            if not done:
+                self._aborted(
+                    case, b.record["decision_id"], "the case changed meanwhile (snoozed?)"
+                )
+                continue
+            log.info("case %d: %s -> %s (%s)", case.id, b.previous, d.state, d.reason)
+            if d.action == Action.TERM:
+                self._signalled_on(case).add(case)  # before its signal: the pass's next decisions
+            try:
+                self.executor.carry_out(b.step)
+                if d.state == State.RECLAIMED:
+                    self.planner.reclaimed(case, b.mono)
+            except (StoreUnavailable, LeaseLost) as exc:
+                failed = failed or exc  # the batch's other committed steps are still carried out
+            except Exception as exc:  # one broken case never blocks the others
+                self._step_failed(case, exc)
+        if failed is not None:
+            raise failed
 
     def _aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""

@@ -2,8 +2,9 @@
 
 Every write is one short transaction that is on disk before it returns, so a 2xx answer to
 Alertmanager means the alerts are kept. Cases change state only through `transition()`, a
-compare-and-set on the row's version, so a snooze from the API and the reconciler can never
-both win. `database` holds the SQLite mechanics; each other module one domain's queries.
+compare-and-set on the row's version (`transition_many`: a node pass's decisions in one
+commit), so a snooze from the API and the reconciler can never both win. `database` holds
+the SQLite mechanics; each other module one domain's queries.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 
 from actuator.store.breaker import BreakerQueries
-from actuator.store.cases import CaseQueries
+from actuator.store.cases import CaseQueries, Transition
 from actuator.store.counters import CounterQueries
 from actuator.store.database import SCHEMA_VERSION, Database, StoreUnavailable
 from actuator.store.episodes import Episode, EpisodeQueries, Ingest
@@ -33,6 +34,7 @@ __all__ = [
     "LeaseLost",
     "Store",
     "StoreUnavailable",
+    "Transition",
     "Waiter",
     "is_postgres",
     "open_store",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from actuator.models import LIVE_STATES, SIGNALLED_STATES, Case, Member, Reason, State, Target
@@ -40,8 +41,31 @@ CASE_DATA_FIELDS = tuple(
 )
 
 
-class _Conflict(Exception):
-    """The row's version moved: someone else changed the case first."""
+@dataclass(frozen=True)
+class Transition:
+    """One case to move to `state` (its other fields already updated by the caller)."""
+
+    case: Case
+    state: State
+    reason: str
+    evidence: dict[str, Any]
+    now: float
+    reason_code: str = ""
+    mono: float | None = None
+
+
+_Outcome = tuple[State, str, str, float, float | None, float | None]
+
+
+def _outcome(case: Case) -> _Outcome:
+    """The fields a transition sets, to put back when it is not made."""
+    return (case.state, case.reason, case.reason_code, case.updated, case.ended_at, case.ended_mono)
+
+
+def _restore(case: Case, outcome: _Outcome) -> None:
+    (case.state, case.reason, case.reason_code, case.updated, case.ended_at, case.ended_mono) = (
+        outcome
+    )
 
 
 def _members(row: Row, data: dict[str, Any] | None = None) -> list[Member]:
@@ -188,54 +212,53 @@ class CaseQueries(Database):
 
         The caller has already updated the case's other fields (timestamps, samples).
         """
-        old_version = case.version
-        saved = (
-            case.state,
-            case.reason,
-            case.reason_code,
-            case.updated,
-            case.ended_at,
-            case.ended_mono,
-        )
-        case.state = new_state
-        case.reason = reason
-        case.reason_code = reason_code
-        case.updated = now
-        if new_state not in LIVE_STATES and case.ended_at is None:
-            case.ended_at = now
-            case.ended_mono = mono
+        move = Transition(case, new_state, reason, evidence, now, reason_code, mono)
+        (done,) = self.transition_many([move], fence)
+        return case if done else None
+
+    def transition_many(
+        self, moves: Sequence[Transition], fence: Fence | None = None
+    ) -> list[bool]:
+        """`transition` for several cases in one transaction (one commit for the decisions
+        of a node's pass): for each, whether it was made; one whose row moved meanwhile
+        (a snooze) is left as stored, without holding the others back. LeaseLost or a
+        failed write changes none of them."""
+        before = [(m.case.version, _outcome(m.case)) for m in moves]
+        for m in moves:
+            case = m.case
+            case.state, case.reason, case.reason_code = m.state, m.reason, m.reason_code
+            case.updated = m.now
+            if m.state not in LIVE_STATES and case.ended_at is None:
+                case.ended_at, case.ended_mono = m.now, m.mono
+        done: list[bool] = []
         try:
             with self._tx() as conn:
                 check_fence(conn, fence)
-                if not self._update_case(conn, case, old_version):
-                    raise _Conflict
-                conn.execute(
-                    "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
-                    "VALUES (?,?,?,?,?)",
-                    (case.id, now, str(new_state), reason, json.dumps(evidence, default=str)),
-                )
-        except _Conflict:
-            (
-                case.state,
-                case.reason,
-                case.reason_code,
-                case.updated,
-                case.ended_at,
-                case.ended_mono,
-            ) = saved
-            return None
+                for m, (version, _) in zip(moves, before, strict=True):
+                    made = self._update_case(conn, m.case, version)
+                    if made:
+                        conn.execute(
+                            "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
+                            "VALUES (?,?,?,?,?)",
+                            (
+                                m.case.id,
+                                m.now,
+                                str(m.state),
+                                m.reason,
+                                json.dumps(m.evidence, default=str),
+                            ),
+                        )
+                    done.append(made)
         except BaseException:
-            (
-                case.state,
-                case.reason,
-                case.reason_code,
-                case.updated,
-                case.ended_at,
-                case.ended_mono,
-            ) = saved
+            for m, (_, outcome) in zip(moves, before, strict=True):
+                _restore(m.case, outcome)
             raise
-        case.version = old_version + 1
-        return case
+        for m, (version, outcome), made in zip(moves, before, done, strict=True):
+            if made:
+                m.case.version = version + 1
+            else:
+                _restore(m.case, outcome)
+        return done
 
     def save_samples(self, case: Case, fence: Fence | None = None) -> bool:
         """Persist live samples and timestamps without a state change (CAS on version)."""

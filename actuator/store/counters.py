@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from actuator.store.database import Conn, Database
+
+Bump = tuple[str, str, int]  # (counter, label, by)
 
 
 def bump(conn: Conn, name: str, label: str, by: int = 1) -> None:
@@ -15,24 +18,38 @@ def bump(conn: Conn, name: str, label: str, by: int = 1) -> None:
     )
 
 
+def demand_to_free(seconds: float) -> list[Bump]:
+    """One wait, from demand to a free GPU, as its histogram's bumps (cumulative buckets,
+    the sum in milliseconds: counters are integers)."""
+    found: list[Bump] = [
+        ("demand_to_free_bucket", repr(b), 1) for b in DEMAND_TO_FREE_BUCKETS if seconds <= b
+    ]
+    return [
+        *found,
+        ("demand_to_free_count", "", 1),
+        ("demand_to_free_ms", "", round(seconds * 1000)),
+    ]
+
+
 class CounterQueries(Database):
     def count(self, name: str, label: str = "", by: int = 1) -> None:
+        self.count_many([(name, label, by)])
+
+    def count_many(self, bumps: Sequence[Bump]) -> None:
+        """Several counters bumped in one commit (a node pass's reclaims)."""
+        if not bumps:
+            return
         with self._tx() as conn:
-            bump(conn, name, label, by)
+            for name, label, by in bumps:
+                bump(conn, name, label, by)
 
     def count_request(self, code: int) -> None:
         with self._tx() as conn:
             bump(conn, "webhook_requests", str(code))
 
     def observe_demand_to_free(self, seconds: float) -> None:
-        """One wait, from demand to a free GPU, into its histogram (cumulative buckets,
-        the sum in milliseconds: counters are integers)."""
-        with self._tx() as conn:
-            for bucket in DEMAND_TO_FREE_BUCKETS:
-                if seconds <= bucket:
-                    bump(conn, "demand_to_free_bucket", repr(bucket))
-            bump(conn, "demand_to_free_count", "")
-            bump(conn, "demand_to_free_ms", "", round(seconds * 1000))
+        """One wait, from demand to a free GPU, into its histogram."""
+        self.count_many(demand_to_free(seconds))
 
     def demand_up(self) -> dict[str, bool]:
         """The demand sources as last recorded (by whichever reconciler acted)."""

@@ -17,7 +17,7 @@ from actuator.models import Case, Reason, SignalResult, State
 from actuator.notify import NullNotifier
 from actuator.policy import Mode, Notice
 from actuator.schedulers import Step as SchedulerStep
-from actuator.store import Fence, Store, StoreUnavailable
+from actuator.store import Store, StoreUnavailable
 from tests.helpers.cases import T0, eff, make_case, make_live
 
 
@@ -75,7 +75,6 @@ def executor(tmp_path: Path) -> Executor:
         gate=Notice(),
         clock=lambda: T0,
         mono=lambda: T0,
-        fence=lambda: Fence("h", T0, 5.0),
     )
 
 
@@ -120,16 +119,19 @@ def test_observe_mode_rehearses_the_step_enforcement_would_take(
     assert node.signalled == [("SIGTERM", True)]  # a bare process: its signal, dry
 
 
-def test_signals_sent_are_recorded_together_at_the_end_of_the_nodes_pass(
+def test_what_was_done_is_recorded_together_at_the_end_of_the_nodes_pass(
     executor: Executor,
 ) -> None:
-    """A record of what was done, not a decision: one commit per node's pass; a store that
-    fails keeps them for the next pass's commit."""
+    """Signals sent and reclaims counted are records of what was done, not decisions: one
+    commit each per node's pass; a store that fails keeps them for the next pass's."""
     executor.carry_out(_step(Decision(Action.TERM, State.TERMINATING), id=7))
     pods = Pods()
     owned = {"pod": {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}}
     executor.carry_out(_step(Decision(Action.KILL, State.KILLING), pods, id=8, **owned))
+    handed = {"demand_for": "wait:w1", "demand_who": "carol", "demand_at": T0 - 90.0}
+    executor.carry_out(_step(Decision(Action.MOVE, State.RECLAIMED), id=9, exited_at=T0, **handed))
     assert executor.store.signals_for(7) == [] and executor.store.signals_for(8) == []
+    assert executor.store.metric_snapshot()["named"] == {}
 
     real = executor.store.record_signals
 
@@ -138,10 +140,18 @@ def test_signals_sent_are_recorded_together_at_the_end_of_the_nodes_pass(
 
     executor.store.record_signals = unavailable  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailable):
-        executor.save_signals("n")
+        executor.save_done("n")
     executor.store.record_signals = real  # type: ignore[method-assign]
-    executor.save_signals("n")
+    executor.save_done("n")
     assert executor.store.signals_for(7) == [{"ts": T0, "pid": 4242, "signal": "SIGTERM"}]
     assert [s["signal"] for s in executor.store.signals_for(8)] == ["EVICT"]
-    executor.save_signals("n")  # nothing twice
+    named = executor.store.metric_snapshot()["named"]
+    assert named["reclaims"] == {"demand": 1}
+    assert named["demand_to_free_count"] == {"": 1} and named["demand_to_free_ms"] == {"": 90000}
+    assert (
+        named["demand_to_free_bucket"]["120.0"] == 1
+        and "60.0" not in named["demand_to_free_bucket"]
+    )
+    executor.save_done("n")  # nothing twice
     assert len(executor.store.signals_for(7)) == 1
+    assert executor.store.metric_snapshot()["named"]["reclaims"] == {"demand": 1}

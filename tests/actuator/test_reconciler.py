@@ -411,6 +411,40 @@ def test_a_process_in_two_trees_decided_in_one_pass_gets_one_sigterm(
     assert len(first) == 1, first  # the other case waits while the first tree is signalled
 
 
+def test_a_pass_s_decisions_are_synced_and_committed_together_before_any_is_carried_out(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
+    h.node.live = {p: idle_live(h.clock, p) for p in (101, 102, 103)}
+    h.node.allow_signals = True
+    h.fire(101, 102, 103)
+    r = h.reconciler()
+    synced: list[list[str]] = []  # the decisions in each fsync'd audit write
+    committed: list[int] = []  # notices already sent at each commit of decisions
+    write_many, transition_many = h.audit.write_many, h.store.transition_many
+
+    def audit_write(records: list[dict[str, Any]], *, sync: bool = True) -> Any:
+        if sync:
+            synced.append([str(x.get("to")) for x in records if x["event"] == "decision"])
+        return write_many(records, sync=sync)
+
+    def commit(moves: Any, fence: Any = None) -> list[bool]:
+        committed.append(len(h.notifier.sent))
+        return transition_many(moves, fence)
+
+    h.audit.write_many = audit_write  # type: ignore[method-assign]
+    h.store.transition_many = commit  # type: ignore[method-assign]
+    h.run(r, ticks=3)
+    assert {h.state(p) for p in (101, 102, 103)} == {State.NOTIFIED}
+    assert ["notified"] * 3 in synced and committed == [0]  # one fsync, one commit, then notices
+    assert len(h.notifier.sent) == 3
+    synced.clear()
+    committed.clear()
+    h.run(r, ticks=62)  # past the 60 s grace: each SIGTERM is committed and sent on its own
+    assert sorted(h.node.signalled) == [(p, "SIGTERM") for p in (101, 102, 103)]
+    assert [d for d in synced if "terminating" in d] == [["terminating"]] * 3
+
+
 def test_a_warned_case_that_works_again_is_cancelled_within_the_recheck_interval(
     tmp_path: Path, database: str
 ) -> None:

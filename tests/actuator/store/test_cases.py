@@ -10,7 +10,7 @@ import json
 import pytest
 
 from actuator.models import Member, State
-from actuator.store import open_store
+from actuator.store import Fence, LeaseLost, Transition, open_store
 from actuator.store.cases import insert_case
 from actuator.store.database import DUPLICATE
 from actuator.store.signals import SignalSent
@@ -35,6 +35,41 @@ def test_a_step_on_a_stale_copy_changes_nothing(database: str) -> None:
     assert store.transition(stale, State.SNOOZED, reason="kept", evidence={}, now=11.0) is None
     assert (stale.state, stale.reason, stale.ended_at) == (State.PENDING, "", None)
     assert store.get_case(case.id).state == State.NOTIFIED  # type: ignore[union-attr]
+
+
+def test_a_pass_s_decisions_commit_together_and_a_stale_one_holds_none_back(
+    database: str,
+) -> None:
+    store = open_store(database)
+    store.init()
+    first, second = _stored(store, pid=101), _stored(store, pid=102)
+    stale = store.get_case(second.id)
+    assert stale is not None
+    assert store.transition(second, State.SNOOZED, reason="kept", evidence={}, now=5.0)
+    moves = [
+        Transition(first, State.NOTIFIED, "warned", {"n": 1}, 10.0, "idle"),
+        Transition(stale, State.CANCELLED, "working", {"n": 2}, 10.0, "activity", 3.0),
+    ]
+    assert store.transition_many(moves) == [True, False]
+    assert store.get_case(first.id).state == State.NOTIFIED  # type: ignore[union-attr]
+    assert (stale.state, stale.reason, stale.ended_at) == (State.PENDING, "", None)  # as it was
+    assert store.get_case(second.id).state == State.SNOOZED  # type: ignore[union-attr]
+    assert [t["state"] for t in store.timeline(first.id)] == ["pending", "notified"]
+    assert store.transition_many([]) == []
+
+
+def test_a_pass_s_decisions_fenced_by_a_lost_lease_change_nothing(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    cases = [_stored(store, pid=101), _stored(store, pid=102)]
+    assert store.acquire_lease("a", mono=100, ttl=10)
+    assert store.acquire_lease("b", mono=111, ttl=10)  # a was slow: b took over
+    moves = [Transition(c, State.NOTIFIED, "warned", {}, 1.0) for c in cases]
+    with pytest.raises(LeaseLost):
+        store.transition_many(moves, Fence("a", 112, 10))
+    for case in cases:
+        assert case.state == State.PENDING and case.version == 0
+        assert store.get_case(case.id).state == State.PENDING  # type: ignore[union-attr]
 
 
 def test_an_ended_case_leaves_the_live_set_with_its_end_stamped_once(database: str) -> None:
