@@ -27,9 +27,9 @@ from exporter.procfs import ProcStat
 from exporter.slurm import slurm_job_of
 
 POD_LIST_MAX_AGE = 0.25  # as the shared NVML reading (actuator/node.py)
-# One whole-host /proc pass serves the cases re-checked within this long (one tick's run
-# through a node's cases): it only says who descends from whom; every member's CPU and
-# state are read fresh at each re-check.
+# Where the kernel keeps no lists of children: one whole-host /proc pass serves the cases
+# re-checked within this long (one tick's run through a node's cases); it only says who
+# descends from whom, and every member's CPU and state are read fresh at each re-check.
 TABLE_MAX_AGE = 0.1
 
 
@@ -101,8 +101,10 @@ class Inspector:
         clock: Callable[[], float] = time.time,
         table_max_age: float = TABLE_MAX_AGE,
         mono: Callable[[], float] = time.monotonic,
+        kernel_lists: bool = True,
     ) -> None:
         self.protection = protection
+        self.kernel_lists = kernel_lists  # False: always the shared pass (benchmarks)
         self.table_max_age, self._mono = table_max_age, mono
         self._table_lock = threading.Lock()
         self._table: tuple[float, dict[int, list[int]]] | None = None
@@ -129,8 +131,14 @@ class Inspector:
             return self._table[1]
 
     def _tree_stats(self, root: ProcStat) -> dict[int, ProcStat]:
-        """Fresh stats of `root` and of its descendants as the shared pass knows them (a
-        child forked since then is seen at the next re-check; one gone is skipped)."""
+        """Fresh stats of `root` and of its descendants: from the kernel's lists of children
+        (the tree as it is now, read alone), or where there are none as the shared pass
+        knows them (a child forked since then is seen at the next re-check; one gone is
+        skipped)."""
+        found = procfs.read_subtree(root.pid, self.proc_root) if self.kernel_lists else None
+        if found is not None:
+            found[root.pid] = root
+            return found
         host = self._host_children()
         fresh = {root.pid: root}
         stack = list(host.get(root.pid, ()))

@@ -1,5 +1,6 @@
-"""The live re-check (actuator/live.py): one /proc pass shared by the re-checks of a tick,
-every member's CPU read fresh."""
+"""The live re-check (actuator/live.py): the tree from the kernel's lists of children, or
+where there are none one /proc pass shared by the re-checks of a tick; every member's CPU
+read fresh."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Mono:
         return self.now
 
 
-def inspector(mono: Mono) -> Inspector:
+def inspector(mono: Mono, *, kernel_lists: bool = True) -> Inspector:
     protect = Protect(protect_root=False, protected_uid_below=0)
     return Inspector(
         Protection(protect),
@@ -41,6 +42,7 @@ def inspector(mono: Mono) -> Inspector:
         Evidence(),
         nvml_timeout=1.0,
         mono=mono,
+        kernel_lists=kernel_lists,
     )
 
 
@@ -50,7 +52,7 @@ def target(pid: int) -> Target:
     return Target("n", pid, stat.start_ticks, procfs.boot_id(), "GPU-0", 0.0)
 
 
-def test_re_checks_of_one_tick_share_a_proc_pass_but_read_cpu_fresh(
+def test_without_kernel_lists_re_checks_of_one_tick_share_a_proc_pass_but_read_cpu_fresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     passes = []
@@ -61,7 +63,7 @@ def test_re_checks_of_one_tick_share_a_proc_pass_but_read_cpu_fresh(
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
         mono = Mono()
-        check = inspector(mono)
+        check = inspector(mono, kernel_lists=False)
         first = check.inspect(target(parent.pid))
         time.sleep(1.0)
         second = check.inspect(target(parent.pid))  # the same tick: no second pass
@@ -73,6 +75,53 @@ def test_re_checks_of_one_tick_share_a_proc_pass_but_read_cpu_fresh(
         mono.now += 1.0  # the next tick: a new pass
         check.inspect(target(parent.pid))
         assert len(passes) == 2
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+
+
+# A parent that starts a second child when told to (a DataLoader's next epoch).
+SPAWNER = (
+    "import subprocess, sys, time\n"
+    "sleep = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+    "first = subprocess.Popen(sleep)\n"
+    "print(first.pid, flush=True)\n"
+    "sys.stdin.readline()\n"
+    "second = subprocess.Popen(sleep)\n"
+    "print(second.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("kernel_lists", [True, False], ids=["kernel-lists", "shared-pass"])
+def test_a_child_forked_since_the_last_look_of_the_tick(
+    monkeypatch: pytest.MonkeyPatch, kernel_lists: bool
+) -> None:
+    """From the kernel's lists, the tree is as it is now, without a pass over the host; a
+    shared pass sees a new child only at the next tick."""
+    passes = []
+    real = procfs.read_process_table
+    monkeypatch.setattr(procfs, "read_process_table", lambda root: passes.append(1) or real(root))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdin is not None and parent.stdout is not None
+        first = int(parent.stdout.readline())
+        check = inspector(Mono(), kernel_lists=kernel_lists)
+        before = check.inspect(target(parent.pid))
+        assert [m.pid for m in before.members] == [parent.pid, first]
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        second = int(parent.stdout.readline())
+        after = check.inspect(target(parent.pid))  # the same tick
+        if kernel_lists:
+            assert [m.pid for m in after.members] == [parent.pid, first, second]
+            assert passes == []
+        else:
+            assert [m.pid for m in after.members] == [parent.pid, first]
+            assert passes == [1]
     finally:
         subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
         parent.kill()
