@@ -219,6 +219,14 @@ class MainLoop:
     cued: dict[str, float] = field(default_factory=dict)  # key -> when its cue was sent
 
 
+def _reached(case: dict[str, Any], state: str) -> bool:
+    """The case went through `state`; for "notified", its notice is out too (the state is
+    committed before the notice is sent, and its time recorded once it was)."""
+    if state not in [s["state"] for s in case["timeline"]]:
+        return False
+    return state != "notified" or case["notified_at"] is not None
+
+
 def _cue_on_events(loop: MainLoop, stop: threading.Event) -> None:
     """Send each workload of CUES its cue (SIGUSR1: the next phase) once its case reaches the
     state named there: the workload's phase changes follow what the stack did, not a clock."""
@@ -230,7 +238,7 @@ def _cue_on_events(loop: MainLoop, stop: threading.Event) -> None:
                 case = case_for(loop.stack, workload.pid)
             except Exception:  # the actuator restarting: ask again next round
                 continue
-            if case is not None and state in [s["state"] for s in case["timeline"]]:
+            if case is not None and _reached(case, state):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(workload.pid, signal.SIGUSR1)
                 loop.cued[key] = time.time()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -261,6 +262,17 @@ class Actuator:
                 + "\n".join(r[:400] for r in records)
                 + f"\n{self.log.read_text()[-3000:]}"
             ) from None
+
+    def audit(self, event: str) -> list[dict[str, Any]]:
+        """The audit's records of `event` as the file holds them now."""
+        path = self.workdir / "audit.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("event") == event]
+
+    def records(self, event: str, timeout: float = 10) -> list[dict[str, Any]]:
+        """The audit's records of `event` once there is one: what was done after a step
+        (a verification, a hand-off) is written after the state it follows is committed."""
+        return wait_until(lambda: self.audit(event) or None, timeout, 0.1)
 
     def metric(self, name: str, **labels: str) -> float | None:
         from prometheus_client.parser import text_string_to_metric_families

@@ -5,7 +5,6 @@ simulated one the jobs' workloads use."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,10 +75,9 @@ def test_a_job_whose_ranks_are_all_idle_is_cancelled_through_slurm(site: Site) -
     wait_until(lambda: SlurmCli(env=site.slurm.env).gpus_allocated(site.slurm.node) == 0, 30)
     for r in ranks:
         wait_until(lambda r=r: r.proc.poll() is not None, 30)
-    audit = [json.loads(line) for line in (site.actuator.workdir / "audit.jsonl").open()]
-    (verified,) = [a for a in audit if a["event"] == "slurm_verified" and a["job"] == job]
+    (verified,) = [a for a in site.actuator.records("slurm_verified") if a["job"] == job]
     assert verified["state"] == "CANCELLED" and verified["gpus_allocated"] == {NODE: 0}
-    (cancel,) = [a for a in audit if a["event"] == "slurm_cancel" and a["job"] == job]
+    (cancel,) = [a for a in site.actuator.audit("slurm_cancel") if a["job"] == job]
     assert cancel["ok"] and cancel["signal"] is None
 
 
