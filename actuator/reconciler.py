@@ -4,12 +4,13 @@ Every gunicorn worker runs one in a background thread; only the holder of the SQ
 acts. Each step is: re-check live state -> pure decision -> audit record (fsync'd) ->
 compare-and-set the state, fenced by the lease (renewed in the same transaction) -> the side
 effect. The decisions of a node's pass are recorded and committed together (one fsync, one
-commit) before any of their side effects, and a SIGTERM or SIGKILL decision at once, so
-that its signal leaves as soon after its last look as before. A step whose audit record
-cannot be written stops there; a reconciler that lost its
-lease stops before the next side effect and audits the decision as aborted; a state is
-committed before its signal is sent, so a restart never signals twice (at worst a SIGTERM
-is lost and SIGKILL follows after `term_timeout`). Every episode and every case is handled
+commit) before any of their side effects; a SIGTERM decision first has the node's earlier
+decisions carried out, then looks at its process once more and is committed alone, so its
+signal leaves as soon after its last look as before; a SIGKILL commits its batch at once.
+A step whose audit record cannot be written stops there; a reconciler that lost its lease
+stops before the next side effect and audits the decision as aborted; a state is committed
+before its signal is sent, so a restart never signals twice (at worst a SIGTERM is lost
+and SIGKILL follows after `term_timeout`). Every episode and every case is handled
 in isolation: one that fails is recorded and never blocks the others.
 """
 
@@ -623,6 +624,10 @@ class Reconciler:
             if scheduler is not None and live is not None:
                 decision = gate(scheduler, case, live, decision)
             if decision.action == Action.TERM and live is not None:
+                # The node's decisions so far are carried out first (their notices may take
+                # seconds): only this one's record and commit come between the look and
+                # the signal.
+                self._commit(case.node)
                 # The re-check was read before this step waited its turn: look again.
                 again = self._observe(case, node)
                 veto = (
@@ -809,7 +814,7 @@ class Reconciler:
         step = Step(case, d, live, eff, node, scheduler, now)
         self._decided.setdefault(case.node, []).append(Decided(step, previous, record, move, mono))
         if d.action in (Action.TERM, Action.KILL):
-            self._commit(case.node)  # a signal leaves right after its last look, as ever
+            self._commit(case.node)  # a signal leaves right after its decision, as ever
 
     def _commit(self, node: str) -> None:
         """The node's decided steps so far: their audit records fsync'd together, their
@@ -830,7 +835,12 @@ class Reconciler:
                 self._aborted(b.step.case, b.record["decision_id"], str(exc))
             raise
         failed: BaseException | None = None
-        for b, done in zip(batch, made, strict=True):
+        # Signals first: a KILL's escalation never waits on another case's notice.
+        steps = sorted(
+            zip(batch, made, strict=True),
+            key=lambda item: item[0].step.decision.action not in (Action.TERM, Action.KILL),
+        )
+        for b, done in steps:
             case, d = b.step.case, b.step.decision
             if not done:
                 self._aborted(

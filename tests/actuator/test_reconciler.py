@@ -52,6 +52,7 @@ class ScriptedNode:
     signalled: list[tuple[int, str]] = field(default_factory=list)
     lingering: set[int] = field(default_factory=set)  # outlive a signal while they exist
     inspected: Any = None  # called with the PID after each inspection (the job acts on)
+    events: list[tuple[str, int]] | None = None  # ("look", pid), (signal, pid) when given
 
     def inspect(self, target: Target) -> LiveState:
         if target.pid in self.raises:
@@ -61,6 +62,8 @@ class ScriptedNode:
         seen = replace(self.live[target.pid], sampled_at=self.clock.wall)
         if self.inspected is not None:
             self.inspected(target.pid)
+        if self.events is not None:
+            self.events.append(("look", target.pid))
         return seen
 
     def alive(self, members: Any) -> list[Member]:
@@ -81,6 +84,8 @@ class ScriptedNode:
         if not self.allow_signals:
             raise AssertionError(f"{sig.name} sent to {target.pid}")
         self.signalled.append((target.pid, sig.name))
+        if self.events is not None:
+            self.events.append((sig.name, target.pid))
         return [SignalResult(target.pid, sig.name, True)]
 
     def wait_exit(self, timeout: float) -> None:
@@ -93,14 +98,19 @@ class ScriptedNotifier:
     sent: list[dict[str, Any]] = field(default_factory=list)
     followups: list[dict[str, Any]] = field(default_factory=list)
     block: threading.Event | None = None  # a slow channel: send waits until it is set
+    refused: set[int] = field(default_factory=set)  # case ids whose notices fail
+    events: list[tuple[str, int]] | None = None  # ("notice", case id) appended when given
 
-    def send(self, notice: dict[str, Any], *, dry_run: bool) -> NoticeResult:
+    def send(self, notice: Any, *, dry_run: bool) -> NoticeResult:
         if dry_run:
             return NoticeResult(False, "dry run")
         self.sent.append(notice)
+        if self.events is not None:
+            self.events.append(("notice", notice.case))
         if self.block is not None:
             self.block.wait(30)
-        return NoticeResult(self.delivered, "ok" if self.delivered else "HTTP 502")
+        delivered = self.delivered and notice.case not in self.refused
+        return NoticeResult(delivered, "ok" if delivered else "HTTP 502")
 
     def followup(self, notice: dict[str, Any]) -> NoticeResult:
         self.followups.append(notice)
@@ -443,6 +453,36 @@ def test_a_pass_s_decisions_are_synced_and_committed_together_before_any_is_carr
     h.run(r, ticks=62)  # past the 60 s grace: each SIGTERM is committed and sent on its own
     assert sorted(h.node.signalled) == [(p, "SIGTERM") for p in (101, 102, 103)]
     assert [d for d in synced if "terminating" in d] == [["terminating"]] * 3
+
+
+def test_nothing_comes_between_a_sigterm_s_last_look_and_its_signal(
+    tmp_path: Path, database: str
+) -> None:
+    """A notice decided earlier in the same pass (a retry here) goes out before the SIGTERM's
+    last look, not between it and the signal (a notice can take seconds)."""
+    h = Harness(tmp_path, database, notice={"retries": 100, "retry_interval": "1s"})
+    h.node.live = {p: idle_live(h.clock, p) for p in (101, 102)}
+    h.node.allow_signals = True
+    h.fire(101, 102)
+    r = h.reconciler()
+    h.run(r)  # the cases open: their first CPU window
+    first = h.cases(101)[0].id
+    h.notifier.refused = {first}  # 101's notice keeps failing: retried at every tick
+    h.run(r)
+    (warned,) = h.cases(102)
+    assert warned.notified_mono is not None and h.cases(101)[0].notified_mono is None
+    deadline = warned.notified_mono + 60
+    while h.clock.mono < deadline:
+        h.run(r)
+    assert h.node.signalled == []
+    events: list[tuple[str, int]] = []
+    h.node.events = h.notifier.events = events
+    h.notifier.refused = set()  # 101's retry, decided before 102's SIGTERM in this pass
+    h.run(r)
+    assert ("SIGTERM", 102) in events and ("notice", first) in events, events
+    signal_at = events.index(("SIGTERM", 102))
+    assert events[signal_at - 1] == ("look", 102), events  # the last look, then the signal
+    assert events.index(("notice", first)) < signal_at - 1
 
 
 def test_a_warned_case_that_works_again_is_cancelled_within_the_recheck_interval(
