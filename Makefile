@@ -101,6 +101,9 @@ bench: setup
 	$(BIN)/python benchmarks/slow_clients.py
 	$(BIN)/python benchmarks/pod_resources.py
 	$(BIN)/python benchmarks/fleet_prometheus.py
+	$(BIN)/python benchmarks/recheck_pass.py
+	$(BIN)/python benchmarks/sync_cost.py
+	$(BIN)/python benchmarks/actuator_cases.py --no-strace
 
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup
