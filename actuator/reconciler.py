@@ -364,6 +364,7 @@ class Reconciler:
                 self._commit(node)
         finally:
             self._decided.pop(node, None)  # not committed: neither recorded nor carried out
+            self._signalled.pop(node, None)  # read afresh by the node's next pass
             try:
                 if cases:
                     self._save_samples(node)

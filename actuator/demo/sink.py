@@ -8,11 +8,23 @@ It also serves the demo's pages (the runbook its alerts link to).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its answer (a timed-out notice, Alertmanager stopped
+        with the demo) is not an error worth a traceback on the demo's screen."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 @dataclass
@@ -33,7 +45,7 @@ class Sink:
     pages: dict[str, str] = field(default_factory=dict)  # GET path -> HTML (the runbook)
     failing: set[str] = field(default_factory=set)  # POST paths answered 503 (a channel down)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _server: _Server | None = None
 
     @property
     def url(self) -> str:
@@ -79,8 +91,7 @@ class Sink:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the demo's screen is the live view, not an access log
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), Handler)
         self.port = int(self._server.server_address[1])
         threading.Thread(target=self._server.serve_forever, name="sink", daemon=True).start()
         return self

@@ -4,9 +4,12 @@ POST by path (JSON or not), answers as a robot does, answers 503 on a path set t
 
 from __future__ import annotations
 
+from http.server import BaseHTTPRequestHandler
+
+import pytest
 import requests
 
-from actuator.demo.sink import Sink
+from actuator.demo.sink import Sink, _Server
 
 
 def test_posts_are_recorded_by_path_and_answered_as_a_robot_does() -> None:
@@ -43,3 +46,23 @@ def test_pages_are_served_and_others_are_not_found() -> None:
         assert requests.get(sink.url + "/other", timeout=5).status_code == 404
     finally:
         sink.stop()
+
+
+def test_a_client_that_hung_up_prints_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """A notice that timed out, or Alertmanager stopped with the demo, closes its connection
+    before the answer: nothing on the demo's screen. Any other error is still shown."""
+    server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    try:
+        for hung_up in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise hung_up
+            except ConnectionError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a real bug")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a real bug" in capsys.readouterr().err
+    finally:
+        server.server_close()
