@@ -147,11 +147,6 @@ class CaseQueries(Database):
                 found.setdefault(key, set()).add(row["id"])
         return found
 
-    def signalled_members(self, case: Case) -> dict[tuple[int, int], int]:
-        """`signalled_trees` for one case: the processes other cases are signalling."""
-        trees = self.signalled_trees(case.node, case.boot_id)
-        return {key: min(ids - {case.id}) for key, ids in trees.items() if ids - {case.id}}
-
     def list_cases(
         self,
         *,

@@ -191,7 +191,8 @@ def test_samples_of_a_pass_are_saved_at_once_and_a_moved_row_keeps_its_own(datab
 
 def test_the_processes_other_live_cases_are_signalling_are_known_by_identity(database):
     from actuator.models import Member
-    from tests.helpers.cases import make_case
+    from actuator.signalled import SignalledTrees
+    from tests.helpers.cases import TICKS, make_case
 
     store = open_store(database)
     store.init()
@@ -201,8 +202,9 @@ def test_the_processes_other_live_cases_are_signalling_are_known_by_identity(dat
         insert_case(conn, make_case(id=2, pid=102, state=State.NOTIFIED), {})
         insert_case(conn, make_case(id=3, pid=103, state=State.NOTIFIED), {})  # not signalling
         insert_case(conn, make_case(id=4, pid=104, node="other", state=State.KILLING), {})
-    mine = store.get_case(2)
-    assert mine is not None
-    assert store.signalled_members(mine) == {(101, 7): 1, (102, 8): 1}
-    parents = store.get_case(1)
-    assert parents is not None and store.signalled_members(parents) == {}  # not its own
+    mine, parents = store.get_case(2), store.get_case(1)
+    assert mine is not None and parents is not None
+    trees = SignalledTrees(store.signalled_trees)
+    keys = [(101, 7), (102, 8), (103, TICKS), (104, TICKS)]  # 103: not signalling; 104: elsewhere
+    assert trees.others(mine, keys) == {(101, 7): 1, (102, 8): 1}
+    assert trees.others(parents, keys) == {}  # not its own

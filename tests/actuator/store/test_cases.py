@@ -10,6 +10,7 @@ import json
 import pytest
 
 from actuator.models import Member, State
+from actuator.signalled import SignalledTrees
 from actuator.store import Fence, LeaseLost, Transition, open_store
 from actuator.store.cases import insert_case
 from actuator.store.database import DUPLICATE
@@ -22,6 +23,11 @@ def _stored(store, **kw):  # type: ignore[no-untyped-def]
     with store._tx() as conn:
         insert_case(conn, case, {"opened": True})
     return case
+
+
+def _others(store, case, keys):  # type: ignore[no-untyped-def]
+    """What a SIGTERM decision for `case` learns of `keys` (actuator/signalled.py)."""
+    return SignalledTrees(store.signalled_trees).others(case, keys)
 
 
 def test_a_step_on_a_stale_copy_changes_nothing(database: str) -> None:
@@ -103,8 +109,9 @@ def test_the_members_other_live_cases_signal_are_known(database: str) -> None:
     tree = [Member(100, 5), Member(101, 7), Member(102, 8)]  # the recorded tree, root first
     parent = _stored(store, pid=100, start_ticks=5, state=State.TERMINATING, members=tree)
     worker = _stored(store, pid=101, start_ticks=7)
-    assert store.signalled_members(worker) == {(m.pid, m.start_ticks): parent.id for m in tree}
-    assert store.signalled_members(parent) == {}  # the worker's own case signals nothing yet
+    keys = [(m.pid, m.start_ticks) for m in tree]
+    assert _others(store, worker, keys) == {key: parent.id for key in keys}
+    assert _others(store, parent, keys) == {}  # the worker's own case signals nothing yet
 
 
 def test_a_tree_recorded_before_members_had_a_column_is_still_known(database: str) -> None:
@@ -121,12 +128,13 @@ def test_a_tree_recorded_before_members_had_a_column_is_still_known(database: st
         conn.execute("UPDATE cases SET data = ? WHERE id = ?", (json.dumps(data), parent.id))
         conn.execute("ALTER TABLE cases DROP COLUMN members")
     store.init()  # as an upgraded actuator starts
-    assert store.signalled_members(worker) == {(100, 5): parent.id, (101, 7): parent.id}
+    keys = [(100, 5), (101, 7)]
+    assert _others(store, worker, keys) == {key: parent.id for key in keys}
     assert store.get_case(parent.id).members == tree  # type: ignore[union-attr]
     assert store.transition(
         parent, State.KILLING, reason="killed", evidence={}, now=3.0
     )  # now in the column
-    assert store.signalled_members(worker) == {(100, 5): parent.id, (101, 7): parent.id}
+    assert _others(store, worker, keys) == {key: parent.id for key in keys}
 
 
 def test_pruning_forgets_ended_cases_only(database: str) -> None:
