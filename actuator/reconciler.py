@@ -95,7 +95,7 @@ Observation = LiveState | Signalled
 
 @dataclass(frozen=True)
 class Decided:
-    """A decision recorded for the node's batch (reconciler._commit), not yet committed."""
+    """A decision in the node's batch, to be recorded and committed with it (`_commit`)."""
 
     step: Step
     previous: State
