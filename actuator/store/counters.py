@@ -47,10 +47,6 @@ class CounterQueries(Database):
         with self._tx() as conn:
             bump(conn, "webhook_requests", str(code))
 
-    def observe_demand_to_free(self, seconds: float) -> None:
-        """One wait, from demand to a free GPU, into its histogram."""
-        self.count_many(demand_to_free(seconds))
-
     def demand_up(self) -> dict[str, bool]:
         """The demand sources as last recorded (by whichever reconciler acted)."""
         rows = self._read("SELECT label, value FROM counters WHERE name = 'demand_up'")

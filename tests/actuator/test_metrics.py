@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from actuator.metrics import REFUSAL_REASONS, WEBHOOK_CODES, ActuatorCollector
 from actuator.store import Store
+from actuator.store.counters import demand_to_free
 
 
 def test_known_codes_and_reasons_start_at_zero(tmp_path: Path) -> None:
@@ -107,8 +108,7 @@ def test_demand_metrics_come_from_the_store_and_pass_promtool(tmp_path: Path) ->
     store.count("reclaims", "idle")
     store.count("reclaims", "idle")
     store.count("needless_reclaims", "idle")
-    store.observe_demand_to_free(45.5)
-    store.observe_demand_to_free(700.0)
+    store.count_many(demand_to_free(45.5) + demand_to_free(700.0))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ActuatorCollector(store))
 
