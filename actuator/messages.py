@@ -225,15 +225,18 @@ class Renderer:
     def render(self, notice: Notice, contact: Contact, now: float) -> Message:
         template = self.env.get_template(f"{notice.kind}.{contact.language}.md.j2")
         values = self.values(notice, contact, now)
+        # One run of the template serves every dialect: what it prints does not depend on
+        # the dialect (untrusted values wait in slots), only the markup and escaping after.
+        token = _slots.set([])
+        try:
+            module = template.make_module(values)
+            body = str(module)
+            subject = str(module.subject).strip()  # type: ignore[attr-defined]
+            slots = _slots.get()
+        finally:
+            _slots.reset(token)
         out: dict[Dialect, tuple[str, str]] = {}
         for dialect in ("text", "markdown", "slack"):
-            token = _slots.set([])
-            try:
-                body = template.render(values)
-                subject = str(template.make_module(values).subject).strip()  # type: ignore[attr-defined]
-                slots = _slots.get()
-            finally:
-                _slots.reset(token)
             escape = _ESCAPE[dialect]
 
             def fill(
