@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import requests
 
 from actuator import untrusted
+from actuator.endpoints import session_for
 from actuator.messages import Message
 from actuator.owners import Contact
 
@@ -158,7 +159,7 @@ class WeComChannel:
     MAX_BYTES = 4096  # the robot's limit for markdown content
 
     def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
-        self.url, self.timeout, self.session = url, timeout, requests.Session()
+        self.url, self.timeout, self.session = url, timeout, session_for(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mention = f"\n<@{contact.wecom}>" if contact.wecom else ""
@@ -193,7 +194,7 @@ class DingTalkChannel:
         clock: Any = time.time,
     ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
-        self.clock, self.session = clock, requests.Session()
+        self.clock, self.session = clock, session_for(url)
 
     def signed_url(self) -> str:
         if not self.secret:
@@ -236,7 +237,7 @@ class FeishuChannel:
         clock: Any = time.time,
     ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
-        self.clock, self.session = clock, requests.Session()
+        self.clock, self.session = clock, session_for(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         lines: list[list[dict[str, str]]] = []
@@ -270,7 +271,7 @@ class SlackChannel:
     MAX_SECTION = 3000  # Slack's limit for a section's text
 
     def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
-        self.url, self.timeout, self.session = url, timeout, requests.Session()
+        self.url, self.timeout, self.session = url, timeout, session_for(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mrkdwn = message.slack

@@ -25,6 +25,7 @@ from typing import Any
 import requests
 
 from actuator import untrusted
+from actuator.endpoints import session_for
 from actuator.models import Case
 from actuator.notice import Notice, ProvenFacts
 
@@ -50,7 +51,7 @@ class DecisionAlerts:
         self.urls = [u.rstrip("/") for u in urls]
         self.external_url, self.runbook_url = external_url.rstrip("/"), runbook_url
         self.timeout, self.clock = timeout, clock
-        self.session = requests.Session()
+        self.sessions = {u: session_for(u) for u in self.urls}
         self.failures = 0
         self._breaker_sent: float | None = None
         self._breaker_open = False
@@ -89,7 +90,9 @@ class DecisionAlerts:
         accepted = False
         for url in self.urls:
             try:
-                r = self.session.post(f"{url}/api/v2/alerts", json=alerts, timeout=self.timeout)
+                r = self.sessions[url].post(
+                    f"{url}/api/v2/alerts", json=alerts, timeout=self.timeout
+                )
                 accepted |= r.status_code == 200
                 if r.status_code != 200:
                     log.warning("alertmanager %s: HTTP %s %s", url, r.status_code, r.text[:200])

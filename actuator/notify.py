@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import requests
 
 from actuator.channels import Channel
+from actuator.endpoints import session_for
 from actuator.messages import Renderer
 from actuator.notice import Notice
 from actuator.owners import Contact, OwnerDirectory
@@ -54,7 +55,7 @@ class WebhookNotifier:
         self.url = url
         self.timeout = timeout
         self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self._session = requests.Session()
+        self._session = session_for(url)
 
     def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult:
         if dry_run:
