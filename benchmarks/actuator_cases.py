@@ -6,7 +6,8 @@ actuator with one gunicorn worker, enforce mode, a 2 s grace unless --grace).
 
 Starts CASES idle workloads on an 8-GPU simulated node, measures the actuator's process tree
 at rest for a while (its ticks with nothing to do), then posts one alert per workload (in
-batches of 10, as Alertmanager groups them) and measures until every case is reclaimed.
+batches of 10, as Alertmanager groups them) and measures until every case is reclaimed and
+its owner has had both notices (the warning and the follow-up).
 CPU is psutil's user + system time of the actuator's processes; fsync/fdatasync and openat
 are counted by `strace -f -c` attached to them for both periods (`--no-strace`: CPU alone,
 without strace's own cost; `--profile FILE`: py-spy's stacks of the worker while the cases
@@ -32,11 +33,12 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from actuator.demo.stack import Stack, StackOptions  # noqa: E402
+from actuator.demo.stack import Stack, StackOptions, Workload  # noqa: E402
 from exporter import procfs  # noqa: E402
 from exporter.sim.state import load_node, read_procs  # noqa: E402
 
 COUNTED = ("fsync", "fdatasync", "openat")
+NOTICES = "/notice"  # where the stack's chat robot stand-in takes owner notices
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -128,15 +130,19 @@ def _reclaimed(stack: Stack) -> int:
     return len(cases)
 
 
-def _wait_reclaimed(stack: Stack, cases: int) -> None:
-    """Until every case is reclaimed, asking once a second: each answer costs the actuator
-    a query and a JSON list of every reclaimed case, CPU that is the benchmark's, not a
-    case's (polled every 0.2 s from the alerts on, it was a tenth of the measured CPU)."""
-    deadline = time.monotonic() + 120
-    while _reclaimed(stack) < cases:
-        if time.monotonic() > deadline:
-            raise SystemExit("timed out waiting for every case to be reclaimed")
-        time.sleep(1.0)
+def _wait_done(stack: Stack, workloads: list[Workload]) -> None:
+    """Until every case's life is over: its workload gone, its warning and its follow-up
+    (the notice that says it was reclaimed) on the chat stand-in, and the case reclaimed.
+    A pass commits its reclaims before it sends their follow-ups, so the reclaimed count
+    alone ends the measurement before the last pass's follow-ups are sent. All of this is
+    watched from here, at no cost to the actuator, except the case list (a query and a
+    JSON list that grows with the cases), read once the rest is done."""
+    stack.wait_for(
+        lambda: not any(w.managed.running() for w in workloads), 600, "every workload gone"
+    )
+    notices = 2 * len(workloads)
+    stack.wait_for(lambda: len(stack.sink.posts(NOTICES)) >= notices, 120, f"{notices} notices")
+    stack.wait_for(lambda: _reclaimed(stack) >= len(workloads), 60, "every case reclaimed")
 
 
 def main() -> int:
@@ -217,12 +223,7 @@ def main() -> int:
                 json={**body, "alerts": alerts[i : i + 10]},
                 timeout=30,
             ).raise_for_status()
-        # The workloads' exits are watched from here, at no cost to the actuator; its case
-        # list (a query that grows with the cases) is read only once they are all gone.
-        stack.wait_for(
-            lambda: not any(w.managed.running() for w in workloads), 600, "every workload gone"
-        )
-        _wait_reclaimed(stack, args.cases)
+        _wait_done(stack, workloads)
         busy_cpu, busy_s = _cpu(procs) - cpu0, time.monotonic() - t0
         busy = trace.stop() if trace else {}
         if profiler is not None:
