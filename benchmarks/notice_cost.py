@@ -4,10 +4,11 @@ speaks) and posting it through a chat robot channel to a robot stand-in on loopb
     python benchmarks/notice_cost.py [--notices 2000] [--rounds 3]
 
 Each round renders NOTICES notices (English and Chinese in turn) and posts NOTICES/4 of
-them through the WeCom channel (`actuator/channels.py`; the robot answers `errcode 0` from a
-thread of this process, so its CPU is not counted: only the calling thread's is, from
-`time.thread_time`). A notice is two of these in a case's life (the warning and the
-follow-up). Run it in two checkouts to compare them; the figures are medians of the rounds.
+them through the WeCom channel (`actuator/channels.py`) to the demo's chat stand-in
+(`actuator/demo/sink.py`, answering `errcode 0` as the robot does, one connection per post,
+as in `benchmarks/actuator_cases.py`). It runs in a thread of this process; only the calling
+thread's CPU is counted (`time.thread_time`). A case's life has two notices (the warning
+and the follow-up). Run it in two checkouts to compare them; figures are medians of rounds.
 """
 
 from __future__ import annotations
@@ -17,33 +18,16 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from actuator.channels import WeComChannel  # noqa: E402
+from actuator.demo.sink import Sink  # noqa: E402
 from actuator.messages import Renderer  # noqa: E402
 from tests.helpers.notices import BOB, LILEI, NOW, notice  # noqa: E402
-
-
-class _Robot(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as the chat services answer
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        body = b'{"errcode":0,"errmsg":"ok"}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def main() -> int:
@@ -51,12 +35,11 @@ def main() -> int:
     parser.add_argument("--notices", type=int, default=2000, help="renders per round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    robot = ThreadingHTTPServer(("127.0.0.1", 0), _Robot)
-    threading.Thread(target=robot.serve_forever, daemon=True).start()
-    channel = WeComChannel(f"http://127.0.0.1:{robot.server_port}/cgi-bin/webhook/send?key=k")
+    robot = Sink().start()
+    channel = WeComChannel(f"{robot.url}/notice")
     renderer, example = Renderer(), notice()
     contacts = (BOB, LILEI)
-    for contact in contacts:  # templates compiled, connection open
+    for contact in contacts:  # the templates compiled before timing
         assert channel.send(renderer.render(example, contact, NOW), contact).delivered
     render_ms, post_ms = [], []
     for _ in range(args.rounds):
@@ -69,7 +52,7 @@ def main() -> int:
             if not channel.send(messages[i], contacts[i % 2]).delivered:
                 raise SystemExit("the robot stand-in refused a notice")
         post_ms.append((time.thread_time() - start) * 1000 / posts)
-    robot.shutdown()
+    robot.stop()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; {args.rounds} rounds"
