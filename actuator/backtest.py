@@ -40,6 +40,13 @@ _COMPARISON = r"(?:<=|>=|==|!=|<|>)(?:\s*bool)?"
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
 
+_FIRST_NAME = re.compile(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def _labels(rule: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
+
+
 class BacktestError(Exception):
     """A rules file or an override the backtest cannot use; the message says why."""
 
@@ -67,20 +74,28 @@ class RuleSet:
         if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
             raise BacktestError(f"{path}: not a Prometheus rules file (no `groups:` list)")
         records: dict[str, str] = {}
-        alerts: dict[str, Alert] = {}
+        recorded_labels: dict[str, dict[str, str]] = {}
+        alert_rules: list[dict[str, Any]] = []
         for group in data["groups"]:
             for rule in (group or {}).get("rules") or []:
                 if "record" in rule:
                     if rule["record"] in records:
                         raise BacktestError(f"{path}: {rule['record']} is recorded twice")
                     records[rule["record"]] = str(rule["expr"])
+                    recorded_labels[rule["record"]] = _labels(rule)
                 elif "alert" in rule:
-                    try:
-                        hold = parse_promql_duration(str(rule.get("for", "0s")))
-                    except ValueError as exc:
-                        raise BacktestError(f"{path}: alert {rule['alert']}: for: {exc}") from None
-                    labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
-                    alerts[rule["alert"]] = Alert(rule["alert"], str(rule["expr"]), hold, labels)
+                    alert_rules.append(rule)
+        alerts: dict[str, Alert] = {}
+        for rule in alert_rules:
+            try:
+                hold = parse_promql_duration(str(rule.get("for", "0s")))
+            except ValueError as exc:
+                raise BacktestError(f"{path}: alert {rule['alert']}: for: {exc}") from None
+            # An alert carries the labels of the recorded condition its expression starts
+            # from (the left side of its joins keeps its labels), then its own.
+            first = _FIRST_NAME.match(str(rule["expr"]))
+            labels = {**recorded_labels.get(first.group(1) if first else "", {}), **_labels(rule)}
+            alerts[rule["alert"]] = Alert(rule["alert"], str(rule["expr"]), hold, labels)
         if not alerts:
             raise BacktestError(f"{path}: no alert rules")
         return cls(str(path), records, alerts)

@@ -9,13 +9,14 @@ them), then serves it as NODES synthetic nodes (one loopback server; each node a
 its own, `instance` and `node` rewritten) to two real Prometheus servers that run side by
 side over the same targets for the same minutes:
 
-  shipped         alert-rules/gpu-reclaimer.rules.yml as shipped
+  shipped         alert-rules/gpu-reclaimer.rules.yml as shipped (the alerts' labels on
+                  the recorded conditions they read, stored as written)
   no-query        the same rules, with the annotations' `query` template calls taken out
-  no-annotations  the same rules without annotations (what templating costs)
-  bare            without annotations and without the alerts' own labels (the floor)
-  expr-labels     the alerts' labels set in their expressions (label_replace), not in
-                  `labels:` (whose values Prometheus expands as templates, per alert)
-  lean            expr-labels, and only the summary and runbook_url annotations
+  no-annotations  the same rules without annotations (the floor: no templates at all)
+  lean            only the summary and runbook_url annotations (no description)
+  labels-on-alerts  the conditions' labels moved onto the alerts' `labels:`, whose values
+                  Prometheus expands as templates for every active alert at every
+                  evaluation (the rules before 2026-12-03)
 
 States: `live` advances the busy processes' CPU counters and log timestamps every scrape
 (what a working node looks like: a third of its processes idle and flagged), `frozen`
@@ -64,7 +65,7 @@ from tests.support import free_port  # noqa: E402
 
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 GROUP = "gpu-reclaimer"
-VARIANTS = ("shipped", "no-query", "no-annotations", "bare", "expr-labels", "lean")
+VARIANTS = ("shipped", "no-query", "no-annotations", "lean", "labels-on-alerts")
 _QUERY_CALL = re.compile(r"\{\{ with printf [^}]*\| query \}\}.*?\{\{ end \}\}", re.S)
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
 _NODE_LABEL = re.compile(r'node="[^"]*"')
@@ -165,32 +166,35 @@ def serve_fleet(capture: Capture, state: str) -> tuple[ThreadingHTTPServer, int]
 
 
 def rules_variant(directory: Path, variant: str) -> Path:
-    """The shipped rules, or the same without the annotations' `query` calls, or without
-    annotations."""
+    """The shipped rules, or one of the variants above, written to `directory`."""
     text = RULES.read_text()
     if variant != "shipped":
         rules = yaml.safe_load(text)
         for group in rules["groups"]:
+            records = {r["record"]: r for r in group["rules"] if "record" in r}
             for rule in group["rules"]:
-                if variant in ("no-annotations", "bare"):
+                if variant == "no-annotations":
                     rule.pop("annotations", None)
-                if variant in ("bare", "lean", "expr-labels"):
-                    labels = rule.pop("labels", {})
-                if variant in ("lean", "expr-labels") and "alert" in rule:
-                    expr = rule["expr"]
-                    for name, value in labels.items():
-                        expr = f'label_replace({expr}, "{name}", "{value}", "", "")'
-                    rule["expr"] = expr
+                if variant == "labels-on-alerts" and "alert" in rule:
+                    condition = records.get(_first_name(rule["expr"]), {})
+                    rule["labels"] = {**condition.pop("labels", {}), **rule.get("labels", {})}
                 if variant == "lean" and "alert" in rule:
                     rule["annotations"] = {
                         k: v for k, v in rule["annotations"].items() if k != "description"
                     }
                 for key, annotation in rule.get("annotations", {}).items():
-                    rule["annotations"][key] = _QUERY_CALL.sub("(not queried)", annotation)
+                    if variant == "no-query":
+                        rule["annotations"][key] = _QUERY_CALL.sub("(not queried)", annotation)
         text = yaml.safe_dump(rules, sort_keys=False)
     path = directory / f"{variant}.rules.yml"
     path.write_text(text)
     return path
+
+
+def _first_name(expr: str) -> str:
+    """The metric an alert's expression starts from (its recorded condition)."""
+    found = re.match(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)", expr)
+    return found.group(1) if found else ""
 
 
 def prometheus_config(directory: Path, rules: Path, port: int, nodes: int, interval: int) -> Path:
@@ -345,6 +349,11 @@ def main() -> int:
         choices=VARIANTS,
         help="rule variants run side by side (repeatable; default shipped, no-query)",
     )
+    parser.add_argument(
+        "--every-rule",
+        action="store_true",
+        help="list every rule's evaluation time (median), not only the three dearest",
+    )
     args = parser.parse_args()
     if shutil.which("prometheus") is None:
         print("fleet_prometheus: needs `prometheus` on PATH (make system-deps)", file=sys.stderr)
@@ -372,7 +381,7 @@ def main() -> int:
             dearest = sorted(
                 ((statistics.median(v[len(v) // 3 :] or v), k) for k, v in m.rules.items()),
                 reverse=True,
-            )[:3]
+            )[: None if args.every_rule else 3]
             table.append(
                 f"| {args.layout} | {state} | {m.variant} | {args.nodes} "
                 f"| {m.series / args.nodes:.0f} | {m.rss / args.nodes / 1e6:.2f} MB "
