@@ -105,6 +105,7 @@ bench: setup
 	$(BIN)/python benchmarks/sync_cost.py
 	$(BIN)/python benchmarks/actuator_cases.py --no-strace
 	$(BIN)/python benchmarks/notice_cost.py
+	$(BIN)/python benchmarks/live_cases.py
 
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from actuator.models import Member, State
+from actuator.models import Case, Member, State
 from actuator.signalled import SignalledTrees
 from actuator.store import Fence, LeaseLost, Transition, open_store
-from actuator.store.cases import insert_case
+from actuator.store import cases as cases_module
+from actuator.store.cases import copy_case, insert_case
 from actuator.store.database import DUPLICATE
 from actuator.store.signals import SignalSent
 from tests.helpers.cases import make_case
@@ -149,3 +150,70 @@ def test_pruning_forgets_ended_cases_only(database: str) -> None:
     assert store.get_case(ended.id) is None and store.signals_for(ended.id) == []
     assert store.timeline(ended.id) == []
     assert store.get_case(live.id) is not None
+
+
+def test_live_cases_are_parsed_again_only_when_their_row_changed(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(database)
+    store.init()
+    first, second = _stored(store, pid=101), _stored(store, pid=102)
+    parsed: list[int] = []
+    parse = cases_module.row_to_case
+
+    def counted(row):  # type: ignore[no-untyped-def]
+        parsed.append(row["id"])
+        return parse(row)
+
+    monkeypatch.setattr(cases_module, "row_to_case", counted)
+    assert [c.id for c in store.live_cases()] == [first.id, second.id]
+    assert sorted(parsed) == sorted([first.id, second.id])
+    parsed.clear()
+    assert store.live_cases() == [store.get_case(first.id), store.get_case(second.id)]
+    assert parsed == [first.id, second.id]  # get_case parses; live_cases did not
+    parsed.clear()
+    # Writes that leave `version` as it was (samples, the re-arm mark, another worker's SQL)
+    # are read all the same.
+    with store._tx() as conn:
+        conn.execute("UPDATE cases SET followup = -1 WHERE id = ?", (second.id,))
+        row = conn.execute("SELECT data FROM cases WHERE id = ?", (first.id,)).fetchone()
+        data = {**json.loads(row["data"]), "labels": {"user": "mallory"}}
+        conn.execute("UPDATE cases SET data = ? WHERE id = ?", (json.dumps(data), first.id))
+    found = {c.id: c for c in store.live_cases()}
+    assert sorted(parsed) == sorted([first.id, second.id])
+    assert found[second.id].followup == -1 and found[first.id].labels == {"user": "mallory"}
+    assert found[first.id].version == first.version  # the same version, another row
+
+
+def test_a_live_case_handed_out_shares_nothing_with_the_next_read(database: str) -> None:
+    store = open_store(database)
+    store.init()
+    case = _stored(
+        store,
+        labels={"user": "alice"},
+        effective={"grace": 60.0, "protect": {"users": ["root"]}},
+        facts={"members": [[4242, 7]], "user": "alice"},
+        members=[Member(4242, 7, 1001)],
+    )
+    (read,) = store.live_cases()
+    read.labels["user"] = "mallory"
+    assert read.effective is not None and read.facts is not None
+    read.effective["protect"]["users"].append("alice")
+    read.facts["members"][0][0] = 1
+    read.members.append(Member(1, 1))
+    read.state, read.term_mono = State.TERMINATING, 5.0
+    (again,) = store.live_cases()
+    assert again == store.get_case(case.id)
+    assert again.labels == {"user": "alice"} and again.members == [Member(4242, 7, 1001)]
+    assert again.effective == {"grace": 60.0, "protect": {"users": ["root"]}}
+    assert again.facts == {"members": [[4242, 7]], "user": "alice"}
+    assert (again.state, again.term_mono) == (State.PENDING, None)
+
+
+def test_a_case_copy_equals_its_original_and_shares_no_container() -> None:
+    case = make_case(labels={"a": "b"}, facts={"x": [{"y": [1]}]}, members=[Member(1, 2)])
+    copy = copy_case(case)
+    assert copy == case and type(copy) is Case
+    assert copy.labels is not case.labels and copy.members is not case.members
+    assert copy.facts is not None and case.facts is not None
+    assert copy.facts["x"][0]["y"] is not case.facts["x"][0]["y"]
