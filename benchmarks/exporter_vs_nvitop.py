@@ -9,6 +9,10 @@ background: its CPU over the run divided by its collections), RSS and the ratios
 
     python benchmarks/exporter_vs_nvitop.py --install            # makes a throwaway venv
     python benchmarks/exporter_vs_nvitop.py --nvitop-venv DIR --layout 8x32 --scrapes 60
+    python benchmarks/exporter_vs_nvitop.py --nvitop-venv DIR --heartbeats
+
+`--heartbeats` gives every workload a heartbeat file, rewritten every 10 scrapes as jobs
+beat on (ours reads them; nvitop-exporter has no such signal, so its side is unchanged).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from exporter_scrape import PROMETHEUS_ACCEPT, start_exporter  # noqa: E402
+from exporter_scrape import PROMETHEUS_ACCEPT, start_exporter, write_heartbeats  # noqa: E402
 from simnode import GiB, percentile, start_node  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
@@ -92,6 +96,9 @@ def main() -> int:
     parser.add_argument("--layout", default="8x32")
     parser.add_argument("--scrapes", type=int, default=60)
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument(
+        "--heartbeats", action="store_true", help="a heartbeat file for every workload"
+    )
     args = parser.parse_args()
     if args.nvitop_venv is None and not args.install:
         parser.error("give --nvitop-venv DIR or --install")
@@ -100,13 +107,18 @@ def main() -> int:
     memory = psutil.virtual_memory().total / GiB
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
-        f"Python {platform.python_version()}, layout {args.layout}",
+        f"Python {platform.python_version()}, layout {args.layout}, "
+        f"heartbeats {'every process' if args.heartbeats else 'none'}",
         flush=True,
     )
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-vs-nvitop-"))
     children = start_node(workdir, gpus, per_gpu, 0)
+    workloads = [c.pid for c in children]
     node = workdir / "node"
+    (workdir / "hb").mkdir()
     try:
+        if args.heartbeats:
+            write_heartbeats(workdir / "hb", workloads)
         ours = start_exporter("gpu-reclaimer", node, workdir, REPO)
         children.append(ours.process)
         nv_process, nv_url = start_nvitop(venv, node, args.interval)
@@ -133,6 +145,8 @@ def main() -> int:
                 started = time.perf_counter()
                 session.get(url, headers=headers, timeout=10).raise_for_status()
                 latency[name].append(time.perf_counter() - started)
+            if args.heartbeats and i % 10 == 0:
+                write_heartbeats(workdir / "hb", workloads)  # jobs beat on
             time.sleep(args.interval)
         elapsed = time.time() - t0
         nv_cpu = (sum(nv.cpu_times()[:2]) - nv_cpu0) / (elapsed / args.interval)

@@ -116,8 +116,8 @@ class ParsedCases:
     cases only wait out their grace. A row whose content is what it was at the last read
     is handed out again as a copy (the reconciler changes cases before writing them, so no
     two reads share one object); any other row is parsed. The key is every column the parse
-    reads, not `version`: some writes (samples, the re-arm mark) leave `version` as it was,
-    and a write by another worker or replica changes the content all the same."""
+    reads, not `version`: a write may leave `version` as it was (the re-arm mark), and one
+    by another worker or replica changes the content all the same."""
 
     def __init__(self) -> None:
         self._parsed: dict[int, tuple[tuple[Any, ...], Case]] = {}
