@@ -291,6 +291,9 @@ def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod
     assert site.actuator.post(payload(alert_for(w))).status_code == 200
     case = _final(site, w, "notified", "reclaimed", "refused", "cancelled")
     assert case["state"] == "notified" and "GpuReclaimPolicy waiting-room" in case["rule"], case
+    # The warning leaves after the pass has committed the new state, and reads the pod's
+    # owner annotation first: count the pod's reads once it is out.
+    wait_until(lambda: [a for a in site.audit("notice") if a["case"] == case["id"]], 30, 0.1)
     path = "/api/v1/namespaces/waiting-room/pods/notebook-0"
     reads = sum(1 for m, p in site.api.requests if m == "GET" and p == path)
     time.sleep(2)  # many reads of the (empty) pending list, and many graces: still kept
