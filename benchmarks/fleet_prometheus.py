@@ -61,6 +61,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from exporter_scrape import start_exporter  # noqa: E402
 from simnode import GiB, start_node  # noqa: E402
 
+from actuator.backtest import RuleSet  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
@@ -170,14 +171,16 @@ def rules_variant(directory: Path, variant: str) -> Path:
     text = RULES.read_text()
     if variant != "shipped":
         rules = yaml.safe_load(text)
+        carried = RuleSet.load(RULES).alerts  # each alert's labels, its condition's included
         for group in rules["groups"]:
-            records = {r["record"]: r for r in group["rules"] if "record" in r}
             for rule in group["rules"]:
                 if variant == "no-annotations":
                     rule.pop("annotations", None)
-                if variant == "labels-on-alerts" and "alert" in rule:
-                    condition = records.get(_first_name(rule["expr"]), {})
-                    rule["labels"] = {**condition.pop("labels", {}), **rule.get("labels", {})}
+                if variant == "labels-on-alerts":
+                    if "alert" in rule:
+                        rule["labels"] = carried[rule["alert"]].labels
+                    else:
+                        rule.pop("labels", None)
                 if variant == "lean" and "alert" in rule:
                     rule["annotations"] = {
                         k: v for k, v in rule["annotations"].items() if k != "description"
@@ -189,12 +192,6 @@ def rules_variant(directory: Path, variant: str) -> Path:
     path = directory / f"{variant}.rules.yml"
     path.write_text(text)
     return path
-
-
-def _first_name(expr: str) -> str:
-    """The metric an alert's expression starts from (its recorded condition)."""
-    found = re.match(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)", expr)
-    return found.group(1) if found else ""
 
 
 def prometheus_config(directory: Path, rules: Path, port: int, nodes: int, interval: int) -> Path:
