@@ -22,16 +22,24 @@ def clean(text: object, limit: int = MAX_CHARS) -> str:
     """One line of printable text: controls (C0, C1, DEL), bidi controls, zero-width and
     other format characters dropped; line breaks and tabs become spaces; at most `limit`
     characters (the cut marked with an ellipsis)."""
+    raw = str(text)
+    # Text with nothing to drop or replace, the common case, skips the loop: a string that
+    # is printable has no control, format, surrogate, private-use or line or paragraph
+    # separator character in it (tabs and line breaks included), so the loop would keep it.
+    line = (raw if raw.isprintable() else _printable(raw)).strip()
+    return line if len(line) <= limit else line[: max(0, limit - 1)].rstrip() + ELLIPSIS
+
+
+def _printable(raw: str) -> str:
     out = []
-    for char in str(text):
+    for char in raw:
         if char in "\t\r\n\v\f\u2028\u2029\x85":
             out.append(" ")
             continue
         if char in BIDI_CONTROLS or unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs"):
             continue
         out.append(char)
-    line = "".join(out).strip()
-    return line if len(line) <= limit else line[: max(0, limit - 1)].rstrip() + ELLIPSIS
+    return "".join(out)
 
 
 # For text that chat templates downstream render unescaped (Alertmanager's Slack, WeCom and

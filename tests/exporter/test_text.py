@@ -3,6 +3,9 @@ chat templates render unescaped, nothing that starts a tag, a mention or a link.
 
 from __future__ import annotations
 
+import sys
+import unicodedata
+
 import pytest
 
 from exporter.text import BIDI_CONTROLS, ELLIPSIS, MAX_CHARS, clean, label
@@ -49,3 +52,27 @@ def test_a_label_carries_no_tag_mention_or_link_starter() -> None:
         "\u2039\uff20all\u203a \uff3bclick\uff3d(http://x) \u02b9rm\u02b9 \u2039!channel\u203a"
     )
     assert label("a\nb") == "a b"  # and it is clean
+
+
+def _character_by_character(text: str) -> str:
+    """The rule stated once more, one character at a time, with no shortcut."""
+    out = []
+    for char in text:
+        if char in "\t\r\n\v\f\u2028\u2029\x85":
+            out.append(" ")
+        elif char not in BIDI_CONTROLS and unicodedata.category(char) not in (
+            "Cc",
+            "Cf",
+            "Co",
+            "Cs",
+        ):
+            out.append(char)
+    return "".join(out).strip()
+
+
+def test_the_shortcut_for_printable_text_keeps_and_drops_exactly_what_the_rule_does() -> None:
+    # Every code point between letters: text that skips the per-character loop
+    # (str.isprintable) must come out as the rule makes it.
+    for code in range(sys.maxunicode + 1):
+        text = f"a{chr(code)}b"
+        assert clean(text) == _character_by_character(text), hex(code)
