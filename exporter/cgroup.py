@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.procfs import read_proc_bytes
+
 PROC = Path("/proc")
 
 _ID = r"(?P<id>[0-9a-f]{12,64})"
@@ -64,11 +66,10 @@ def parse_cgroup(text: str) -> ContainerIdentity:
 
 def read_cgroup_identity(pid: int, proc_root: Path = PROC) -> ContainerIdentity:
     """Identity of a running process; empty when the process is gone or unreadable."""
-    try:
-        text = (proc_root / str(pid) / "cgroup").read_text(errors="replace")
-    except OSError:
+    raw = read_proc_bytes(f"{proc_root}/{pid}/cgroup")
+    if raw is None:
         return ContainerIdentity()
-    return parse_cgroup(text)
+    return parse_cgroup(raw.decode("utf-8", "replace"))
 
 
 def _paths(text: str) -> list[str]:

@@ -92,6 +92,33 @@ def _read_once(path: str, size: int = 4096) -> bytes | None:
         os.close(fd)
 
 
+_CHUNK = 64 * 1024
+
+
+def read_proc_bytes(path: str, limit: int | None = None) -> bytes | None:
+    """A /proc file's bytes (at most `limit`), or None if it cannot be read. Bare reads of
+    64 KiB: a Python file object reads /proc in growing steps and a large read size
+    allocates its whole buffer first (status 47 -> 12 µs, environ 58 -> 6 µs)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while limit is None or size < limit:
+            chunk = os.read(fd, _CHUNK if limit is None else min(_CHUNK, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
@@ -202,16 +229,17 @@ _STATUS_LINES = re.compile(rb"^(Uid|Gid|Groups|NSpid):([^\n]*)$", re.MULTILINE)
 
 def read_status(pid: int, proc_root: Path = PROC) -> ProcStatus | None:
     """None when the process is gone or the file is unreadable."""
+    raw = read_proc_bytes(f"{proc_root}/{pid}/status")
+    if raw is None:
+        return None
     try:
-        with open(f"{proc_root}/{pid}/status", "rb") as handle:
-            raw = handle.read()
         lines = {key: value.split() for key, value in _STATUS_LINES.findall(raw)}
         uid_values = [int(v) for v in lines[b"Uid"][0:2]]
         gid = int(lines[b"Gid"][0])
         groups = tuple(int(g) for g in lines.get(b"Groups", ()))
         ns_pids = lines.get(b"NSpid")
         ns_pid = int(ns_pids[-1]) if ns_pids else pid
-    except (OSError, ValueError, IndexError, KeyError):
+    except (ValueError, IndexError, KeyError):
         return None
     if not uid_values:
         return None
@@ -222,10 +250,8 @@ def read_status(pid: int, proc_root: Path = PROC) -> ProcStatus | None:
 
 def read_cmdline(pid: int, proc_root: Path = PROC) -> list[str]:
     """argv of the process ([] for kernel threads, zombies and vanished processes)."""
-    try:
-        with open(f"{proc_root}/{pid}/cmdline", "rb") as handle:
-            raw = handle.read()
-    except OSError:
+    raw = read_proc_bytes(f"{proc_root}/{pid}/cmdline")
+    if raw is None:
         return []
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
@@ -234,10 +260,8 @@ def read_environ_value(pid: int, name: str, proc_root: Path = PROC) -> str | Non
     """The value of one variable the process was started with (its environment as exec'd;
     later setenv calls are not seen); None if absent or unreadable (root or its owner)."""
     prefix = name.encode() + b"="
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as handle:
-            raw = handle.read(1 << 20)  # an environment is rarely above a few KiB
-    except OSError:
+    raw = read_proc_bytes(f"{proc_root}/{pid}/environ", 1 << 20)  # rarely above a few KiB
+    if raw is None:
         return None
     for entry in raw.split(b"\0"):
         if entry.startswith(prefix):
@@ -246,11 +270,8 @@ def read_environ_value(pid: int, name: str, proc_root: Path = PROC) -> str | Non
 
 
 def read_comm(pid: int, proc_root: Path = PROC) -> str:
-    try:
-        with open(f"{proc_root}/{pid}/comm", "rb") as handle:
-            return handle.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+    raw = read_proc_bytes(f"{proc_root}/{pid}/comm")
+    return raw.decode("utf-8", "replace").strip() if raw is not None else ""
 
 
 def read_exe_name(pid: int, proc_root: Path = PROC) -> str:

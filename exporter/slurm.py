@@ -20,9 +20,8 @@ MAX_DEPTH = 64  # ancestors walked up to slurmstepd
 
 
 def environ_job(pid: int, proc_root: Path = procfs.PROC) -> str:
-    try:
-        raw = (proc_root / str(pid) / "environ").read_bytes()
-    except OSError:
+    raw = procfs.read_proc_bytes(f"{proc_root}/{pid}/environ")
+    if raw is None:
         return ""
     match = _JOB_ID.search(raw)
     return match.group(1).decode() if match else ""

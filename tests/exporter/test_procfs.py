@@ -130,3 +130,34 @@ def test_status_is_read_by_its_own_lines_only(tmp_path: Path) -> None:
     assert procfs.read_status(77, tmp_path) is None
     status.write_bytes(b"Uid:\tnobody\nGid:\t5\n")
     assert procfs.read_status(77, tmp_path) is None
+
+
+WAIT_READY = "print('ready', flush=True); import time; time.sleep(30)"
+
+
+def test_long_proc_files_are_read_whole_and_a_limit_is_kept(tmp_path: Path) -> None:
+    # An argv and an environment far above one read's 64 KiB (one argument or variable may
+    # hold at most 128 KiB): the reads loop to the end.
+    long_args = [c * 100_000 for c in "xyz"]
+    env = {**os.environ, "BIG": "y" * 120_000, "GPU_RECLAIMER_KEEP": "2h"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", WAIT_READY, *long_args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    try:
+        assert procfs.read_cmdline(child.pid)[-3:] == long_args
+        environ = procfs.read_proc_bytes(f"/proc/{child.pid}/environ")
+        assert environ is not None and b"BIG=" + b"y" * 120_000 in environ
+        assert procfs.read_environ_value(child.pid, "GPU_RECLAIMER_KEEP") == "2h"
+        capped = procfs.read_proc_bytes(f"/proc/{child.pid}/environ", 70_000)
+        assert capped is not None and len(capped) == 70_000 and environ.startswith(capped)
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.read_proc_bytes(f"/proc/{child.pid}/environ") is None  # gone
+    assert procfs.read_cmdline(child.pid) == []
+    assert procfs.read_proc_bytes(str(tmp_path / "absent")) is None
