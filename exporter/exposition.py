@@ -65,13 +65,13 @@ class Exposition:
     when its value changed."""
 
     def __init__(self) -> None:
-        # family name -> label values -> (value, the sample's line)
-        self._lines: dict[str, dict[tuple[str, ...], tuple[float, str]]] = {}
+        # family name -> label values -> (value, the label text, the sample's line)
+        self._lines: dict[str, dict[tuple[str, ...], tuple[float, str, str]]] = {}
         self._order: dict[tuple[str, ...], list[tuple[int, str]]] = {}
 
     def render(self, families: Iterable[Family], *, openmetrics: bool = False) -> bytes:
         out: list[str] = []
-        kept: dict[str, dict[tuple[str, ...], tuple[float, str]]] = {}
+        kept: dict[str, dict[tuple[str, ...], tuple[float, str, str]]] = {}
         for family in families:
             if openmetrics:
                 name = family.name
@@ -86,13 +86,16 @@ class Exposition:
             order = self._sorted_labels(family.labels)
             for values, value in family.samples:
                 cached = old.get(values)
-                # 0.0 == -0.0 and NaN != NaN: both re-formatted, never reused wrongly.
-                if cached is None or cached[0] != value or value == 0:
+                # 0.0 == -0.0 and NaN != NaN: both re-formatted, never reused wrongly. A new
+                # value keeps the series' label text: only the value is formatted again.
+                if cached is None:
                     labels = self._label_string(order, values)
-                    line = f"{sample}{labels} {_value(value)}\n"
-                    cached = (value, line)
+                    cached = (value, labels, f"{sample}{labels} {_value(value)}\n")
+                elif cached[0] != value or value == 0:
+                    labels = cached[1]
+                    cached = (value, labels, f"{sample}{labels} {_value(value)}\n")
                 new[values] = cached
-                out.append(cached[1])
+                out.append(cached[2])
         if openmetrics:
             out.append("# EOF\n")
         self._lines = kept  # series that were not rendered this time are dropped

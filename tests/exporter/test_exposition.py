@@ -68,6 +68,25 @@ def test_awkward_families_render_exactly_as_the_library(openmetrics: bool) -> No
     assert expo.render(families, openmetrics=openmetrics) == first  # from the caches
 
 
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_new_values_of_kept_series_render_exactly_as_the_library(openmetrics: bool) -> None:
+    # A series whose value moved keeps its label text from the last render: every value of
+    # every awkward series changed (and back) must still give the library's bytes.
+    families = _awkward_families()
+    expo = Exposition()
+    expo.render(families, openmetrics=openmetrics)
+    for step in (2.5, -1.0, 0.0):
+        moved = _awkward_families()
+        for family in moved:
+            family.samples = [(values, value * step + 1) for values, value in family.samples]
+        assert expo.render(moved, openmetrics=openmetrics) == _library(
+            moved, openmetrics=openmetrics
+        )
+    assert expo.render(families, openmetrics=openmetrics) == _library(
+        families, openmetrics=openmetrics
+    )
+
+
 def test_label_text_of_ended_series_is_dropped() -> None:
     expo = Exposition()
     family = Family("x", "gauge", "x", ("pid",))
