@@ -57,17 +57,6 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-def process_uid(pid: int) -> int | None:
-    """The real uid of a live process (from /proc/PID/status), or None."""
-    try:
-        for line in (procfs.PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
     if not groups:
         return False
@@ -249,7 +238,8 @@ class KeepSocket:
             }
         if action == "keep" and not 0 < seconds <= self.max_seconds:
             return {"ok": False, "error": f"keep for at most {format_duration(self.max_seconds)}"}
-        owner = process_uid(pid)
+        status = procfs.read_status(pid)  # the one reader of a process's ids
+        owner = status.uid if status is not None else None
         if owner is None:
             return {"ok": False, "error": f"no process {pid} on this node"}
         if not (uid == owner or privileged):

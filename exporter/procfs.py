@@ -79,7 +79,7 @@ def _read_once(path: str, size: int = 4096) -> bytes | None:
     """One read of a small /proc file (the kernel hands it whole to a read this large);
     None if it cannot be read. A bare descriptor, not a file object: this runs for every
     process of a tree on every pass, and the object costs more than the read (6.0 against
-    3.8 µs)."""
+    3.8 µs). `read_proc_bytes` would add the read that finds the end (3.9 against 4.8 µs)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -168,11 +168,10 @@ def read_subtree(pid: int, proc_root: Path = PROC) -> dict[int, ProcStat] | None
         except OSError:
             continue  # exited meanwhile
         for tid in threads:
-            try:
-                with open(f"{root}/{parent}/task/{tid}/children", "rb") as handle:
-                    listed = handle.read().split()
-            except OSError:
+            raw = read_proc_bytes(f"{root}/{parent}/task/{tid}/children")
+            if raw is None:
                 continue
+            listed = raw.split()
             for child in map(int, listed):
                 if child in seen:
                     continue

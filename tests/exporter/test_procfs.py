@@ -13,22 +13,26 @@ from pathlib import Path
 from exporter import procfs
 
 
-def test_one_variable_of_the_environment_a_process_was_started_with() -> None:
-    env = {**os.environ, "GPU_RECLAIMER_KEEP": "4h", "OTHER": "GPU_RECLAIMER_KEEP=no"}
+def _started(
+    env: dict[str, str], args: tuple[str, ...] = (), setup: str = ""
+) -> subprocess.Popen[str]:
+    """A Python child with `env` and `args` that ran `setup`, once it runs: until exec,
+    /proc/<pid>/environ and cmdline are still the forked parent's."""
+    code = f"{setup}; {WAIT_READY}" if setup else WAIT_READY
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, time; os.environ['GPU_RECLAIMER_KEEP'] = '9h'; print('ready', "
-            "flush=True); time.sleep(30)",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
-    # Until exec, /proc/<pid>/environ is still the forked parent's: wait for the child.
     assert child.stdout.readline() == "ready\n"
+    return child
+
+
+WAIT_READY = "print('ready', flush=True); import time; time.sleep(30)"
+
+
+def test_one_variable_of_the_environment_a_process_was_started_with() -> None:
+    env = {**os.environ, "GPU_RECLAIMER_KEEP": "4h", "OTHER": "GPU_RECLAIMER_KEEP=no"}
+    child = _started(env, setup="import os; os.environ['GPU_RECLAIMER_KEEP'] = '9h'")
     try:
         # As exec'd: a later setenv inside the process is not what it was started with,
         # and a value that merely contains the name is not the variable.
@@ -132,22 +136,12 @@ def test_status_is_read_by_its_own_lines_only(tmp_path: Path) -> None:
     assert procfs.read_status(77, tmp_path) is None
 
 
-WAIT_READY = "print('ready', flush=True); import time; time.sleep(30)"
-
-
 def test_long_proc_files_are_read_whole_and_a_limit_is_kept(tmp_path: Path) -> None:
     # An argv and an environment far above one read's 64 KiB (one argument or variable may
     # hold at most 128 KiB): the reads loop to the end.
     long_args = [c * 100_000 for c in "xyz"]
     env = {**os.environ, "BIG": "y" * 120_000, "GPU_RECLAIMER_KEEP": "2h"}
-    child = subprocess.Popen(
-        [sys.executable, "-c", WAIT_READY, *long_args],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    assert child.stdout.readline() == "ready\n"
+    child = _started(env, tuple(long_args))
     try:
         assert procfs.read_cmdline(child.pid)[-3:] == long_args
         environ = procfs.read_proc_bytes(f"/proc/{child.pid}/environ")
