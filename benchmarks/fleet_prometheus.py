@@ -1,22 +1,28 @@
 """What the shipped rules cost a real Prometheus, per node, in each state a fleet can be in.
 
     python benchmarks/fleet_prometheus.py [--nodes 100] [--layout 8x3] [--minutes 3]
-        [--state live --state frozen] [--interval 15]
+        [--state live --state frozen] [--interval 15] [--rules VARIANT ...]
+        [--rules-file FILE ...] [--prometheus BINARY ...]
 
 Captures one real scrape of `gpu-reclaimer exporter` on a simulated node of real workload
 processes (GPUSxPROCESSES: busy, idle and loading in turn, as benchmarks/simnode.py starts
 them), then serves it as NODES synthetic nodes (one loopback server; each node a target of
-its own, `instance` and `node` rewritten) to two real Prometheus servers that run side by
-side over the same targets for the same minutes:
+its own, `instance` and `node` rewritten) to real Prometheus servers, one per rule variant
+(and per binary, with several --prometheus), that run side by side over the same targets
+for the same minutes:
 
   shipped         alert-rules/gpu-reclaimer.rules.yml as shipped (the alerts' labels on
                   the recorded conditions they read, stored as written)
-  no-query        the same rules, with the annotations' `query` template calls taken out
+  no-query        the same rules with any annotation `query` template calls taken out
+                  (the shipped rules have had none since 2026-12-04: equal to shipped)
   no-annotations  the same rules without annotations (the floor: no templates at all)
   lean            only the summary and runbook_url annotations (no description)
   labels-on-alerts  the conditions' labels moved onto the alerts' `labels:`, whose values
                   Prometheus expands as templates for every active alert at every
                   evaluation (the rules before 2026-12-03)
+  --rules-file F  any rules file, e.g. an earlier commit's (git show REV:alert-rules/...)
+
+With several --prometheus binaries (another version, say), every variant runs under each.
 
 States: `live` advances the busy processes' CPU counters and log timestamps every scrape
 (what a working node looks like: a third of its processes idle and flagged), `frozen`
@@ -167,7 +173,13 @@ def serve_fleet(capture: Capture, state: str) -> tuple[ThreadingHTTPServer, int]
 
 
 def rules_variant(directory: Path, variant: str) -> Path:
-    """The shipped rules, or one of the variants above, written to `directory`."""
+    """The shipped rules, or one of the variants above, or a rules file, written to
+    `directory`."""
+    if variant.startswith("file:"):
+        source = Path(variant.removeprefix("file:"))
+        path = directory / f"{len(list(directory.glob('*.rules.yml')))}-{source.name}"
+        path.write_text(source.read_text())
+        return path
     text = RULES.read_text()
     if variant != "shipped":
         rules = yaml.safe_load(text)
@@ -268,12 +280,19 @@ class Measured:
         return float(found[0]["value"][1]) if found else 0.0
 
 
-def start_prometheus(directory: Path, config: Path, variant: str) -> Measured:
+def prometheus_version(binary: str) -> str:
+    """`2.42.0` from `prometheus, version 2.42.0+ds (branch: ...)`."""
+    first = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"version (\d+\.\d+\.\d+)", first)
+    return found.group(1) if found else binary
+
+
+def start_prometheus(directory: Path, config: Path, variant: str, binary: str) -> Measured:
     port = free_port()
-    data = directory / f"{variant}-data"
+    data = directory / f"{len(list(directory.glob('*-data')))}-data"
     process = subprocess.Popen(
         [
-            shutil.which("prometheus") or "prometheus",
+            binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}",
@@ -306,6 +325,7 @@ def run_state(
     minutes: float,
     interval: int,
     variants: list[str],
+    binaries: list[str],
 ) -> list[Measured]:
     directory = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-fleetprom-"))
     server, port = serve_fleet(capture, state)
@@ -316,9 +336,14 @@ def run_state(
         for variant in variants:
             rules = rules_variant(directory, variant)
             config = prometheus_config(directory, rules, port, nodes, interval)
-            servers.append(start_prometheus(directory, config, variant))
-            servers[-1].rules_file = rules
-            cleanup.callback(stop, servers[-1].process)
+            for binary in binaries:
+                label = variant.removeprefix("file:")
+                label = Path(label).name if label != variant else variant
+                servers.append(start_prometheus(directory, config, label, binary))
+                if len(binaries) > 1:
+                    servers[-1].variant += f" on {prometheus_version(binary)}"
+                servers[-1].rules_file = rules
+                cleanup.callback(stop, servers[-1].process)
         deadline = time.monotonic() + 60 * minutes
         print(f"  {state}: {nodes} nodes for {minutes:g} min ...", flush=True)
         while time.monotonic() < deadline:
@@ -344,16 +369,37 @@ def main() -> int:
         "--rules",
         action="append",
         choices=VARIANTS,
-        help="rule variants run side by side (repeatable; default shipped, no-query)",
+        help="rule variants run side by side (repeatable; default shipped)",
+    )
+    parser.add_argument(
+        "--rules-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also run this rules file side by side (repeatable), e.g. the rules of an earlier "
+        "commit: git show REV:alert-rules/gpu-reclaimer.rules.yml > /tmp/before.rules.yml",
     )
     parser.add_argument(
         "--every-rule",
         action="store_true",
         help="list every rule's evaluation time (median), not only the three dearest",
     )
+    parser.add_argument(
+        "--prometheus",
+        action="append",
+        metavar="BINARY",
+        help="the Prometheus binary (repeatable: each variant runs under each, side by side; "
+        "default `prometheus` on PATH)",
+    )
     args = parser.parse_args()
-    if shutil.which("prometheus") is None:
-        print("fleet_prometheus: needs `prometheus` on PATH (make system-deps)", file=sys.stderr)
+    binaries = args.prometheus or [shutil.which("prometheus") or ""]
+    missing = [b for b in binaries if not b or shutil.which(b) is None]
+    if missing:
+        print(
+            "fleet_prometheus: needs `prometheus` on PATH (make system-deps) or --prometheus "
+            "BINARY",
+            file=sys.stderr,
+        )
         return 2
     gpus, per_gpu = (int(x) for x in args.layout.split("x"))
     print(
@@ -371,8 +417,13 @@ def main() -> int:
     )
     table = []
     for state in args.state or ["live", "frozen"]:
-        variants = args.rules or ["shipped", "no-query"]
-        for m in run_state(capture, state, args.nodes, args.minutes, args.interval, variants):
+        variants = (args.rules or ([] if args.rules_file else ["shipped"])) + [
+            f"file:{f}" for f in args.rules_file
+        ]
+        measured = run_state(
+            capture, state, args.nodes, args.minutes, args.interval, variants, binaries
+        )
+        for m in measured:
             settled = m.group_seconds[len(m.group_seconds) // 3 :] or m.group_seconds
             median = statistics.median(settled) if settled else float("nan")
             dearest = sorted(

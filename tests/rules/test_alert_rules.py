@@ -213,6 +213,10 @@ def test_alert_contract() -> None:
     # alert at every evaluation, and cost 0.1 ms each per alert (docs/performance.md).
     for name in PER_SERIES_ALERTS:
         assert "labels" not in rules[name], name
+        # Their annotations run no query: a template's `query` is one more PromQL query per
+        # pending or firing alert at every evaluation (docs/alert-rules.md).
+        for key, text in rules[name]["annotations"].items():
+            assert not re.search(r"\|\s*query\b|\{\{-?\s*query\b", text), (name, key)
 
 
 def test_every_alert_is_tested_silent_and_firing() -> None:
