@@ -78,6 +78,26 @@ _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?
 _NODE_LABEL = re.compile(r'node="[^"]*"')
 
 
+# What single PromQL operators cost over every process of the fleet (--operators): the
+# building blocks of the recording rules, each as an instant query.
+OPERATORS = (
+    "gpu_process_memory_used_bytes",
+    "gpu_process_memory_used_bytes > 0",
+    "count_over_time(gpu_process_memory_used_bytes[1m])",
+    "count_over_time(gpu_process_memory_used_bytes[1m]) >= 3",
+    "min_over_time(gpu_process_memory_used_bytes[1m])",
+    "rate(gpu_process_cpu_seconds_total[1m])",
+    "changes(gpu_process_start_time_seconds[1m])",
+    'label_replace(gpu_process_memory_used_bytes, "signal", "log", "", "")',
+    "gpu_process_memory_used_bytes and on (instance, gpu, uuid, pid) gpu_process_cpu_seconds_total",
+    "gpu_process_memory_used_bytes unless on (instance, gpu) gpu_exporter_device_up == 0",
+    "gpu_process_info",
+    "gpu_process_memory_used_bytes * on (instance, gpu, uuid, pid) group_left (node, user, uid,"
+    " command, container, pod, pod_uid, namespace, slurm_job, project, start_time, start_ticks,"
+    " boot_id) gpu_process_info",
+)
+
+
 @dataclass
 class Sample:
     name: str
@@ -240,7 +260,18 @@ class Measured:
     series: float = 0.0
     rss: float = 0.0
     expr_seconds: dict[str, float] = field(default_factory=dict)
+    operator_seconds: dict[str, float] = field(default_factory=dict)
     rules_file: Path = RULES
+
+    def query_seconds(self, expr: str, repeat: int = 5) -> float:
+        """One instant query's evaluation time as Prometheus reports it (median)."""
+        took = []
+        for _ in range(repeat):
+            answer = requests.get(
+                f"{self.url}/api/v1/query", params={"query": expr, "stats": "all"}, timeout=60
+            ).json()
+            took.append(answer["data"]["stats"]["timings"]["evalTotalTime"])
+        return statistics.median(took)
 
     def time_alert_expressions(self, rules: Path) -> None:
         """The alerts' expressions alone, as instant queries (median of 5): the rest of an
@@ -249,15 +280,7 @@ class Measured:
             for rule in group["rules"]:
                 if group["name"] != GROUP or "alert" not in rule:
                     continue
-                took = []
-                for _ in range(5):
-                    answer = requests.get(
-                        f"{self.url}/api/v1/query",
-                        params={"query": rule["expr"], "stats": "all"},
-                        timeout=60,
-                    ).json()
-                    took.append(answer["data"]["stats"]["timings"]["evalTotalTime"])
-                self.expr_seconds[rule["alert"]] = statistics.median(took)
+                self.expr_seconds[rule["alert"]] = self.query_seconds(rule["expr"])
 
     def sample(self) -> None:
         data = requests.get(f"{self.url}/api/v1/rules", timeout=30).json()["data"]
@@ -326,6 +349,7 @@ def run_state(
     interval: int,
     variants: list[str],
     binaries: list[str],
+    operators: bool = False,
 ) -> list[Measured]:
     directory = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-fleetprom-"))
     server, port = serve_fleet(capture, state)
@@ -355,6 +379,9 @@ def run_state(
             measured.series = measured.head_series()
             measured.rss = psutil.Process(measured.process.pid).memory_info().rss
             measured.time_alert_expressions(measured.rules_file)
+        for measured in servers[: len(binaries)] if operators else []:
+            for expr in OPERATORS:
+                measured.operator_seconds[expr] = measured.query_seconds(expr)
         return servers
 
 
@@ -378,6 +405,12 @@ def main() -> int:
         metavar="FILE",
         help="also run this rules file side by side (repeatable), e.g. the rules of an earlier "
         "commit: git show REV:alert-rules/gpu-reclaimer.rules.yml > /tmp/before.rules.yml",
+    )
+    parser.add_argument(
+        "--operators",
+        action="store_true",
+        help="also time single PromQL operators over every process, as instant queries "
+        "(the recording rules' building blocks), on the first Prometheus of each binary",
     )
     parser.add_argument(
         "--every-rule",
@@ -415,15 +448,28 @@ def main() -> int:
         f"  {len(capture.samples)} samples, {len(pids)} processes ({len(capture.busy_pids)} "
         f"busy), {per_process:.1f} series per process (what each process start adds)"
     )
-    table = []
+    table: list[str] = []
+    operators: list[str] = []
     for state in args.state or ["live", "frozen"]:
         variants = (args.rules or ([] if args.rules_file else ["shipped"])) + [
             f"file:{f}" for f in args.rules_file
         ]
         measured = run_state(
-            capture, state, args.nodes, args.minutes, args.interval, variants, binaries
+            capture,
+            state,
+            args.nodes,
+            args.minutes,
+            args.interval,
+            variants,
+            binaries,
+            args.operators,
         )
         for m in measured:
+            for expr, seconds in m.operator_seconds.items():
+                operators.append(
+                    f"| {state} | {m.variant} | `{expr}` | {1000 * seconds:.2f} ms "
+                    f"| {1e6 * seconds / (len(pids) * args.nodes):.2f} µs |"
+                )
             settled = m.group_seconds[len(m.group_seconds) // 3 :] or m.group_seconds
             median = statistics.median(settled) if settled else float("nan")
             dearest = sorted(
@@ -444,6 +490,12 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
+    if operators:
+        processes = len(pids) * args.nodes
+        print(f"\nsingle operators over {processes} processes, as instant queries (median of 5):")
+        print("| state | Prometheus | operator | evaluation | per process |")
+        print("|---|---|---|---|---|")
+        print("\n".join(operators))
     return 0
 
 
