@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,8 +50,18 @@ def test_the_leader_killed_mid_escalation_the_other_replica_finishes(
             assert r.post(payload(alert_for(w, node="node-a"))).status_code == 200
         case = replicas[0].wait_state(w, "terminating", "reclaimed", "refused", "cancelled")
         assert case["state"] == "terminating", case
+
+        # Mid-escalation: the SIGTERM sent and recorded (the state is committed before the
+        # signal goes out, so "terminating" alone can be seen before it), the SIGKILL not yet.
+        def signalled() -> dict[str, Any] | None:
+            c = replicas[0].case_for(w)
+            return c if c is not None and c["signals"] else None
+
+        first = wait_until(signalled, 5, 0.05)
+        assert first is not None
+        assert [(s["pid"], s["signal"]) for s in first["signals"]] == [(w.pid, "SIGTERM")], first
         leader = _leader(dsn, replicas)
-        leader.kill()  # mid-escalation: SIGTERM sent, SIGKILL not yet
+        leader.kill()
         (survivor,) = [r for r in replicas if r is not leader]
         case = survivor.wait_state(w, "reclaimed", "failed", timeout=40)
         assert case["state"] == "reclaimed", case
