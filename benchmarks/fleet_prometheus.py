@@ -13,8 +13,6 @@ for the same minutes:
 
   shipped         alert-rules/gpu-reclaimer.rules.yml as shipped (the alerts' labels on
                   the recorded conditions they read, stored as written)
-  no-query        the same rules with any annotation `query` template calls taken out
-                  (the shipped rules have had none since 2026-12-04: equal to shipped)
   no-annotations  the same rules without annotations (the floor: no templates at all)
   lean            only the summary and runbook_url annotations (no description)
   labels-on-alerts  the conditions' labels moved onto the alerts' `labels:`, whose values
@@ -72,8 +70,7 @@ from tests.support import free_port  # noqa: E402
 
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 GROUP = "gpu-reclaimer"
-VARIANTS = ("shipped", "no-query", "no-annotations", "lean", "labels-on-alerts")
-_QUERY_CALL = re.compile(r"\{\{ with printf [^}]*\| query \}\}.*?\{\{ end \}\}", re.S)
+VARIANTS = ("shipped", "no-annotations", "lean", "labels-on-alerts")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
 _NODE_LABEL = re.compile(r'node="[^"]*"')
 
@@ -217,9 +214,6 @@ def rules_variant(directory: Path, variant: str) -> Path:
                     rule["annotations"] = {
                         k: v for k, v in rule["annotations"].items() if k != "description"
                     }
-                for key, annotation in rule.get("annotations", {}).items():
-                    if variant == "no-query":
-                        rule["annotations"][key] = _QUERY_CALL.sub("(not queried)", annotation)
         text = yaml.safe_dump(rules, sort_keys=False)
     path = directory / f"{variant}.rules.yml"
     path.write_text(text)
