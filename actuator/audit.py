@@ -94,8 +94,12 @@ class AuditLog:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            try:
+                fd = os.open(self.lock_path, flags, 0o600)
+            except FileNotFoundError:  # no directory (yet, or any more): made, then locked
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.lock_path, flags, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield

@@ -4,8 +4,9 @@ a rendered message into that service's documented request, sends it with a bound
 and reads the service's own success answer; a channel never raises, it returns a result.
 
 Libraries: `smtplib`/`email` (standard library: STARTTLS, implicit TLS, AUTH, multipart) and
-`requests`. A notification aggregator (apprise) would hide the exact payloads and signing
-this module must get right and that the tests check against each service's format.
+urllib3 (`actuator/endpoints.py`). A notification aggregator (apprise) would hide the exact
+payloads and signing this module must get right and that the tests check against each
+service's format.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
 from typing import Any, Protocol
 
-import requests
-
 from actuator import untrusted
-from actuator.endpoints import session_for
+from actuator.endpoints import Answer, Endpoint, EndpointError
 from actuator.messages import Message
 from actuator.owners import Contact
 
@@ -49,27 +48,29 @@ class Channel(Protocol):
 
 
 def _post_json(
-    session: requests.Session, url: str, body: dict[str, Any], timeout: float, ok: Any
+    endpoint: Endpoint, url: str, body: dict[str, Any], timeout: float, ok: Any
 ) -> Delivery:
-    """POST `body`; delivered only when the service's answer says so (`ok(response)`)."""
+    """POST `body`; delivered only when the service's answer says so (`ok(answer)`)."""
     try:
-        response = session.post(url, json=body, timeout=timeout)
-    except requests.RequestException as exc:
-        return Delivery(False, f"{type(exc).__name__}: {exc}")
-    if response.status_code >= 300:
-        return Delivery(False, f"HTTP {response.status_code}: {response.text[:200]}")
-    verdict = ok(response)
+        answer = endpoint.post_json(url, body, timeout=timeout)
+    except EndpointError as exc:
+        return Delivery(False, str(exc))
+    if answer.status >= 300:
+        return Delivery(False, f"HTTP {answer.status}: {answer.text[:200]}")
+    verdict = ok(answer)
     return Delivery(verdict is True, "ok" if verdict is True else str(verdict))
 
 
-def _errcode(response: requests.Response, key: str = "errcode", message: str = "errmsg") -> Any:
+def _errcode(answer: Answer, key: str = "errcode", message: str = "errmsg") -> Any:
     try:
-        answer = response.json()
+        said = answer.json()
     except ValueError:
-        return f"not JSON: {response.text[:200]}"
-    if answer.get(key) == 0:
+        return f"not JSON: {answer.text[:200]}"
+    if not isinstance(said, dict):
+        return f"not a JSON object: {answer.text[:200]}"
+    if said.get(key) == 0:
         return True
-    return f"{key} {answer.get(key)}: {answer.get(message)}"
+    return f"{key} {said.get(key)}: {said.get(message)}"
 
 
 # Python's header folder (3.11) drops the space where it splits a subject into encoded
@@ -159,7 +160,7 @@ class WeComChannel:
     MAX_BYTES = 4096  # the robot's limit for markdown content
 
     def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
-        self.url, self.timeout, self.session = url, timeout, session_for(url)
+        self.url, self.timeout, self.endpoint = url, timeout, Endpoint(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mention = f"\n<@{contact.wecom}>" if contact.wecom else ""
@@ -170,7 +171,7 @@ class WeComChannel:
 
     def send(self, message: Message, contact: Contact) -> Delivery:
         return _post_json(
-            self.session, self.url, self.payload(message, contact), self.timeout, _errcode
+            self.endpoint, self.url, self.payload(message, contact), self.timeout, _errcode
         )
 
 
@@ -194,7 +195,7 @@ class DingTalkChannel:
         clock: Any = time.time,
     ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
-        self.clock, self.session = clock, session_for(url)
+        self.clock, self.endpoint = clock, Endpoint(url)
 
     def signed_url(self) -> str:
         if not self.secret:
@@ -213,7 +214,7 @@ class DingTalkChannel:
 
     def send(self, message: Message, contact: Contact) -> Delivery:
         return _post_json(
-            self.session, self.signed_url(), self.payload(message, contact), self.timeout, _errcode
+            self.endpoint, self.signed_url(), self.payload(message, contact), self.timeout, _errcode
         )
 
 
@@ -237,7 +238,7 @@ class FeishuChannel:
         clock: Any = time.time,
     ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
-        self.clock, self.session = clock, session_for(url)
+        self.clock, self.endpoint = clock, Endpoint(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         lines: list[list[dict[str, str]]] = []
@@ -256,7 +257,7 @@ class FeishuChannel:
 
     def send(self, message: Message, contact: Contact) -> Delivery:
         return _post_json(
-            self.session,
+            self.endpoint,
             self.url,
             self.payload(message, contact),
             self.timeout,
@@ -271,7 +272,7 @@ class SlackChannel:
     MAX_SECTION = 3000  # Slack's limit for a section's text
 
     def __init__(self, url: str, *, timeout: float = TIMEOUT) -> None:
-        self.url, self.timeout, self.session = url, timeout, session_for(url)
+        self.url, self.timeout, self.endpoint = url, timeout, Endpoint(url)
 
     def payload(self, message: Message, contact: Contact) -> dict[str, Any]:
         mrkdwn = message.slack
@@ -291,7 +292,7 @@ class SlackChannel:
         }
 
     def send(self, message: Message, contact: Contact) -> Delivery:
-        def ok(response: requests.Response) -> Any:
-            return True if response.text.strip() == "ok" else f"answer {response.text[:200]!r}"
+        def ok(answer: Answer) -> Any:
+            return True if answer.text.strip() == "ok" else f"answer {answer.text[:200]!r}"
 
-        return _post_json(self.session, self.url, self.payload(message, contact), self.timeout, ok)
+        return _post_json(self.endpoint, self.url, self.payload(message, contact), self.timeout, ok)

@@ -22,10 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
-
 from actuator import untrusted
-from actuator.endpoints import session_for
+from actuator.endpoints import Endpoint, EndpointError
 from actuator.models import Case
 from actuator.notice import Notice, ProvenFacts
 
@@ -51,7 +49,7 @@ class DecisionAlerts:
         self.urls = [u.rstrip("/") for u in urls]
         self.external_url, self.runbook_url = external_url.rstrip("/"), runbook_url
         self.timeout, self.clock = timeout, clock
-        self.sessions = {u: session_for(u) for u in self.urls}
+        self.endpoints = {u: Endpoint(u) for u in self.urls}
         self.failures = 0
         self._breaker_sent: float | None = None
         self._breaker_open = False
@@ -90,13 +88,13 @@ class DecisionAlerts:
         accepted = False
         for url in self.urls:
             try:
-                r = self.sessions[url].post(
-                    f"{url}/api/v2/alerts", json=alerts, timeout=self.timeout
+                r = self.endpoints[url].post_json(
+                    f"{url}/api/v2/alerts", alerts, timeout=self.timeout
                 )
-                accepted |= r.status_code == 200
-                if r.status_code != 200:
-                    log.warning("alertmanager %s: HTTP %s %s", url, r.status_code, r.text[:200])
-            except requests.RequestException as exc:
+                accepted |= r.status == 200
+                if r.status != 200:
+                    log.warning("alertmanager %s: HTTP %s %s", url, r.status, r.text[:200])
+            except EndpointError as exc:
                 log.warning("alertmanager %s: %s", url, exc)
         if not accepted:
             self.failures += 1

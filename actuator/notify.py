@@ -10,10 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import requests
-
 from actuator.channels import Channel
-from actuator.endpoints import session_for
+from actuator.endpoints import Endpoint, EndpointError
 from actuator.messages import Renderer
 from actuator.notice import Notice
 from actuator.owners import Contact, OwnerDirectory
@@ -55,21 +53,21 @@ class WebhookNotifier:
         self.url = url
         self.timeout = timeout
         self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self._session = session_for(url)
+        self._endpoint = Endpoint(url)
 
     def send(self, notice: Notice, *, dry_run: bool) -> NoticeResult:
         if dry_run:
             log.info("DRY-RUN: would POST notice for case %s to %s", notice.case, self.url)
             return NoticeResult(False, "dry run")
         try:
-            response = self._session.post(
-                self.url, json=notice.to_json(), headers=self.headers, timeout=self.timeout
+            answer = self._endpoint.post_json(
+                self.url, notice.to_json(), headers=self.headers, timeout=self.timeout
             )
-        except requests.RequestException as exc:
-            return NoticeResult(False, f"{type(exc).__name__}: {exc}")
-        if response.status_code >= 300:
-            return NoticeResult(False, f"HTTP {response.status_code}")
-        return NoticeResult(True, f"HTTP {response.status_code}")
+        except EndpointError as exc:
+            return NoticeResult(False, str(exc))
+        if answer.status >= 300:
+            return NoticeResult(False, f"HTTP {answer.status}")
+        return NoticeResult(True, f"HTTP {answer.status}")
 
     def followup(self, notice: Notice) -> NoticeResult:
         """The JSON webhook gets warnings only (its receivers count on one notice per case)."""

@@ -30,6 +30,19 @@ def test_a_torn_tail_is_cut_before_the_next_record(tmp_path: Path) -> None:
     assert [r["event"] for r in log.tail(10)] == ["one", "two"]
 
 
+def test_a_directory_that_is_new_or_was_removed_is_made_again(tmp_path: Path) -> None:
+    """Made at the first write, and again at the next write after someone removed it (the
+    directory is looked up only when the lock file cannot be opened)."""
+    import shutil
+
+    where = tmp_path / "not-yet" / "audit"
+    log = AuditLog(where / "audit.jsonl")
+    log.write({"event": "one"})
+    shutil.rmtree(tmp_path / "not-yet")
+    log.write({"event": "two"})
+    assert [r["event"] for r in records(where / "audit.jsonl")] == ["two"]
+
+
 def test_records_are_read_from_the_end_a_page_at_a_time(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.jsonl")
     for i in range(2000):

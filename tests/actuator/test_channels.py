@@ -210,3 +210,34 @@ def test_slack_gets_block_kit_with_the_owner_mentioned() -> None:
     assert header["text"]["text"] == message.subject[:150]
     assert section["text"]["text"].startswith("<@U024BOB> *Hello Bob,*")
     assert body["text"] == message.subject_slack
+
+
+@pytest.mark.parametrize("answer", [b"[0]", b'"ok"', b"null", b"\xff not even text"])
+def test_a_robot_answer_that_is_not_a_json_object_is_not_delivered(answer: bytes) -> None:
+    """A relay in front of the robot that answers something else: not delivered, said why,
+    and the channel does not raise (a list's .get() once did)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Relay(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/robot?key=k"
+    message = Renderer().render(notice(), LILEI, NOW)
+    try:
+        for channel in (WeComChannel(url), DingTalkChannel(url), FeishuChannel(url)):
+            result = channel.send(message, LILEI)
+            assert not result.delivered and "JSON" in result.detail, (channel.name, result)
+    finally:
+        server.shutdown()
+        server.server_close()
