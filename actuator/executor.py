@@ -27,7 +27,7 @@ from actuator.keeplinks import KeepLinks
 from actuator.models import Case, LiveState, Reason, State
 from actuator.node import Node
 from actuator.notice import Kind, Notice, OwnerHint, ProvenFacts
-from actuator.notify import Notifier
+from actuator.notify import NoticeResult, Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
@@ -223,7 +223,7 @@ class Executor:
         if notice is None:  # never: a notice follows a live re-check, which records facts
             log.error("case %d: no proven facts to tell anyone; not notified", case.id)
             return
-        result = self.notifier.send(notice, dry_run=dry_run)
+        result = self._told(case, lambda: self.notifier.send(notice, dry_run=dry_run))
         if dry_run:
             return
         after_notice(case, result.delivered, self.gate, self.clock(), self.mono()).apply_to(case)
@@ -246,6 +246,18 @@ class Executor:
         with self._done_lock:  # saved with the pass's samples (a lost one: sent again)
             self._notified.setdefault(case.node, []).append(case)
 
+    @staticmethod
+    def _told(case: Case, send: Callable[[], NoticeResult]) -> NoticeResult:
+        """What a notifier answered. One that raised (a defect: notifiers answer) is an
+        undelivered notice, so the notice's outcome is still recorded: the gate's retries and
+        fallback take over, where an escaped exception left the outcome unrecorded and the
+        notice was sent again at every pass."""
+        try:
+            return send()
+        except Exception as exc:
+            log.exception("case %d: the notifier raised instead of answering", case.id)
+            return NoticeResult(False, f"the notifier raised {type(exc).__name__}: {exc}")
+
     def _warn_of_demand(self, case: Case, eff: Effective, now: float) -> None:
         """The second notice of `reclaim_when: demand`: someone waits, SIGTERM at the
         deadline. Best effort: the first notice, delivered, already said this would come."""
@@ -253,7 +265,7 @@ class Executor:
         if notice is None:
             log.error("case %d: no proven facts to tell anyone; not notified", case.id)
             return
-        result = self.notifier.send(notice, dry_run=False)
+        result = self._told(case, lambda: self.notifier.send(notice, dry_run=False))
         if self.alerts is not None:
             self.alerts.scheduled(notice, case)
         with contextlib.suppress(AuditError):
@@ -299,7 +311,7 @@ class Executor:
         notice = self.notice(case, eff, case.term_at or self.clock())
         if notice is None:
             return
-        result = self.notifier.followup(notice)
+        result = self._told(case, lambda: self.notifier.followup(notice))
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {

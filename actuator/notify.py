@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from actuator.channels import Channel
+from actuator.channels import Channel, Delivery
 from actuator.endpoints import Endpoint, EndpointError
-from actuator.messages import Renderer
+from actuator.messages import Message, Renderer
 from actuator.notice import Notice
 from actuator.owners import Contact, OwnerDirectory
 
@@ -122,8 +122,7 @@ class OwnerNotifier:
             )
             return NoticeResult(False, "dry run")
         results = [
-            (name, self.channels[name].send(message, recipient.contact))
-            for name in recipient.channels
+            (name, self._send_on(name, message, recipient.contact)) for name in recipient.channels
         ]
         detail = f"to {who} ({recipient.contact.language}): " + "; ".join(
             f"{name} {'delivered' if r.delivered else 'failed'}: {r.detail}" for name, r in results
@@ -133,6 +132,17 @@ class OwnerNotifier:
         # The owner's delivery is the gate; the copy is told, not waited for.
         return NoticeResult(any(r.delivered for _, r in results), detail)
 
+    def _send_on(self, name: str, message: Message, contact: Contact) -> Delivery:
+        """One channel's delivery. A channel never raises by contract; one that does all the
+        same (a defect, an answer nobody foresaw) is a failed delivery on that channel alone:
+        were it to escape, the notice's outcome would go unrecorded and the notice be sent
+        again at every pass, on the owner's other channels too."""
+        try:
+            return self.channels[name].send(message, contact)
+        except Exception as exc:
+            log.exception("the %s channel raised instead of answering", name)
+            return Delivery(False, f"the channel raised {type(exc).__name__}: {exc}")
+
     def _copy_project(self, notice: Notice, project: str) -> str:
         """Repeat habits: the project's contact gets the owner's notice too."""
         contact = self.directory.projects.get(project)
@@ -140,7 +150,7 @@ class OwnerNotifier:
         if contact is None or not channels:
             return f"; project {project or '(none)'}'s contact not copied: no address"
         message = self.renderer.render(notice, contact, self.clock())
-        copied = [(name, self.channels[name].send(message, contact)) for name in channels]
+        copied = [(name, self._send_on(name, message, contact)) for name in channels]
         return f"; copied to project {contact.name or project}: " + ", ".join(
             f"{name} {'delivered' if r.delivered else 'failed'}" for name, r in copied
         )

@@ -14,6 +14,7 @@ from actuator.audit import AuditLog
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
 from actuator.models import Case, Reason, SignalResult, State
+from actuator.notice import ProvenFacts
 from actuator.notify import NullNotifier
 from actuator.policy import Mode, Notice
 from actuator.schedulers import Step as SchedulerStep
@@ -155,3 +156,36 @@ def test_what_was_done_is_recorded_together_at_the_end_of_the_nodes_pass(
     executor.save_done("n")  # nothing twice
     assert len(executor.store.signals_for(7)) == 1
     assert executor.store.metric_snapshot()["named"]["reclaims"] == {"demand": 1}
+
+
+class _RaisingNotifier:
+    """A notifier that breaks its contract (raises instead of answering)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send(self, notice: Any, *, dry_run: bool) -> Any:
+        self.calls += 1
+        raise RuntimeError("directory lookup blew up")
+
+    followup = send
+
+
+def test_a_notifier_that_raises_gives_the_notice_an_undelivered_outcome(
+    executor: Executor,
+) -> None:
+    """The attempt is counted and the retry scheduled, as for any undelivered notice: an
+    escaped exception left the outcome unrecorded, and the next pass sent it again."""
+    notifier = _RaisingNotifier()
+    executor.notifier = notifier
+    step = _step(Decision(Action.NOTIFY, State.NOTIFIED), id=11)
+    assert step.live is not None
+    step.case.facts = ProvenFacts.from_live(step.case, step.live).to_json()  # as apply() does
+    executor.carry_out(step)
+    assert notifier.calls == 1
+    assert step.case.notified_mono is None  # no grace runs: nothing was delivered
+    assert step.case.notice_attempts == 1
+    assert step.case.next_notice_mono == T0 + executor.gate.retry_interval
+    (record,) = [r for r in executor.audit.tail(10) if r["event"] == "notice"]
+    assert record["delivered"] is False and "raised RuntimeError" in record["detail"]
+    assert executor.notified("n") == [step.case]  # saved with the pass, as any outcome

@@ -78,3 +78,29 @@ def test_config_names_what_is_missing(tmp_path: Path) -> None:
         path.write_text(text + "\n")
         with pytest.raises(ConfigError, match=message):
             load_config(path)
+
+
+class _Broken:
+    """A channel that breaks its contract (it raises instead of answering): a defect, or an
+    answer nobody foresaw, as a robot's JSON list once was."""
+
+    name = "slack"
+
+    def send(self, message: object, contact: object) -> object:
+        raise AttributeError("'list' object has no attribute 'get'")
+
+
+def test_a_channel_that_raises_fails_alone_and_the_notice_still_has_an_outcome() -> None:
+    """The owner's other channel delivers, and the outcome says which failed and why; had
+    the exception escaped, the notice's outcome would go unrecorded and the notice be sent
+    again at every pass, on the channel that delivered too."""
+    directory = OwnerDirectory(users={"lilei": LILEI}, sre=Contact(slack="S0SRE"))
+    with robot("wecom") as wecom:
+        channels = {"wecom": WeComChannel(wecom.url), "slack": _Broken()}
+        notifier = OwnerNotifier(directory, channels, Renderer(), clock=lambda: NOW)  # type: ignore[dict-item]
+        result = notifier.send(notice(), dry_run=False)
+        assert result.delivered and len(wecom.received) == 1
+    assert "slack failed: the channel raised AttributeError" in result.detail
+    alone = OwnerNotifier(directory, {"slack": _Broken()}, Renderer(), clock=lambda: NOW)  # type: ignore[dict-item]
+    failed = alone.send(notice(), dry_run=False)
+    assert not failed.delivered and "raised AttributeError" in failed.detail
