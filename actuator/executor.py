@@ -227,8 +227,8 @@ class Executor:
         if dry_run:
             return
         after_notice(case, result.delivered, self.gate, self.clock(), self.mono()).apply_to(case)
-        if self.alerts is not None and case.notified_mono is not None and not kept:
-            self.alerts.scheduled(notice, case)  # the grace started
+        with self._done_lock:  # saved with the pass's samples (a lost one: sent again)
+            self._notified.setdefault(case.node, []).append(case)
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {
@@ -243,8 +243,9 @@ class Executor:
                 },
                 sync=False,  # what was sent; fsync'd with the pass (AuditLog.flush)
             )
-        with self._done_lock:  # saved with the pass's samples (a lost one: sent again)
-            self._notified.setdefault(case.node, []).append(case)
+        # Told to chat last: the notice's outcome is recorded whatever this does.
+        if self.alerts is not None and case.notified_mono is not None and not kept:
+            self.alerts.scheduled(notice, case)  # the grace started
 
     @staticmethod
     def _told(case: Case, send: Callable[[], NoticeResult]) -> NoticeResult:
