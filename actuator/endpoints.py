@@ -18,7 +18,9 @@ never stops answering cannot fill the actuator's memory.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ from requests.utils import (
     select_proxy,
 )
 
+log = logging.getLogger(__name__)
 MAX_ANSWER = 64 * 1024  # bytes of an answer kept: success answers are a few dozen
 
 
@@ -57,7 +60,7 @@ class Answer:
 class Settings:
     """What the environment says for one URL (read by `Settings.of`)."""
 
-    proxy: str | None
+    proxy: str | None  # as the environment gives it
     verify: bool | str  # False, True (requests' CA bundle) or a bundle file or directory
     auth: tuple[str, str] | None  # from ~/.netrc
 
@@ -66,7 +69,7 @@ class Settings:
         found = requests.Session().merge_environment_settings(url, {}, None, None, None)
         proxy = select_proxy(url, found["proxies"])
         return cls(
-            proxy=prepend_scheme_if_needed(proxy, "http") if proxy else None,
+            proxy=proxy or None,
             verify=True if found["verify"] is None else found["verify"],
             auth=get_netrc_auth(url),
         )
@@ -80,9 +83,9 @@ def _pool(settings: Settings) -> urllib3.PoolManager:
         # requests' default bundle, or the one the environment names
         bundle = certifi.where() if settings.verify is True else settings.verify
         tls["ca_cert_dir" if os.path.isdir(bundle) else "ca_certs"] = bundle
-    proxy = settings.proxy
-    if proxy is None:
+    if settings.proxy is None:
         return urllib3.PoolManager(**tls)
+    proxy = prepend_scheme_if_needed(settings.proxy, "http")  # as requests does
     username, password = get_auth_from_url(proxy)
     if proxy.lower().startswith("socks"):
         from urllib3.contrib.socks import SOCKSProxyManager  # needs PySocks, as requests does
@@ -90,6 +93,12 @@ def _pool(settings: Settings) -> urllib3.PoolManager:
         return SOCKSProxyManager(proxy, username=username, password=password, **tls)
     headers = urllib3.make_headers(proxy_basic_auth=f"{username}:{password}") if username else {}
     return urllib3.ProxyManager(proxy, proxy_headers=headers, **tls)
+
+
+def _origin(url: str) -> str:
+    """Scheme, host and port only: a robot's URL carries its key in the query."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{':' if parts.port else ''}{parts.port or ''}"
 
 
 class Endpoint:
@@ -105,8 +114,13 @@ class Endpoint:
         try:
             self._pool: urllib3.PoolManager | None = _pool(self.settings)
             self._unusable = ""
-        except ImportError as exc:  # a SOCKS proxy without PySocks: every post says so
-            self._pool, self._unusable = None, f"the proxy {self.settings.proxy!r} needs {exc}"
+        except (ImportError, ValueError) as exc:
+            # A proxy variable urllib3 cannot use (malformed, an unknown scheme, SOCKS without
+            # PySocks): the actuator still starts, and every post to this URL fails saying
+            # why, as it did through requests.
+            self._pool = None
+            self._unusable = f"the proxy {self.settings.proxy!r} is not usable: {exc}"
+            log.error("posts to %s: %s", _origin(url), self._unusable)
 
     def post_json(
         self, url: str, body: Any, *, timeout: float, headers: dict[str, str] | None = None

@@ -201,3 +201,17 @@ def test_tls_is_verified_against_the_bundle_the_environment_names(
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
     assert Endpoint(url).post_json(url, {}, timeout=5).body == b"ok"
     assert endpoint.seen == [("/hook", "")]
+
+
+@pytest.mark.parametrize("proxy", ["http://[bad", "ftp://proxy:21", "not a url"])
+def test_a_proxy_variable_that_cannot_be_used_fails_each_post_saying_why(
+    servers: tuple[_Recorder, _Recorder], monkeypatch: pytest.MonkeyPatch, proxy: str
+) -> None:
+    """The actuator still starts (the endpoint is made), nothing is sent around the proxy,
+    and each post's failure names the variable's value."""
+    endpoint, _ = servers
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    hook = Endpoint(endpoint.url + "/hook?key=secret")
+    with pytest.raises(EndpointError, match="is not usable"):
+        hook.post_json(endpoint.url + "/hook?key=secret", {}, timeout=5)
+    assert endpoint.seen == []
