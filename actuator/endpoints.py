@@ -36,6 +36,7 @@ from requests.utils import (
 
 log = logging.getLogger(__name__)
 MAX_ANSWER = 64 * 1024  # bytes of an answer kept: success answers are a few dozen
+POOL_SIZE = 10  # connections kept per host, as requests keeps (several nodes post at once)
 
 
 class EndpointError(Exception):
@@ -84,15 +85,17 @@ def _pool(settings: Settings) -> urllib3.PoolManager:
         bundle = certifi.where() if settings.verify is True else settings.verify
         tls["ca_cert_dir" if os.path.isdir(bundle) else "ca_certs"] = bundle
     if settings.proxy is None:
-        return urllib3.PoolManager(**tls)
+        return urllib3.PoolManager(maxsize=POOL_SIZE, **tls)
     proxy = prepend_scheme_if_needed(settings.proxy, "http")  # as requests does
     username, password = get_auth_from_url(proxy)
     if proxy.lower().startswith("socks"):
         from urllib3.contrib.socks import SOCKSProxyManager  # needs PySocks, as requests does
 
-        return SOCKSProxyManager(proxy, username=username, password=password, **tls)
+        return SOCKSProxyManager(
+            proxy, username=username, password=password, maxsize=POOL_SIZE, **tls
+        )
     headers = urllib3.make_headers(proxy_basic_auth=f"{username}:{password}") if username else {}
-    return urllib3.ProxyManager(proxy, proxy_headers=headers, **tls)
+    return urllib3.ProxyManager(proxy, proxy_headers=headers, maxsize=POOL_SIZE, **tls)
 
 
 def _origin(url: str) -> str:
@@ -128,30 +131,55 @@ class Endpoint:
         """POST `body` as JSON; its answer, whatever its status (EndpointError: none)."""
         if self._pool is None:
             raise EndpointError(self._unusable)
+        return exchange(
+            self._pool,
+            "POST",
+            url,
+            body,
+            headers={**self.headers, **(headers or {})},
+            timeout=timeout,
+        )
+
+
+def exchange(
+    pool: urllib3.PoolManager,
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    headers: dict[str, str],
+    timeout: float,
+    max_answer: int = MAX_ANSWER,
+) -> Answer:
+    """One request (`body` as JSON, if any) and its answer, whatever its status; no retry,
+    no redirect followed, at most `max_answer` bytes of the answer read (EndpointError: no
+    answer)."""
+    data = None
+    if body is not None:
         try:
             data = json.dumps(body, allow_nan=False).encode()
         except ValueError as exc:
             raise EndpointError(f"not JSON: {exc}") from exc
+    try:
+        response = pool.request(
+            method,
+            url,
+            body=data,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            retries=False,
+            redirect=False,
+            preload_content=False,
+        )
         try:
-            response = self._pool.request(
-                "POST",
-                url,
-                body=data,
-                headers={**self.headers, **(headers or {})},
-                timeout=urllib3.Timeout(connect=timeout, read=timeout),
-                retries=False,
-                redirect=False,
-                preload_content=False,
-            )
-            try:
-                kept = response.read(MAX_ANSWER + 1)
-            except BaseException:
-                response.close()
-                raise
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise EndpointError(f"{type(exc).__name__}: {exc}") from exc
-        if len(kept) > MAX_ANSWER:
-            response.close()  # the rest is not read: this connection is not reused
-        else:
-            response.release_conn()
-        return Answer(response.status, kept[:MAX_ANSWER])
+            kept = response.read(max_answer + 1)
+        except BaseException:
+            response.close()
+            raise
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise EndpointError(f"{type(exc).__name__}: {exc}") from exc
+    if len(kept) > max_answer:
+        response.close()  # the rest is not read: this connection is not reused
+    else:
+        response.release_conn()
+    return Answer(response.status, kept[:max_answer])

@@ -17,14 +17,17 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
-import requests
+import urllib3
 from pydantic import ValidationError
 
+from actuator.endpoints import POOL_SIZE, EndpointError, exchange
 from actuator.fleet import wire
 from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.node import NodeUnreachable
 
 SIGNAL_ATTEMPTS = 3
+MAX_ANSWER = 16 * 2**20  # an agent's answer: a process tree or a GPU's list, never near this
+HEADERS = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
 
 
 class ClientTls:
@@ -34,12 +37,16 @@ class ClientTls:
     def __init__(self, ca_file: str, certfile: str, keyfile: str) -> None:
         self.ca_file, self.certfile, self.keyfile = ca_file, certfile, keyfile
 
-    def session(self) -> requests.Session:
-        session = requests.Session()
-        session.trust_env = False  # no proxies, no REQUESTS_CA_BUNDLE
-        session.verify = self.ca_file
-        session.cert = (self.certfile, self.keyfile)
-        return session
+    def pool(self) -> urllib3.PoolManager:
+        """Connections to agents (no proxy, no REQUESTS_CA_BUNDLE: the environment is not
+        read), through urllib3 as the chat robots' posts go (actuator/endpoints.py)."""
+        return urllib3.PoolManager(
+            maxsize=POOL_SIZE,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=self.ca_file,
+            cert_file=self.certfile,
+            key_file=self.keyfile,
+        )
 
 
 class RemoteNode:
@@ -56,7 +63,7 @@ class RemoteNode:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.clock = clock
-        self._session = tls.session()
+        self._pool = tls.pool()
         # After a failure, calls fail fast for a while: one silent host must not cost every
         # tick a timeout per case (the reconciler advances all nodes' cases in turn).
         self.backoff = min(30.0, 2 * timeout)
@@ -74,20 +81,26 @@ class RemoteNode:
 
     def _answer(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         try:
-            resp = self._session.request(
-                method, f"{self.url}{path}", json=body, timeout=self.timeout
+            resp = exchange(
+                self._pool,
+                method,
+                f"{self.url}{path}",
+                body,
+                headers=HEADERS,
+                timeout=self.timeout,
+                max_answer=MAX_ANSWER,
             )
-        except requests.RequestException as exc:
-            raise NodeUnreachable(f"agent {self.url}: {type(exc).__name__}: {exc}"[:300]) from exc
+        except EndpointError as exc:
+            raise NodeUnreachable(f"agent {self.url}: {exc}"[:300]) from exc
         try:
             data = resp.json()
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            raise NodeUnreachable(f"agent {self.url}: HTTP {resp.status_code}, not JSON")
-        if resp.status_code != 200:
+            raise NodeUnreachable(f"agent {self.url}: HTTP {resp.status}, not JSON")
+        if resp.status != 200:
             raise NodeUnreachable(
-                f"agent {self.url}: HTTP {resp.status_code}: {str(data.get('error'))[:200]}"
+                f"agent {self.url}: HTTP {resp.status}: {str(data.get('error'))[:200]}"
             )
         if data.get("node") != self.name:
             raise NodeUnreachable(

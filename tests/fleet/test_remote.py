@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import requests
+import urllib3
 
 from actuator.fleet.remote import RemoteNode, rebase
 from actuator.models import LiveState, Member, Target
@@ -63,10 +63,10 @@ def script() -> Iterator[tuple[_Script, str]]:
 
 
 class _PlainHttp:
-    """The TLS settings' one duty here: a session (plain, on loopback; mTLS: test_fleet)."""
+    """The TLS settings' one duty here: a pool (plain, on loopback; mTLS: test_fleet)."""
 
-    def session(self) -> requests.Session:
-        return requests.Session()
+    def pool(self) -> urllib3.PoolManager:
+        return urllib3.PoolManager()
 
 
 def _node(url: str) -> RemoteNode:
