@@ -9,19 +9,22 @@ from __future__ import annotations
 import http.server
 import json
 import signal
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
 
-from actuator.fleet.remote import RemoteNode, rebase
+from actuator.fleet.remote import ClientTls, RemoteNode, rebase
 from actuator.models import LiveState, Member, Target
 from actuator.node import NodeUnreachable
 
 NODE = "node-b"
+_SERVERS: dict[str, http.server.ThreadingHTTPServer] = {}  # by URL, for a test to wrap in TLS
 TARGET = Target(NODE, 4242, 1000, "boot", "GPU-a", 1.7e9)
 
 
@@ -57,7 +60,10 @@ def script() -> Iterator[tuple[_Script, str]]:
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    _SERVERS[url] = httpd
+    yield state, url
+    _SERVERS.pop(url, None)
     httpd.shutdown()
     httpd.server_close()
 
@@ -158,3 +164,35 @@ def test_rebase_leaves_unknown_readings_unknown() -> None:
         None,
         None,
     )
+
+
+@pytest.mark.parametrize("signed_by_the_fleet", [True, False])
+def test_only_an_agent_the_fleet_ca_signed_is_believed(
+    script: tuple[_Script, str], tmp_path: Path, signed_by_the_fleet: bool
+) -> None:
+    """An impostor on the agent's address, with a certificate the fleet's CA did not sign,
+    is unreachable (the request is never sent to it); the agent's own certificate works."""
+    from tests.helpers.certs import self_signed
+    from tests.helpers.fleet import client_tls, make_certs
+
+    state, url = script
+    fleet = make_certs(tmp_path / "fleet", [NODE])
+    if signed_by_the_fleet:
+        key, cert = fleet / f"agent-{NODE}.key", fleet / f"agent-{NODE}.pem"
+    else:
+        key, cert = self_signed(tmp_path)
+    server = _SERVERS[url]
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    state.answers = [(200, _agent({"live": {"sampled_at": 990.0, "exists": True}}))]
+    node = RemoteNode(
+        NODE, url.replace("http://", "https://"), ClientTls(**client_tls(fleet)), timeout=2
+    )
+    if signed_by_the_fleet:
+        assert node.inspect(TARGET).exists is True
+        assert [s[:2] for s in state.seen] == [("POST", "/v1/inspect")]
+    else:
+        with pytest.raises(NodeUnreachable, match="certificate verify failed"):
+            node.inspect(TARGET)
+        assert state.seen == []
