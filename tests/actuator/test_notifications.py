@@ -10,6 +10,7 @@ import json
 import re
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,17 +69,22 @@ def test_the_owner_gets_the_warning_on_wecom_and_a_follow_up_after_the_reclaim(
     assert "train.py" not in warning and "train.py" not in followup
     assert warning.endswith("<@tester>") and f"工单号 {case['id']}" in warning
     assert "已被回收" in followup and f"工单号 {case['id']}" in followup
-    audit = [
-        json.loads(line) for line in (actuator.workdir / "audit.jsonl").read_text().splitlines()
-    ]
-    (notified,) = [r for r in audit if r.get("to") == "notified"]
+
+    def audit() -> list[dict[str, Any]]:
+        lines = (actuator.workdir / "audit.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    # The follow-up's record is written once its post has returned: a moment after the robot
+    # has it.
+    wait_until(lambda: any(r.get("event") == "followup" for r in audit()), 10)
+    (notified,) = [r for r in audit() if r.get("to") == "notified"]
     assert notified["alert_disagrees"]["command"] == {
         "alert": "python train.py",
         "node": "exporter.cli",
     }
-    (sent,) = [r for r in audit if r.get("event") == "notice"]
+    (sent,) = [r for r in audit() if r.get("event") == "notice"]
     assert sent["delivered"] and "wecom delivered" in sent["detail"]
-    (told,) = [r for r in audit if r.get("event") == "followup"]
+    (told,) = [r for r in audit() if r.get("event") == "followup"]
     assert told["delivered"]
 
 
