@@ -433,10 +433,6 @@ class ActuatorConfig(Policy):
             raise ValueError(
                 "demand.slurm reads pending jobs through the `slurm` settings: configure slurm"
             )
-        if d is not None and d.slurm and self.slurm is not None and self.slurm.rest is not None:
-            raise ValueError(
-                "demand.slurm reads the queue with scontrol: slurm.rest is not a demand source yet"
-            )
         if d is not None and d.wait_list and not self.server.keep_socket:
             raise ValueError(
                 "demand.wait_list: callers wait through the node's socket: set server.keep_socket"

@@ -47,6 +47,7 @@ class EndpointError(Exception):
 class Answer:
     status: int
     body: bytes  # at most MAX_ANSWER bytes of it
+    cut: bool = False  # the endpoint said more than that: `body` is its beginning
 
     @property
     def text(self) -> str:
@@ -105,12 +106,12 @@ def _origin(url: str) -> str:
 
 
 class Endpoint:
-    """Posts JSON to one URL (any path or query on its scheme and host), with the
-    environment's settings for it read when it is made."""
+    """Sends JSON to one URL (any path or query on its scheme and host), or asks it, with
+    the environment's settings for it read when it is made."""
 
     def __init__(self, url: str) -> None:
         self.settings = Settings.of(url)
-        self.headers = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
+        self.headers = {"User-Agent": "gpu-reclaimer"}
         if self.settings.auth:
             user, password = self.settings.auth
             self.headers.update(urllib3.make_headers(basic_auth=f"{user}:{password}"))
@@ -129,15 +130,34 @@ class Endpoint:
         self, url: str, body: Any, *, timeout: float, headers: dict[str, str] | None = None
     ) -> Answer:
         """POST `body` as JSON; its answer, whatever its status (EndpointError: none)."""
+        return self.request("POST", url, body, timeout=timeout, headers=headers)
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        timeout: float,
+        headers: dict[str, str] | None = None,
+        max_answer: int = MAX_ANSWER,
+    ) -> Answer:
+        """One request (`body`, if any, as JSON) and its answer, whatever its status
+        (EndpointError: none)."""
         if self._pool is None:
             raise EndpointError(self._unusable)
+        sent = {
+            **self.headers,
+            **({"Content-Type": "application/json"} if body is not None else {}),
+        }
         return exchange(
             self._pool,
-            "POST",
+            method,
             url,
             body,
-            headers={**self.headers, **(headers or {})},
+            headers={**sent, **(headers or {})},
             timeout=timeout,
+            max_answer=max_answer,
         )
 
 
@@ -182,4 +202,4 @@ def exchange(
         response.close()  # the rest is not read: this connection is not reused
     else:
         response.release_conn()
-    return Answer(response.status, kept[:max_answer])
+    return Answer(response.status, kept[:max_answer], cut=len(kept) > max_answer)

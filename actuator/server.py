@@ -279,7 +279,7 @@ def build_demand(
         sources.append(WaitListDemand(waitlist))
     if d.slurm:
         slurm = next((s.cli for s in schedulers.schedulers if isinstance(s, SlurmJobs)), None)
-        if isinstance(slurm, SlurmCli):  # the config refuses slurm.rest with demand.slurm
+        if slurm is not None:  # the commands or slurmrestd, whichever `slurm` names
             sources.append(SlurmQueue(slurm))
     if d.kubernetes and schedulers.kube is not None:
         from actuator.demand.kube_pending import PendingPods

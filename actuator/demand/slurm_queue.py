@@ -1,5 +1,6 @@
 """Demand from Slurm: pending jobs that wait for GPUs (reason Resources or Priority), each
-a request for its GPUs per node on the nodes it may run on, read with `scontrol`."""
+a request for its GPUs per node on the nodes it may run on that can take jobs now, read
+with `scontrol` or through slurmrestd."""
 
 from __future__ import annotations
 
@@ -40,18 +41,22 @@ class SlurmQueue:
             free = self.slurm.free_gpus() if jobs else {}
         except SlurmError as exc:
             raise DemandError(str(exc)) from None
-        return Reading(tuple(self._request(job) for job in jobs), free)
+        # Only nodes that can take jobs serve a request: an idle job on a drained node is
+        # never reclaimed for a job that cannot start there. A job none of whose nodes can
+        # take it now asks for nothing (no nodes would mean any node).
+        requests = [self._request(job, tuple(n for n in job.nodes if n in free)) for job in jobs]
+        return Reading(tuple(r for r in requests if r.nodes), free)
 
     @staticmethod
     def _waits_for_gpus(job: PendingJob) -> bool:
         return job.gpus_per_node > 0 and job.node_count == 1 and job.reason in WAITING_FOR_RESOURCES
 
-    def _request(self, job: PendingJob) -> Request:
+    def _request(self, job: PendingJob, nodes: tuple[str, ...]) -> Request:
         return Request(
             source=self.name,
             key=job.id,
             who=f"Slurm job {job.id} of {job.user}",
             gpus=job.gpus_per_node,
-            nodes=job.nodes,
+            nodes=nodes,
             since=submitted_at(job.submitted),
         )

@@ -35,6 +35,10 @@ class SlurmApi(Protocol):
 
     def gpus_allocated(self, node: str) -> int | None: ...
 
+    def pending_jobs(self) -> list[PendingJob]: ...
+
+    def free_gpus(self) -> dict[str, int]: ...
+
 
 @dataclass(frozen=True)
 class SlurmJob:
@@ -61,9 +65,14 @@ class PendingJob:
     submitted: str  # SubmitTime as Slurm prints it (local time, ISO 8601 without a zone)
 
 
-def _gres_counts(gres: str) -> str:
+def gres_counts(gres: str) -> str:
     """`Gres=gpu:h100:4(S:0-1)` as `gpu:h100:4`: the socket affinity is not a count."""
     return re.sub(r"\([^)]*\)", "", gres)
+
+
+def node_usable(state: str) -> bool:
+    """A node whose state (`MIXED+DRAIN`, `IDLE+NOT_RESPONDING`, ...) lets jobs start on it."""
+    return not any(s in state.upper() for s in ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"))
 
 
 def gpus_per_node(fields: dict[str, str]) -> int:
@@ -227,7 +236,8 @@ class SlurmCli:
         return self.hostnames(parse_fields(done.stdout).get("Nodes", ""))
 
     def free_gpus(self) -> dict[str, int]:
-        """GPUs no job holds on each node that can take jobs (SlurmError: unknown)."""
+        """GPUs no job holds on each node that can take jobs; a node that cannot (down,
+        drained, failing, not responding) is left out (SlurmError: unknown)."""
         done = self._run([self.scontrol, "-o", "-d", "show", "node"])
         if done.returncode != 0:
             raise SlurmError(f"scontrol show node: {done.stderr.strip()[:200]}")
@@ -237,10 +247,10 @@ class SlurmCli:
             if "NodeName" not in fields:
                 continue
             state = fields.get("State", "")
-            total = sum(int(n) for n in _GPUS_USED.findall(_gres_counts(fields.get("Gres", ""))))
+            total = sum(int(n) for n in _GPUS_USED.findall(gres_counts(fields.get("Gres", ""))))
             used = sum(int(n) for n in _GPUS_USED.findall(fields.get("GresUsed", "")))
-            usable = not any(s in state for s in ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"))
-            free[fields["NodeName"]] = max(0, total - used) if usable else 0
+            if node_usable(state):
+                free[fields["NodeName"]] = max(0, total - used)
         return free
 
     def gpus_allocated(self, node: str) -> int | None:

@@ -249,10 +249,6 @@ def test_min_runtime_per_rule_and_claims_only_lengthen_it(tmp_path: Path):
         ("demand: {kubernetes: true}\n", "configure kubernetes"),
         ("demand: {pools: [{pool: a, nodes: [n], query: up}]}\n", "pools need prometheus"),
         ("demand: {wait_list: true}\n", "server.keep_socket"),
-        (
-            "slurm: {rest: {url: http://s, user: u, token_file: t}}\ndemand: {slurm: true}\n",
-            "slurm.rest is not",
-        ),
         ("demand: {pools: [{pool: 'a b', nodes: [n], query: up}]}\nprometheus: x\n", "pool"),
         ("server: {keep_socket: /" + "x" * 120 + "}\n", "at most 107 bytes"),
         ("defaults: {reclaim_when: sometimes}\n", "reclaim_when"),

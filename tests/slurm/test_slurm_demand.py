@@ -1,4 +1,5 @@
-"""reclaim_when: demand on a real single-node Slurm (slurmctld, slurmd, munge): an idle job
+"""reclaim_when: demand on a real single-node Slurm (slurmctld, slurmd, munge), its queue
+read through the commands (`scontrol`) and, again, through a real slurmrestd: an idle job
 is warned and kept while nobody waits; a pending job that needs two GPUs, while the node's
 other GPU is busy, reclaims nothing (no fit); a pending job that needs one GPU has the idle
 job cancelled through Slurm after the grace, and Slurm starts it on the freed GPU, where the
@@ -7,6 +8,7 @@ reclaimed idle job."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from actuator.schedulers.slurm_cli import SlurmCli
 from exporter.sim.state import init_node
 from exporter.slurm import slurm_job_of
 from tests.helpers.actuator import NODE, Actuator, Workload, alert_for, payload
-from tests.helpers.slurm import Slurm, job_command, job_ranks, slurm_cluster
+from tests.helpers.slurm import Slurm, job_command, job_ranks, jwt_conf, slurm_cluster, slurmrestd
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(150)
@@ -50,15 +52,25 @@ def _rank(site: Site, job: str) -> Workload:
     return rank
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+@pytest.fixture(scope="module", params=["scontrol", "slurmrestd"])
+def site(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Site]:
     """Both GPUs allocated: an idle job on GPU 0 (alerted, warned), a busy one on GPU 1."""
     base = tmp_path_factory.mktemp("slurm-demand")
     sim = base / "node"
     init_node(sim, gpus=2, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
-    with slurm_cluster(base / "cluster", gpus=2, node=NODE) as slurm:
+    rest = request.param == "slurmrestd"
+    extra = jwt_conf(base / "jwt") if rest else ""
+    with contextlib.ExitStack() as stack:
+        slurm = stack.enter_context(slurm_cluster(base / "cluster", gpus=2, node=NODE, extra=extra))
+        if rest:  # the actuator has no slurm.conf, only slurmrestd's URL
+            url, token = stack.enter_context(slurmrestd(slurm))
+            transport: dict = {"rest": {"url": url, "user": "root", "token_file": str(token)}}
+        else:
+            transport = {"conf": str(slurm.conf)}
         policy = {
-            "slurm": {"conf": str(slurm.conf)},
+            "slurm": transport,
             "defaults": {"reclaim_when": "demand", "grace": "1s"},
             "demand": {"slurm": True, "interval": "0.3s"},
         }

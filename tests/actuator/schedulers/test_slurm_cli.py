@@ -98,7 +98,7 @@ def test_pending_jobs_with_the_nodes_they_may_run_on(slurm: SlurmCli) -> None:
 
 
 def test_free_gpus_count_what_no_job_holds_on_nodes_that_take_jobs(slurm: SlurmCli) -> None:
-    assert slurm.free_gpus() == {"gpu-01": 1, "gpu-02": 0, "gpu-03": 8}  # gpu-02 drains
+    assert slurm.free_gpus() == {"gpu-01": 1, "gpu-03": 8}  # gpu-02 drains: it takes no job
 
 
 def test_cancel_asks_scancel_and_refuses_what_is_not_a_job_id(slurm: SlurmCli) -> None:
