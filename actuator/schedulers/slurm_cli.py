@@ -116,6 +116,19 @@ class JobCache:
             self._jobs.pop(job_id, None)
 
 
+def partition_nodes(
+    partition: str, known: dict[str, tuple[str, ...]], read: Callable[[str], tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The nodes of a pending job's partitions: one, or several (`-p gpu,gpu-long`, which
+    Slurm keeps as `gpu,gpu-long`), each read once per listing, in order, each node once."""
+    nodes: dict[str, None] = {}
+    for name in partition.split(","):
+        if name not in known:
+            known[name] = read(name)
+        nodes.update(dict.fromkeys(known[name]))
+    return tuple(nodes)
+
+
 def parse_fields(line: str) -> dict[str, str]:
     """`scontrol -o show ...` output: one line of Key=Value pairs."""
     return {m.group(1): m.group(2) for m in _FIELD.finditer(line)}
@@ -213,9 +226,7 @@ class SlurmCli:
             if required and required != "(null)":
                 nodes = self.hostnames(required)
             else:
-                if partition not in partitions:
-                    partitions[partition] = self._partition_nodes(partition)
-                nodes = partitions[partition]
+                nodes = partition_nodes(partition, partitions, self._partition_nodes)
             job = PendingJob(
                 id=fields["JobId"],
                 user=fields.get("UserId", "").split("(")[0],

@@ -35,6 +35,7 @@ from actuator.schedulers.slurm_cli import (
     gpus_per_node,
     gres_counts,
     node_usable,
+    partition_nodes,
 )
 
 # The whole queue and node list come in one answer: a large cluster's is tens of MiB.
@@ -219,9 +220,7 @@ class SlurmRest:
             if required:
                 nodes = self.hostnames(required)
             else:
-                if partition not in partitions:
-                    partitions[partition] = self._partition_nodes(partition)
-                nodes = partitions[partition]
+                nodes = partition_nodes(partition, partitions, self._partition_nodes)
             gpus = gpus_per_node(
                 {
                     "TresPerNode": _text(raw, "tres_per_node"),

@@ -97,7 +97,7 @@ def test_the_rest_client_tells_unknown_from_unreachable(site: RestSite, tmp_path
 def test_the_queue_through_slurmrestd_reads_as_through_scontrol(site: RestSite) -> None:
     """What demand reads (pending jobs, free GPUs per node) is the same through both of
     Slurm's transports, on one real cluster: GPUs taken, jobs pending for each reason and
-    shape, then the node drained."""
+    shape (two partitions at once included), then the node drained."""
     cli = SlurmCli(env=site.slurm.env)
     jobs = [
         site.slurm.sbatch("sleep 300", "--gres=gpu:1"),  # runs
@@ -106,10 +106,11 @@ def test_the_queue_through_slurmrestd_reads_as_through_scontrol(site: RestSite) 
         site.slurm.sbatch("sleep 300", "--gres=gpu:1", "-w", NODE),  # required node
         site.slurm.sbatch("sleep 300", "-p", "long"),  # no GPU
         site.slurm.sbatch("sleep 300", "--gres=gpu:1", "--hold"),  # held: not for a reclaim
+        site.slurm.sbatch("sleep 300", "--gres=gpu:1", "-p", "debug,long"),  # either partition
     ]
     try:
         wait_until(lambda: site.slurm.job_state(jobs[0]) == "RUNNING", 30, 0.3)
-        wait_until(lambda: len(cli.pending_jobs()) == 5, 30, 0.3)
+        wait_until(lambda: len(cli.pending_jobs()) == 6, 30, 0.3)
         through_rest, through_cli = site.rest.pending_jobs(), cli.pending_jobs()
         assert sorted(through_rest, key=lambda j: j.id) == sorted(through_cli, key=lambda j: j.id)
         by_id = {j.id: j for j in through_rest}
@@ -117,6 +118,9 @@ def test_the_queue_through_slurmrestd_reads_as_through_scontrol(site: RestSite) 
         assert by_id[jobs[2]].gpus_per_node == 1 and by_id[jobs[2]].partition == "long"
         assert by_id[jobs[4]].gpus_per_node == 0
         assert by_id[jobs[5]].reason not in ("Resources", "Priority")
+        # Two partitions on one node: each read, the node once (one such job made the whole
+        # queue unknown, for every job, before).
+        assert by_id[jobs[6]].partition == "debug,long" and by_id[jobs[6]].nodes == (NODE,)
         assert by_id[jobs[1]].submitted  # the same local time scontrol prints
         assert site.rest.free_gpus() == cli.free_gpus()
         site.slurm.run("scontrol", "update", f"nodename={NODE}", "state=drain", "reason=test")

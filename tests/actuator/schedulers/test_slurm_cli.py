@@ -22,6 +22,8 @@ PENDING = (
     "ReqNodeList=(null) NumNodes=1 TresPerNode=gres/gpu:1 SubmitTime=2026-12-01T09:00:00\n"
     "JobId=44 UserId=carol(1003) JobState=PENDING Reason=Priority Partition=gpu "
     "ReqNodeList=gpu-03 NumNodes=1-1 TresPerJob=gres/gpu:4 SubmitTime=2026-12-01T09:05:00\n"
+    "JobId=45 UserId=dan(1004) JobState=PENDING Reason=Resources Partition=gpu,long "
+    "ReqNodeList=(null) NumNodes=1 TresPerNode=gres/gpu:1 SubmitTime=2026-12-01T09:06:00\n"
     + JOB_42
     + "\n"
 )
@@ -53,6 +55,7 @@ SCONTROL = f"""case "$*" in
   "-o show job") printf '%s' '{PENDING}' ;;
   "show hostnames gpu-[01-02]") printf 'gpu-01\\ngpu-02\\n' ;;
   "-o show partition gpu") echo 'PartitionName=gpu Nodes=gpu-01,gpu-03 State=UP' ;;
+  "-o show partition long") echo 'PartitionName=long Nodes=gpu-03,gpu-04 State=UP' ;;
   "-o -d show node") printf '%s' '{NODES}' ;;
   *) echo "unexpected: $*" >&2; exit 3 ;;
 esac"""
@@ -85,7 +88,7 @@ def test_a_job_is_read_with_its_owner_and_nodes(slurm: SlurmCli) -> None:
 
 
 def test_pending_jobs_with_the_nodes_they_may_run_on(slurm: SlurmCli) -> None:
-    first, second = slurm.pending_jobs()
+    first, second, third = slurm.pending_jobs()
     assert (first.id, first.user, first.reason, first.gpus_per_node) == (
         "43",
         "bob",
@@ -95,6 +98,10 @@ def test_pending_jobs_with_the_nodes_they_may_run_on(slurm: SlurmCli) -> None:
     assert first.nodes == ("gpu-01", "gpu-03")  # its partition's
     assert first.submitted == "2026-12-01T09:00:00"
     assert (second.id, second.gpus_per_node, second.nodes) == ("44", 4, ("gpu-03",))
+    # Two partitions (`-p gpu,long`): each read once, their nodes together, each once.
+    assert third.nodes == ("gpu-01", "gpu-03", "gpu-04")
+    shown = [c for c in _calls(slurm.scontrol) if "partition" in c]
+    assert shown == ["-o show partition gpu", "-o show partition long"]
 
 
 def test_free_gpus_count_what_no_job_holds_on_nodes_that_take_jobs(slurm: SlurmCli) -> None:
