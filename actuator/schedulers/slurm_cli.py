@@ -265,9 +265,13 @@ class SlurmCli:
         return free
 
     def gpus_allocated(self, node: str) -> int | None:
-        """GPUs the scheduler counts as in use on the node (`GresUsed`, by type)."""
-        done = self._run([self.scontrol, "-o", "-d", "show", "node", node])
-        if done.returncode != 0:
+        """GPUs the scheduler counts as in use on the node (`GresUsed`, by type); None when
+        it cannot be read (a count is read, never assumed)."""
+        try:
+            done = self._run([self.scontrol, "-o", "-d", "show", "node", node])
+        except SlurmError:
             return None
-        used = parse_fields(done.stdout).get("GresUsed", "")
-        return sum(int(n) for n in _GPUS_USED.findall(used))
+        fields = parse_fields(done.stdout.strip().splitlines()[0] if done.stdout.strip() else "")
+        if done.returncode != 0 or fields.get("NodeName") != node or "GresUsed" not in fields:
+            return None
+        return sum(int(n) for n in _GPUS_USED.findall(fields["GresUsed"]))

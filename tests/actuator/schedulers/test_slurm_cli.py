@@ -57,6 +57,9 @@ SCONTROL = f"""case "$*" in
   "-o show partition gpu") echo 'PartitionName=gpu Nodes=gpu-01,gpu-03 State=UP' ;;
   "-o show partition long") echo 'PartitionName=long Nodes=gpu-03,gpu-04 State=UP' ;;
   "-o -d show node") printf '%s' '{NODES}' ;;
+  "-o -d show node gpu-01") printf '%s' '{NODES.splitlines()[0]}' ;;
+  "-o -d show node gpu-09") echo 'NodeName=gpu-01 GresUsed=gpu:0' ;;
+  "-o -d show node gpu-10") echo 'NodeName=gpu-10 State=IDLE' ;;
   *) echo "unexpected: $*" >&2; exit 3 ;;
 esac"""
 
@@ -106,6 +109,16 @@ def test_pending_jobs_with_the_nodes_they_may_run_on(slurm: SlurmCli) -> None:
 
 def test_free_gpus_count_what_no_job_holds_on_nodes_that_take_jobs(slurm: SlurmCli) -> None:
     assert slurm.free_gpus() == {"gpu-01": 1, "gpu-03": 8}  # gpu-02 drains: it takes no job
+
+
+def test_gpus_allocated_are_read_for_the_node_asked_about_or_unknown(
+    slurm: SlurmCli, tmp_path: Path
+) -> None:
+    assert slurm.gpus_allocated("gpu-01") == 3
+    assert slurm.gpus_allocated("gpu-09") is None  # an answer about another node
+    assert slurm.gpus_allocated("gpu-10") is None  # no GresUsed: not "none in use"
+    assert slurm.gpus_allocated("gpu-11") is None  # scontrol failed
+    assert SlurmCli(str(tmp_path / "absent")).gpus_allocated("gpu-01") is None
 
 
 def test_cancel_asks_scancel_and_refuses_what_is_not_a_job_id(slurm: SlurmCli) -> None:
