@@ -1,5 +1,6 @@
 """Demand from Kubernetes: Pending pods that request `nvidia.com/gpu` and that the
-scheduler marked unschedulable (condition PodScheduled=False, reason Unschedulable)."""
+scheduler marked unschedulable (condition PodScheduled=False, reason Unschedulable), each
+on the nodes its required rules allow (actuator/demand/kube_nodes.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import json
 from datetime import datetime
 from typing import Any
 
+from actuator.demand.kube_nodes import GPU_RESOURCE, KubeNode, eligible_nodes, parse_nodes
 from actuator.demand.model import DemandError, Reading, Request
 from actuator.schedulers.kube_api import KubeApi, KubeError
-
-GPU_RESOURCE = "nvidia.com/gpu"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def _gpus(container: dict[str, Any]) -> int:
@@ -49,21 +48,31 @@ def unschedulable_since(status: dict[str, Any]) -> float | bool | None:
     return False
 
 
-def pod_request(pod: dict[str, Any]) -> Request | None:
+def waits_for_gpus(pod: dict[str, Any]) -> bool:
+    """An unschedulable pod, on no node yet, that asks for GPUs."""
+    spec = pod.get("spec") or {}
+    since = unschedulable_since(pod.get("status") or {})
+    return since is not False and not spec.get("nodeName") and pod_gpus(spec) > 0
+
+
+def pod_request(pod: dict[str, Any], nodes: list[KubeNode]) -> Request | None:
+    """The pod's request on the nodes it may run on; None when it waits for no GPU, or no
+    node can take it (it would mean any node)."""
+    if not waits_for_gpus(pod):
+        return None
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus = pod_gpus(spec)
     since = unschedulable_since(pod.get("status") or {})
-    if gpus == 0 or since is False or spec.get("nodeName"):
+    names = eligible_nodes(spec, gpus, nodes)
+    if not names:
         return None
-    selector = spec.get("nodeSelector") or {}
-    nodes = (selector[HOSTNAME_LABEL],) if HOSTNAME_LABEL in selector else ()
     ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     return Request(
         source="kubernetes",
         key=ref,
         who=f"pod {ref}",
         gpus=gpus,
-        nodes=nodes,
+        nodes=names,
         since=since if isinstance(since, float) else None,
     )
 
@@ -80,8 +89,18 @@ class PendingPods:
         except KubeError as exc:
             raise DemandError(str(exc)) from None
         try:
-            items = json.loads(raw)["items"]
-            found = [pod_request(pod) for pod in items]
+            waiting = [pod for pod in json.loads(raw)["items"] if waits_for_gpus(pod)]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DemandError(f"the pod list could not be read: {exc}") from None
+        if not waiting:
+            return Reading(())
+        try:  # read only when a pod waits: where it may run
+            raw_nodes = self.api.nodes()
+        except KubeError as exc:
+            raise DemandError(str(exc)) from None
+        try:
+            nodes = parse_nodes(json.loads(raw_nodes)["items"])
+            found = [pod_request(pod, nodes) for pod in waiting]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DemandError(f"the node list could not be read: {exc}") from None
         return Reading(tuple(r for r in found if r is not None))

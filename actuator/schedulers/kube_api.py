@@ -123,6 +123,11 @@ class KubeApi:
         )
         return bytes(raw.data)
 
+    def nodes(self) -> bytes:
+        """Every node, as the API server's JSON (where a pending pod may run)."""
+        raw = self._call(self._core.list_node, _preload_content=False)
+        return bytes(raw.data)
+
     def evict(self, pod: Pod, *, dry_run: bool = False) -> None:
         """POST .../pods/NAME/eviction with a UID precondition; EvictionBlocked on 429."""
         c = self._client

@@ -7,7 +7,8 @@
   token, with the official request and response shapes: GET a pod, POST its eviction
   (policy/v1 Eviction: UID precondition, dryRun, 429 when a disruption budget forbids it),
   DELETE it (DeleteOptions: UID precondition, grace), and GpuReclaimPolicy list/watch
-  (a List with its resourceVersion, then a stream of watch events).
+  (a List with its resourceVersion, then a stream of watch events); the Pending pods and
+  the nodes it is given, as lists (demand).
 
 The pods are real processes in a real cgroup (`in_pod`, the cgroupfs driver's kubepods
 layout): an eviction or a deletion signals them, as the kubelet would (SIGTERM, then
@@ -55,6 +56,25 @@ def _cgroup_root() -> Path:
         if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
             return path
     raise RuntimeError("no writable cgroup hierarchy: the pod tests need root")
+
+
+def gpu_node(
+    name: str,
+    gpus: int = 8,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    cordoned: bool = False,
+) -> dict[str, Any]:
+    """A Node as the API server lists it: its hostname label, allocatable GPUs (the device
+    plugin's count), taints and cordon."""
+    spec: dict[str, Any] = {"taints": taints} if taints else {}
+    if cordoned:
+        spec["unschedulable"] = True
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": spec,
+        "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": str(gpus)}},
+    }
 
 
 @dataclass
@@ -188,6 +208,7 @@ class ApiServer:
         self.positions: dict[int, int] = {}  # open watch stream -> resourceVersion it is at
         self.status_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.pending: list[dict[str, Any]] = []  # Pending pods, as the API serves them
+        self.nodes: list[dict[str, Any]] = []  # Nodes, as the API serves them
         self._stream_ids = itertools.count()
         self.revision = 1
         self.compacted = 0
@@ -356,6 +377,16 @@ class ApiServer:
                 "apiVersion": "v1",
                 "metadata": {"resourceVersion": str(self.revision)},
                 "items": self.pending,
+            }
+            return Response(json.dumps(body), mimetype="application/json")
+
+        @app.get("/api/v1/nodes")
+        def list_nodes() -> Response:
+            body = {
+                "kind": "NodeList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.revision)},
+                "items": self.nodes,
             }
             return Response(json.dumps(body), mimetype="application/json")
 

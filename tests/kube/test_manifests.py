@@ -167,6 +167,27 @@ def test_rbac_is_least_privilege() -> None:
     assert accounts["gpu-reclaimer-node"]["automountServiceAccountToken"] is False
 
 
+def test_the_demand_role_only_lists_pods_and_nodes_and_is_not_applied_by_default() -> None:
+    """demand.kubernetes lists the Pending pods and the nodes: a role of its own, for the
+    actuator's account, that the shipped kustomization (idle only) leaves out."""
+    docs = _docs(KUBE / "rbac-demand.yaml")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert granted == {("", "pods", "list"), ("", "nodes", "list")}
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert [s["name"] for s in binding["subjects"]] == ["gpu-reclaimer-actuator"]
+    assert "rbac-demand.yaml" not in _kustomization()["resources"]
+
+
 def test_the_prometheus_rule_is_generated_from_the_rule_files() -> None:
     spec = importlib.util.spec_from_file_location("gen", KUBE / "generate_prometheusrule.py")
     assert spec is not None and spec.loader is not None

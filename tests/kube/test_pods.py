@@ -15,7 +15,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from tests.helpers.actuator import NODE, Actuator, Workload, Workloads, alert_for, payload
-from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, pod_cgroup
+from tests.helpers.kube import ApiServer, Kubelet, PodCgroup, PodSpec, gpu_node, pod_cgroup
 from tests.helpers.mail import Inbox
 from tests.support import free_port, wait_until
 
@@ -300,6 +300,8 @@ def test_an_idle_pod_under_reclaim_when_demand_is_evicted_only_for_a_pending_pod
     assert site.actuator.case_for(w)["state"] == "notified" and pod.evictions == []
     # Steps of a case past pending do not ask the API server for the pod's keep annotation.
     assert sum(1 for m, p in site.api.requests if m == "GET" and p == path) == reads
+    # One more node the pod's selector rules out: the pod waits on this node alone.
+    site.api.nodes = [gpu_node(NODE), gpu_node("gpu-b-1")]
     site.api.pending = [_pending_pod("resnet-0", 1)]
     try:
         case = _final(site, w)
