@@ -210,10 +210,13 @@ def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path)
                 "projects:\n"
                 "  - {name: teaching, match: {groups: [students]}, reclaim_when: idle}\n"
                 "  - {name: claimed, match: {labels: [research]}, reclaim_when: demand}\n"
+                "  - {name: hurried, match: {labels: [sprint]}, reclaim_when: idle}\n"
             ),
         )
     )
     assert resolve(config, Facts(user="bob")).reclaim_when == "demand"
+    # A label (anyone can set one) that matches an idle rule never takes demand away.
+    assert resolve(config, Facts(user="bob"), Claims(project="sprint")).reclaim_when == "demand"
     teaching = resolve(config, Facts(user="ann", groups=("students",)))
     assert teaching.reclaim_when == "idle"
     # A label that matches a demand rule makes the students' case safer: demand.
