@@ -40,6 +40,52 @@ class Pod:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise KubeError(f"the API server's answer: {what} is not an object")
+    return value
+
+
+def _text(value: Any, what: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise KubeError(f"the API server's answer: {what} is not text")
+    return value
+
+
+def _texts(value: Any, what: str) -> dict[str, str]:
+    found = _object(value, what)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        raise KubeError(f"the API server's answer: {what} are not text")
+    return dict(found)
+
+
+def pod_from(raw: bytes, namespace: str, name: str) -> Pod:
+    """A pod from the API server's JSON, or KubeError: an answer of another shape (a proxy's
+    HTML page, a list, a number where text belongs) is an API server that cannot be asked,
+    never a pod with empty fields."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise KubeError("the API server's answer is not JSON") from None
+    data = _object(data, "the pod")
+    meta = _object(data.get("metadata"), "metadata")
+    spec, status = _object(data.get("spec"), "spec"), _object(data.get("status"), "status")
+    return Pod(
+        namespace=_text(meta.get("namespace"), "namespace", namespace),
+        name=_text(meta.get("name"), "name", name),
+        uid=_text(meta.get("uid"), "uid"),
+        node=_text(spec.get("nodeName"), "nodeName"),
+        phase=_text(status.get("phase"), "phase"),
+        terminating=bool(meta.get("deletionTimestamp")),
+        annotations=_texts(meta.get("annotations"), "annotations"),
+        labels=_texts(meta.get("labels"), "labels"),
+    )
+
+
 def _status_message(exc: Any) -> str:
     """The message of the API server's Status object, else the HTTP reason."""
     try:
@@ -101,18 +147,7 @@ class KubeApi:
             )
         except LookupError:
             return None
-        data = json.loads(raw.data)
-        meta, spec, status = data.get("metadata", {}), data.get("spec", {}), data.get("status", {})
-        return Pod(
-            namespace=meta.get("namespace", namespace),
-            name=meta.get("name", name),
-            uid=meta.get("uid", ""),
-            node=spec.get("nodeName", ""),
-            phase=status.get("phase", ""),
-            terminating=bool(meta.get("deletionTimestamp")),
-            annotations=dict(meta.get("annotations") or {}),
-            labels=dict(meta.get("labels") or {}),
-        )
+        return pod_from(raw.data, namespace, name)
 
     def pending_pods(self) -> bytes:
         """Every Pending pod in the cluster, as the API server's JSON (demand)."""

@@ -209,6 +209,7 @@ class ApiServer:
         self.status_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.pending: list[dict[str, Any]] = []  # Pending pods, as the API serves them
         self.nodes: list[dict[str, Any]] = []  # Nodes, as the API serves them
+        self.broken: dict[str, bytes] = {}  # path -> what a broken proxy answers there (200)
         self._stream_ids = itertools.count()
         self.revision = 1
         self.compacted = 0
@@ -364,6 +365,8 @@ class ApiServer:
             self.requests.append((request.method, request.full_path.rstrip("?")))
             if request.headers.get("Authorization") != f"Bearer {TOKEN}":
                 return _status(401, "Unauthorized", "Unauthorized")
+            if request.path in self.broken:
+                return Response(self.broken[request.path], 200, mimetype="application/json")
             return None
 
         @app.get("/api/v1/pods")

@@ -99,3 +99,29 @@ def test_an_api_server_that_cannot_be_asked_is_unknown(api: ApiServer, tmp_path:
         gone.pod("lab", "serving")
     with pytest.raises(KubeError, match="did not answer"):
         gone.pending_pods()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"<html><body>Sign in to the cluster proxy</body></html>",
+        b'["a", "list"]',
+        b'{"metadata": "lab/serving"}',
+        b'{"metadata": {"name": "serving", "uid": 7}}',
+        b'{"metadata": {"name": "serving", "annotations": {"gpu-reclaimer.io/keep": 2}}}',
+        b'{"metadata": {"name": "serving"}, "spec": {"nodeName": ["gpu-01"]}}',
+    ],
+)
+def test_an_answer_of_another_shape_is_an_api_server_that_cannot_be_asked(
+    api: ApiServer, client: KubeApi, answer: bytes
+) -> None:
+    """A proxy in front of the API server that answers 200 with a sign-in page, or an
+    answer with a number where text belongs: KubeError (the step waits, nothing is
+    signalled), never a pod with empty or foreign fields."""
+    _serving(api)
+    api.broken["/api/v1/namespaces/lab/pods/serving"] = answer
+    with pytest.raises(KubeError, match="the API server's answer"):
+        client.pod("lab", "serving")
+    api.broken.clear()
+    pod = client.pod("lab", "serving")
+    assert pod is not None and pod.name == "serving"
