@@ -12,6 +12,7 @@ earlier process that had the same PID on that GPU is not drawn.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,8 +84,11 @@ def idle_query(subject: Subject) -> str:
 
 def window(subject: Subject, now: float, span: float) -> tuple[float, float]:
     """The picture's time range: the last `span` seconds, from the process's start at the
-    earliest."""
-    return max(now - span, subject.start_time), now
+    earliest, in whole seconds rounded up. The Prometheus client sends whole seconds
+    (rounded to the nearest): an end rounded down could fall before a sample scraped in the
+    last half second, the only one a new process has, and the picture would read as "no
+    series"; a start rounded down could fall before the process began."""
+    return float(math.ceil(max(now - span, subject.start_time))), float(math.ceil(now))
 
 
 def step_for(start: float, end: float, points: int = 240) -> float:

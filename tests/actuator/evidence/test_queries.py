@@ -22,6 +22,11 @@ def test_a_picture_selects_the_proven_gpu_and_pid_and_starts_with_the_process() 
     ]
     assert window(hostile, now=5000.0, span=3 * 3600) == (1000.0, 5000.0)  # since its start
     assert window(hostile, now=20000.0, span=3600) == (16400.0, 20000.0)
+    # Whole seconds, rounded up (the client would round to the nearest): the newest sample
+    # (scraped at 20000.2 for a process started at 19999.7) is inside, the time before the
+    # process outside.
+    young = Subject("GPU-1", 42, start_time=19999.7)
+    assert window(young, now=20000.4, span=3600) == (20000.0, 20001.0)
     assert step_for(0, 3600) == 15.0 and step_for(0, 60) == 1.0
 
 
