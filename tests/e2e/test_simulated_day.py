@@ -48,9 +48,13 @@ def test_reclaiming_the_abandoned_notebook_lets_the_queued_job_run(
     assert demand.mean_wait_h is not None and observe.mean_wait_h is not None
     assert demand.idle_gpu_hours is not None and observe.idle_gpu_hours is not None
     assert demand.hours < DEMAND_HOURS_AT_MOST, report  # it ended on the job's completion
-    # Per hour that ran (the two runs last different spans): the reclaim ended the idle time.
-    assert demand.idle_gpu_hours / demand.hours < observe.idle_gpu_hours / observe.hours, report
-    # The notebook's share of its GPU's draw, while idle: burned observing, cut by the reclaim.
+    # Per hour that ran (the two runs last different spans): the reclaim ended the idle time,
+    # read as the notebook's share of its GPU's draw while `gpu_process:idle_condition` held:
+    # burned observing, cut by the reclaim. Not as "GPU-hours held by idle or stalled
+    # processes": at 240x a quarter-second pause of the working trainings on a loaded machine
+    # is a simulated minute without a heartbeat, so that sum moves with the machine's load
+    # (a fresh clone's run read 1.04 idle-or-stalled GPU-hours per hour enforcing against 0.98
+    # observing, while the idle draw was 0.041 against 0.061 kWh per hour).
     assert observe.idle_kwh and demand.idle_kwh is not None, report
     assert demand.idle_kwh / demand.hours < observe.idle_kwh / observe.hours, report
     per_day = 1 / 2 * 24 / demand.hours
