@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the stack and its parts load only when the demo runs
     from actuator.demo.view import Style
 
 REFRESH_SECONDS = 1.0
+NOTICED_WITHIN_DEFAULT = "4"  # hours (actuator/demo/day.py's NOTICED_WITHIN_H)
 
 
 def _scale(text: str) -> float:
@@ -33,6 +34,15 @@ def _scale(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError("the scale must be in (0, 1], e.g. 1/15")
     return value
+
+
+def _hours_or_never(text: str) -> float | None:
+    if text.strip().lower() == "never":
+        return None
+    hours = argtypes.positive_number(text)
+    if hours < 0.5:
+        raise argparse.ArgumentTypeError(f"at least half an hour, or never: {text!r}")
+    return hours
 
 
 def add_demo_command(commands: Any) -> None:
@@ -72,11 +82,12 @@ def add_demo_command(commands: Any) -> None:
     )
     day = parser.add_argument_group(
         "a measured simulated day",
-        "--day: a seeded day of jobs (trainings, debug runs, abandoned notebooks, crashed jobs "
-        "with live workers, a hung 2-GPU run) queued on the node's wait list, run once per "
-        "mode (observe; enforce with reclaim_when: idle; enforce with reclaim_when: demand), "
-        "then one table (utilisation, jobs per GPU, queue wait, reclaims, needless reclaims). "
-        "24 h at 1/120 take about 40 minutes for the three.",
+        "--day: a seeded day of jobs (trainings, debug runs, sessions paused while their owner "
+        "is away, abandoned notebooks, crashed jobs with live workers, hung 2-GPU runs) "
+        "queued on the node's wait list, run once per mode (observe; enforce with "
+        "reclaim_when: idle; enforce with reclaim_when: demand), then one table (utilisation, "
+        "jobs per GPU, queue wait, reclaims, needless reclaims, work lost). 24 h at 1/120 "
+        "take about 40 minutes for the three.",
     )
     day.add_argument("--day", action="store_true", help="run the simulated day")
     day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
@@ -94,6 +105,15 @@ def add_demo_command(commands: Any) -> None:
         metavar="N",
         help="jobs arriving per GPU per day, most in working hours (default 8: the queue is "
         "rarely empty in working hours; fewer: a cluster with room, where demand is rarer)",
+    )
+    day.add_argument(
+        "--noticed-within",
+        type=_hours_or_never,
+        default=NOTICED_WITHIN_DEFAULT,
+        metavar="HOURS|never",
+        help="an abandoned job's owner notices and ends it some time (drawn) between half an "
+        "hour and this long after it stopped working (default 4); never: it holds its GPUs "
+        "until reclaimed or the day ends",
     )
     day.add_argument(
         "--create-users",
@@ -217,7 +237,16 @@ def _day(args: argparse.Namespace) -> int:
     try:
         modes = args.modes or MODES
         jobs_per_gpu = args.jobs_per_gpu or JOBS_PER_GPU
-        run_modes(options, args.seed, args.hours, sys.stdout, progress, modes, jobs_per_gpu)
+        run_modes(
+            options,
+            args.seed,
+            args.hours,
+            sys.stdout,
+            progress,
+            modes,
+            jobs_per_gpu,
+            args.noticed_within,
+        )
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from actuator.demo.accounts import owner_of
@@ -31,16 +31,25 @@ from exporter.sim.state import load_node
 if TYPE_CHECKING:
     from actuator.demo.stack import Stack, StackOptions, Workload
 
-# Kinds of job: trainings and debug runs finish by themselves; the others stop working but
-# keep their GPU memory until someone (the actuator) frees it.
-FINISHING = ("training", "debug")
+# Kinds of job: trainings and debug runs work until they finish; a paused session stops
+# working for a while (its owner at lunch, in a meeting) and then works again and finishes;
+# the others stop working for good but keep their GPU memory until someone (the actuator)
+# frees it.
+WORKING = ("training", "debug")  # never idle: signalling one is harm
+FINISHING = (*WORKING, "paused")  # exits by itself if left alone
 KINDS: dict[str, float] = {  # share of the day's jobs
-    "training": 0.55,
+    "training": 0.45,
     "debug": 0.10,
+    "paused": 0.10,  # idle, then working again: reclaiming it loses its owner's work
     "notebook": 0.15,  # a notebook tab closed: the kernel keeps its CUDA context
     "crashed": 0.12,  # the loop crashed; the process and its DataLoader workers live on
     "hung": 0.08,  # a 2-GPU run whose peer died: NCCL spins at 100 %, no progress
 }
+# An abandoned job's owner notices it and ends it (closes the notebook, kills the leftover
+# workers) at some time in this many hours after it stopped working: owners do come back,
+# which is why a real cluster wastes hours per GPU a day, not the whole day. None: never.
+NOTICED_WITHIN_H: float | None = 4.0
+NOTICED_AFTER_H = 0.5  # the soonest an owner notices
 # How many jobs arrive per GPU per day (the default day's load: the queue is rarely empty in
 # working hours).
 JOBS_PER_GPU = 8.0
@@ -69,34 +78,69 @@ class Job:
     busy_h: float  # work done before it finishes (or stops working)
     memory_gib: int
     user: str = ""  # whose job (actuator/demo/accounts.py); "" or not usable: the caller's
+    pause_h: float = 0.0  # a paused session: how long it stops working, half way through
+    noticed_h: float | None = None  # abandoned: when its owner ends it, after it stopped
 
     @property
     def finishes(self) -> bool:
         return self.kind in FINISHING
 
+    @property
+    def resumes(self) -> bool:
+        """Stops working for a while, then works again: reclaimed, its work is lost."""
+        return self.kind == "paused"
+
     def phases(self, scale: float) -> str:
+        load = f"load={max(0.3, 120 * scale):.2f}s"
+        if self.resumes:
+            half = f"busy={max(0.5, self.busy_h / 2 * 3600 * scale):.2f}s"
+            pause = f"idle={max(0.5, self.pause_h * 3600 * scale):.2f}s"
+            return f"{load},{half},{pause},{half},done"
         busy = f"busy={max(0.5, self.busy_h * 3600 * scale):.2f}s"
         if self.finishes:
-            return f"load={max(0.3, 120 * scale):.2f}s,{busy},done"
-        return f"{busy},{'hang' if self.kind == 'hung' else 'idle'}"
+            return f"{load},{busy},done"
+        stopped = "hang" if self.kind == "hung" else "idle"
+        if self.noticed_h is None:
+            return f"{busy},{stopped}"
+        return f"{busy},{stopped}={max(0.5, self.noticed_h * 3600 * scale):.2f}s,done"
+
+
+def day_mix(count: int) -> list[str]:
+    """How many jobs of each kind a day of `count` jobs has: KINDS' shares, apportioned by
+    largest remainder, so a small day has the stated mix rather than a seed's luck (20
+    jobs drawn one by one can be half abandoned)."""
+    exact = {kind: share * count / sum(KINDS.values()) for kind, share in KINDS.items()}
+    counts = {kind: int(x) for kind, x in exact.items()}
+    by_remainder = sorted(
+        KINDS, key=lambda kind: (counts[kind] - exact[kind], list(KINDS).index(kind))
+    )
+    for kind in by_remainder[: count - sum(counts.values())]:
+        counts[kind] += 1
+    return [kind for kind in KINDS for _ in range(counts[kind])]
 
 
 def plan_day(
-    seed: int, *, hours: float = 24.0, gpus: int = 4, jobs_per_gpu: float = JOBS_PER_GPU
+    seed: int,
+    *,
+    hours: float = 24.0,
+    gpus: int = 4,
+    jobs_per_gpu: float = JOBS_PER_GPU,
+    noticed_within_h: float | None = NOTICED_WITHIN_H,
 ) -> list[Job]:
     """The day's jobs, in arrival order; the same seed gives the same day."""
     rng = random.Random(seed)
     count = max(1, round(jobs_per_gpu * gpus * hours / 24))
-    kinds, shares = zip(*KINDS.items(), strict=True)
+    kinds = day_mix(count)
+    rng.shuffle(kinds)
     hour_weights = [ARRIVAL_WEIGHTS[int(h) % 24] for h in range(math.ceil(hours))]
     jobs = []
-    for n in range(count):
-        kind = rng.choices(kinds, shares)[0]
+    for n, kind in enumerate(kinds):
         hour = rng.choices(range(len(hour_weights)), hour_weights)[0]
         arrival = min(hours, hour + rng.random())
         busy = {
             "training": rng.uniform(1.0, 3.5),
             "debug": rng.uniform(0.1, 0.4),
+            "paused": rng.uniform(0.5, 2.0),
             "notebook": rng.uniform(0.2, 1.0),
             "crashed": rng.uniform(0.3, 1.5),
             "hung": rng.uniform(0.5, 2.0),
@@ -109,13 +153,18 @@ def plan_day(
                 2 if kind == "hung" and gpus >= 2 else 1,
                 busy,
                 rng.choice((8, 16, 24, 40, 60)),
+                pause_h=rng.uniform(0.5, 2.0) if kind == "paused" else 0.0,
+                noticed_h=_noticed(rng, kind, noticed_within_h),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_h, j.id))
-    return [
-        Job(i, j.kind, j.arrival_h, j.gpus, j.busy_h, j.memory_gib, owner_of(i, seed))
-        for i, j in enumerate(jobs)
-    ]
+    return [replace(j, id=i, user=owner_of(i, seed)) for i, j in enumerate(jobs)]
+
+
+def _noticed(rng: random.Random, kind: str, within_h: float | None) -> float | None:
+    if kind in FINISHING or within_h is None:
+        return None
+    return rng.uniform(min(NOTICED_AFTER_H, within_h), within_h)
 
 
 @dataclass
@@ -263,9 +312,11 @@ class DayFigures:
     mean_wait_h: float | None  # of the jobs that started
     mean_wait_all_h: float | None  # every job that arrived; one still waiting: until the end
     idle_gpu_hours: float | None
-    reclaimed: int
-    harmed: int  # finishing jobs the actuator signalled: must be 0
+    reclaimed: int  # processes
+    harmed: int  # working jobs (training, debug) the actuator signalled: must be 0
+    lost: int = 0  # paused sessions reclaimed while their owner was away: their work lost
     needless: int = 0  # reclaimed GPUs no job took within NEEDLESS_WINDOW_H
+    jobs_reclaimed: int = 0  # jobs with a process reclaimed (a crashed job: three processes)
     idle_kwh: float | None = None  # what idle processes' share of their GPUs' draw burned
     demand_to_free_h: float | None = None  # median, demand mode: from the wait to the GPU
 
@@ -332,11 +383,12 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     )
     cases = stack.actuator_api("/api/v1/cases", limit=1000)["cases"]
     signalled = {"terminating", "killing", "reclaimed", "failed"}
-    finishing_pids = {w.pid for r in runs if r.job.finishes for w in r.workloads}
-    harmed = sum(
-        1 for c in cases if c["target"]["pid"] in finishing_pids and c["state"] in signalled
-    )
-    reclaimed = sum(1 for c in cases if c["state"] == "reclaimed")
+    signalled_pids = {c["target"]["pid"] for c in cases if c["state"] in signalled}
+    working_pids = {w.pid for r in runs if r.job.kind in WORKING for w in r.workloads}
+    harmed = len(signalled_pids & working_pids)
+    reclaimed_pids = [c["target"]["pid"] for c in cases if c["state"] == "reclaimed"]
+    # A job signalled has not completed, though its processes have ended.
+    cut_short = {r.job.id for r in runs if any(w.pid in signalled_pids for w in r.workloads)}
     uuids = [g.uuid for g in load_node(stack.node_dir).gpus]
     waits = [r.started_h - r.job.arrival_h for r in runs if r.started_h is not None]
     all_waits = waits + [
@@ -347,14 +399,20 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         hours=hours,
         gpus=scheduler.gpus,
         utilisation=float(util[0]["value"][1]) if util else None,
-        completed=sum(1 for r in runs if r.job.finishes and r.ended_h is not None),
+        completed=sum(
+            1
+            for r in runs
+            if r.job.finishes and r.ended_h is not None and r.job.id not in cut_short
+        ),
         started=len(waits),
         waiting_at_end=sum(1 for r in runs if r.started_h is None and r.job.arrival_h < hours),
         mean_wait_h=statistics.fmean(waits) if waits else None,
         mean_wait_all_h=statistics.fmean(all_waits) if all_waits else None,
         idle_gpu_hours=idle_hours,
-        reclaimed=reclaimed,
+        reclaimed=len(reclaimed_pids),
+        jobs_reclaimed=sum(1 for r in runs if any(w.pid in reclaimed_pids for w in r.workloads)),
         harmed=harmed,
+        lost=sum(1 for r in runs if r.job.resumes and r.job.id in cut_short),
         needless=needless_reclaims(scheduler, cases, uuids, hours),
         demand_to_free_h=demand_to_free(stack, scheduler),
         idle_kwh=idle_kwh,
@@ -374,8 +432,6 @@ def run_day(
 
     `stop_when` ends the day early, once what it waits for has happened (the figures then
     cover the hours that ran): a test waits for events, not for a fixed span of time."""
-    from dataclasses import replace
-
     from actuator.demo.stack import Stack
 
     policy: dict[str, Any] = {
@@ -430,7 +486,11 @@ def _num(x: float | None, unit: str = "", digits: int = 1) -> str:
 
 
 def table(
-    runs: Sequence[DayFigures], seed: int, scale: float, jobs_per_gpu: float = JOBS_PER_GPU
+    runs: Sequence[DayFigures],
+    seed: int,
+    scale: float,
+    jobs_per_gpu: float = JOBS_PER_GPU,
+    noticed_within_h: float | None = NOTICED_WITHIN_H,
 ) -> str:
     """The day's table, one column per mode, as Markdown; and how demand compares."""
     first = runs[0]
@@ -454,6 +514,7 @@ def table(
             lambda f: _num(f.idle_kwh, " kWh"),
         ),
         row("processes reclaimed", lambda f: str(f.reclaimed)),
+        row("jobs reclaimed (all processes of a job: one)", lambda f: str(f.jobs_reclaimed)),
         row(
             f"needless reclaims (no job took the GPU within {NEEDLESS_WINDOW_H:g} h)",
             lambda f: str(f.needless) if f.reclaimed else "-",
@@ -464,11 +525,20 @@ def table(
                 f.demand_to_free_h * 60 if f.demand_to_free_h is not None else None, " min", 0
             ),
         ),
+        row(
+            "paused sessions reclaimed while their owner was away (work lost)",
+            lambda f: str(f.lost),
+        ),
         row("working jobs signalled (must be 0)", lambda f: str(f.harmed)),
     ]
     lines = [
         f"Simulated day: {first.hours:g} h on {first.gpus} GPUs, {jobs_per_gpu:g} jobs per GPU "
-        f"per day, seed {seed}, time x{scale:g} (1 h = {3600 * scale:g} s)",
+        f"per day, seed {seed}, time x{scale:g} (1 h = {3600 * scale:g} s), "
+        + (
+            "abandoned jobs never noticed by their owners"
+            if noticed_within_h is None
+            else f"owners end an abandoned job within {noticed_within_h:g} h"
+        ),
         "",
         "| | " + " | ".join(MODE_NAMES.get(f.mode, f.mode) for f in runs) + " |",
         "|---" * (len(runs) + 1) + "|",
@@ -494,10 +564,13 @@ def demand_verdict(by_mode: dict[str, DayFigures]) -> str:
     b, i, d = (w or 0.0 for w in waits)
     kept = (b - d) / (b - i)
     share = demand.reclaimed / idle.reclaimed if idle.reclaimed else 0.0
+    jobs = demand.jobs_reclaimed / idle.jobs_reclaimed if idle.jobs_reclaimed else 0.0
     return (
         f"reclaim_when: demand kept {kept:.0%} of idle's reduction in mean queue wait (target "
         f">= 90 %) with {demand.reclaimed} of its {idle.reclaimed} reclaims ({share:.0%}; "
-        f"target <= 33 %) and {demand.needless} needless reclaim(s) (target 0)."
+        f"target <= 33 %; of its jobs reclaimed: {demand.jobs_reclaimed} of "
+        f"{idle.jobs_reclaimed}, {jobs:.0%}) and {demand.needless} needless reclaim(s) "
+        "(target 0)."
     )
 
 
@@ -509,12 +582,19 @@ def run_modes(
     progress: Callable[[str], None],
     modes: Sequence[str] = MODES,
     jobs_per_gpu: float = JOBS_PER_GPU,
+    noticed_within_h: float | None = NOTICED_WITHIN_H,
 ) -> list[DayFigures]:
-    jobs = plan_day(seed, hours=hours, gpus=options.gpus, jobs_per_gpu=jobs_per_gpu)
+    jobs = plan_day(
+        seed,
+        hours=hours,
+        gpus=options.gpus,
+        jobs_per_gpu=jobs_per_gpu,
+        noticed_within_h=noticed_within_h,
+    )
     kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
     progress(f"{len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
     runs = [run_day(options, jobs, hours, mode, progress) for mode in modes]
-    out.write(table(runs, seed, options.scale, jobs_per_gpu))
+    out.write(table(runs, seed, options.scale, jobs_per_gpu, noticed_within_h))
     return runs
 
 

@@ -10,6 +10,7 @@ from actuator.demo.day import (
     KINDS,
     DayFigures,
     Job,
+    day_mix,
     demand_verdict,
     given_gpus,
     plan_day,
@@ -27,6 +28,40 @@ def test_the_same_seed_plans_the_same_day() -> None:
     assert all(j.gpus == 2 for j in day if j.kind == "hung")
     assert [j.id for j in day] == list(range(len(day)))  # numbered in arrival order
     assert len(plan_day(7, hours=12, gpus=2, jobs_per_gpu=6)) == 6
+    assert all(j.pause_h > 0 for j in day if j.kind == "paused")
+    assert all(j.pause_h == 0 for j in day if j.kind != "paused")
+    abandoned = [j for j in day if not j.finishes]
+    assert abandoned and all(0.5 <= (j.noticed_h or 0) <= 4.0 for j in abandoned)
+    assert all(j.noticed_h is None for j in day if j.finishes)
+    never = plan_day(7, gpus=4, noticed_within_h=None)
+    assert all(j.noticed_h is None for j in never)
+
+
+@pytest.mark.parametrize("count", [1, 3, 16, 20, 32, 97])
+def test_a_day_has_the_stated_mix_of_kinds_whatever_its_seed(count: int) -> None:
+    mix = day_mix(count)
+    assert len(mix) == count
+    for kind, share in KINDS.items():  # each kind within one job of its share
+        assert abs(mix.count(kind) - share * count) < 1, (kind, mix)
+    days = [plan_day(seed, jobs_per_gpu=count / 4) for seed in (1, 2, 3)]
+    assert all(sorted(j.kind for j in day) == sorted(mix) for day in days)
+    if count >= 16:  # the order is the seed's
+        assert len({tuple(j.kind for j in day) for day in days}) == 3
+
+
+def test_the_cli_s_default_for_owners_noticing_is_the_day_s() -> None:
+    from actuator.demo.cli import NOTICED_WITHIN_DEFAULT, _hours_or_never
+    from actuator.demo.day import NOTICED_WITHIN_H
+
+    assert _hours_or_never(NOTICED_WITHIN_DEFAULT) == NOTICED_WITHIN_H
+    assert _hours_or_never("never") is None and _hours_or_never("1.5") == 1.5
+
+
+@pytest.mark.parametrize("hours", ["0", "0.2", "-1", "nan", "soon"])
+def test_a_time_for_owners_to_notice_that_is_no_time_is_refused_in_one_line(hours: str) -> None:
+    done = gpu_reclaimer("demo", "--day", "--noticed-within", hours)
+    assert done.returncode == 2
+    assert "argument --noticed-within:" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("load", ["0", "-2", "nan", "inf", "many"])
@@ -44,6 +79,13 @@ def test_a_job_s_phases_at_a_time_scale() -> None:
     assert not notebook.finishes and notebook.phases(scale) == "busy=0.50s,idle"  # at least
     hung = Job(2, "hung", 0.0, 2, busy_h=1.0, memory_gib=40)
     assert hung.phases(scale) == "busy=15.00s,hang"
+    noticed = Job(4, "hung", 0.0, 2, busy_h=1.0, memory_gib=40, noticed_h=2.0)
+    assert noticed.phases(scale) == "busy=15.00s,hang=30.00s,done"
+    crashed = Job(5, "crashed", 0.0, 1, busy_h=1.0, memory_gib=8, noticed_h=0.5)
+    assert crashed.phases(scale) == "busy=15.00s,idle=7.50s,done"
+    paused = Job(3, "paused", 0.0, 1, busy_h=1.0, memory_gib=8, pause_h=1.5)
+    assert paused.finishes and paused.resumes and not training.resumes
+    assert paused.phases(scale) == "load=0.50s,busy=7.50s,idle=22.50s,busy=7.50s,done"
 
 
 def test_the_gpus_a_wait_printed() -> None:
@@ -53,7 +95,9 @@ def test_the_gpus_a_wait_printed() -> None:
     assert given_gpus("") == ()
 
 
-def _figures(mode: str, wait_h: float, reclaimed: int, needless: int = 0) -> DayFigures:
+def _figures(
+    mode: str, wait_h: float, reclaimed: int, needless: int = 0, lost: int = 0, jobs: int = 0
+) -> DayFigures:
     return DayFigures(
         mode=mode,
         hours=24.0,
@@ -67,21 +111,32 @@ def _figures(mode: str, wait_h: float, reclaimed: int, needless: int = 0) -> Day
         idle_gpu_hours=1.0,
         reclaimed=reclaimed,
         harmed=0,
+        lost=lost,
         needless=needless,
+        jobs_reclaimed=jobs,
     )
 
 
 def test_the_verdict_weighs_demand_against_idle() -> None:
     runs = {
         "observe": _figures("observe", 4.0, 0),
-        "enforce": _figures("enforce", 1.0, 24),
-        "demand": _figures("demand", 1.3, 8),
+        "enforce": _figures("enforce", 1.0, 24, lost=1, jobs=12),
+        "demand": _figures("demand", 1.3, 8, jobs=5),
     }
     verdict = demand_verdict(runs)
     assert verdict.startswith("reclaim_when: demand kept 90% of idle's reduction")
-    assert "with 8 of its 24 reclaims (33%; target <= 33 %) and 0 needless" in verdict
+    assert (
+        "with 8 of its 24 reclaims (33%; target <= 33 %; of its jobs reclaimed: 5 of 12, 42%) "
+        "and 0 needless" in verdict
+    )
     assert demand_verdict({"observe": runs["observe"], "demand": runs["demand"]}) == ""
     text = table(list(runs.values()), seed=1, scale=1 / 120, jobs_per_gpu=5)
     assert text.startswith("Simulated day: 24 h on 4 GPUs, 5 jobs per GPU per day, seed 1,")
+    assert "owners end an abandoned job within 4 h\n" in text
+    never = table(list(runs.values()), seed=1, scale=1 / 120, noticed_within_h=None)
+    assert "abandoned jobs never noticed by their owners\n" in never
     assert "| jobs completed per GPU per day | 2.5 | 2.5 | 2.5 |" in text
+    assert (
+        "| paused sessions reclaimed while their owner was away (work lost) | 0 | 1 | 0 |" in text
+    )
     assert verdict in text and text.rstrip().endswith("not a promise for a real fleet.")
