@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the stack and its parts load only when the demo runs
     from actuator.demo.view import Style
 
 REFRESH_SECONDS = 1.0
-NOTICED_WITHIN_DEFAULT = "4"  # hours (actuator/demo/day.py's NOTICED_WITHIN_H)
+NEVER = "never"  # --noticed-within never: abandoned jobs are never ended by their owners
 
 
 def _scale(text: str) -> float:
@@ -36,9 +36,9 @@ def _scale(text: str) -> float:
     return value
 
 
-def _hours_or_never(text: str) -> float | None:
-    if text.strip().lower() == "never":
-        return None
+def _hours_or_never(text: str) -> float | str:
+    if text.strip().lower() == NEVER:
+        return NEVER
     hours = argtypes.positive_number(text)
     if hours < 0.5:
         raise argparse.ArgumentTypeError(f"at least half an hour, or never: {text!r}")
@@ -109,7 +109,7 @@ def add_demo_command(commands: Any) -> None:
     day.add_argument(
         "--noticed-within",
         type=_hours_or_never,
-        default=NOTICED_WITHIN_DEFAULT,
+        default=None,
         metavar="HOURS|never",
         help="an abandoned job's owner notices and ends it some time (drawn) between half an "
         "hour and this long after it stopped working (default 4); never: it holds its GPUs "
@@ -210,7 +210,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _day(args: argparse.Namespace) -> int:
     from actuator.demo.accounts import day_accounts
-    from actuator.demo.day import JOBS_PER_GPU, MODES, run_modes
+    from actuator.demo.day import JOBS_PER_GPU, MODES, NOTICED_WITHIN_H, run_modes
     from actuator.demo.stack import StackError, StackOptions
 
     if args.hours <= 0:
@@ -237,6 +237,11 @@ def _day(args: argparse.Namespace) -> int:
     try:
         modes = args.modes or MODES
         jobs_per_gpu = args.jobs_per_gpu or JOBS_PER_GPU
+        noticed_within_h: float | None = args.noticed_within
+        if args.noticed_within is None:  # not given: the day's own
+            noticed_within_h = NOTICED_WITHIN_H
+        elif args.noticed_within == NEVER:
+            noticed_within_h = None
         run_modes(
             options,
             args.seed,
@@ -245,7 +250,7 @@ def _day(args: argparse.Namespace) -> int:
             progress,
             modes,
             jobs_per_gpu,
-            args.noticed_within,
+            noticed_within_h,
         )
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)

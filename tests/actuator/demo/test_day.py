@@ -49,12 +49,14 @@ def test_a_day_has_the_stated_mix_of_kinds_whatever_its_seed(count: int) -> None
         assert len({tuple(j.kind for j in day) for day in days}) == 3
 
 
-def test_the_cli_s_default_for_owners_noticing_is_the_day_s() -> None:
-    from actuator.demo.cli import NOTICED_WITHIN_DEFAULT, _hours_or_never
-    from actuator.demo.day import NOTICED_WITHIN_H
+def test_the_help_states_the_day_s_own_defaults() -> None:
+    from actuator.demo.day import JOBS_PER_GPU, NOTICED_WITHIN_H
 
-    assert _hours_or_never(NOTICED_WITHIN_DEFAULT) == NOTICED_WITHIN_H
-    assert _hours_or_never("never") is None and _hours_or_never("1.5") == 1.5
+    done = gpu_reclaimer("demo", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert f"(default {JOBS_PER_GPU:g}:" in text  # --jobs-per-gpu
+    assert f"this long after it stopped working (default {NOTICED_WITHIN_H:g})" in text
 
 
 @pytest.mark.parametrize("hours", ["0", "0.2", "-1", "nan", "soon"])
