@@ -6,6 +6,9 @@ of ``NSpid:`` in /proc/<pid>/status), its PID namespace inode and its start tick
 a file without a namespace matches on the host PID and start ticks. Start ticks keep a dead
 writer's file from being credited to a new process that got the same PID, and the file must
 belong to the process's user (or root), so one user cannot keep another's job looking alive.
+The directory is one users write into: every file is opened as hostile input
+(`exporter.hostile_file`: no symlinks, pipes or devices, owner judged before reading,
+bounded), so nothing there can block a scrape or a re-check.
 """
 
 from __future__ import annotations
@@ -18,9 +21,19 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from exporter.hostile_file import (
+    HostileRead,
+    Refusal,
+    look,
+    open_directory,
+    read_hostile,
+    signature,
+)
 from exporter.procfs import read_status, start_ticks
 
 PROC = Path("/proc")
+# A record is about 200 bytes; a file past this is not a heartbeat.
+MAX_RECORD_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -69,75 +82,97 @@ class HeartbeatReader:
         """Host PID -> timestamp of its heartbeat, for the targets that have one; never
         raises. Remembers only the targets of this call (the live GPU processes)."""
         refs = {ref.pid: ref for ref in targets}  # a PID may use several GPUs
-        try:
-            names = set(os.listdir(directory))  # one listing per scrape, then named files
-        except OSError:
-            names = set()
+        folder = open_directory(os.fspath(directory)) if refs else None
+        if folder is None:
+            names: set[str] = set()
+        else:
+            try:
+                names = set(os.listdir(folder))  # one listing per scrape, then named files
+            except OSError:
+                names = set()
         keys: dict[tuple[int, int], _Key] = {}
         found: dict[int, float] = {}
-        folder = os.fspath(directory)
-        for pid, ref in refs.items():
-            if not names:
-                break  # the common case without heartbeat users: no /proc reads at all
-            ticks = (
-                ref.start_ticks
-                if ref.start_ticks is not None
-                else start_ticks(pid, self._proc_root)
-            )
-            if ticks is None:
-                continue
-            key = self._keys.get((pid, ticks)) or _process_key(pid, ticks, self._proc_root)
-            if key is None:
-                continue
-            keys[(pid, ticks)] = key
-            for name in key.candidate_names:
-                if name not in names:
+        try:
+            for pid, ref in refs.items():
+                if not names:
+                    break  # the common case without heartbeat users: no /proc reads at all
+                ticks = (
+                    ref.start_ticks
+                    if ref.start_ticks is not None
+                    else start_ticks(pid, self._proc_root)
+                )
+                if ticks is None:
                     continue
-                read = self._read_file(folder, name)
-                if read is None:
+                key = self._keys.get((pid, ticks)) or _process_key(pid, ticks, self._proc_root)
+                if key is None:
                     continue
-                known = self._verdicts.get(name)
-                if known is not None and known[0] is read and known[1] is key:
-                    if known[2] is not None:  # the same file, the same process: as before
-                        found[pid] = known[2]
-                        break
-                    continue
-                owner, record = read.owner, read.record
-                if owner not in key.writers:
-                    # In a shared directory anyone can write any name: only the process's
-                    # own user (or root) may speak for it; its uids may have changed.
-                    fresh = _process_key(pid, ticks, self._proc_root)
-                    if fresh is None or owner not in fresh.writers:
+                keys[(pid, ticks)] = key
+                for name in key.candidate_names:
+                    if name not in names or folder is None:
                         continue
-                    key = keys[(pid, ticks)] = fresh
-                timestamp = _matching_timestamp(record, key)
-                self._verdicts[name] = (read, key, timestamp)
-                if timestamp is not None:
-                    found[pid] = timestamp
-                    break
+                    read = self._read_file(folder, name, key)
+                    if read is None:
+                        continue
+                    file, key = read
+                    keys[(pid, ticks)] = key
+                    known = self._verdicts.get(name)
+                    if known is not None and known[0] is file and known[1] is key:
+                        if known[2] is not None:  # the same file, the same process
+                            found[pid] = known[2]
+                            break
+                        continue
+                    timestamp = _matching_timestamp(file.record, key)
+                    self._verdicts[name] = (file, key, timestamp)
+                    if timestamp is not None:
+                        found[pid] = timestamp
+                        break
+        finally:
+            if folder is not None:
+                os.close(folder)
         self._keys = keys
         self._files = {name: f for name, f in self._files.items() if name in names}
         self._verdicts = {n: v for n, v in self._verdicts.items() if n in self._files}
         return found
 
-    def _read_file(self, folder: str, name: str) -> _File | None:
-        """The file as last read while one stat says it is unchanged (same inode, size,
-        modification and change times: a writer's rename or rewrite changes them, and so
-        does a chown); read again otherwise. Most files are unchanged between scrapes."""
-        path = f"{folder}/{name}"
-        try:
-            st = os.stat(path)
-        except OSError:
+    def _writer(self, key: _Key, owner: int) -> _Key | None:
+        """The process's key if ``owner`` may write its heartbeat, else None. In a shared
+        directory anyone can write any name: only the process's own user (or root) may
+        speak for it; its uids may have changed since they were remembered."""
+        if owner in key.writers:
+            return key
+        fresh = _process_key(key.host_pid, key.start_ticks, self._proc_root)
+        return fresh if fresh is not None and owner in fresh.writers else None
+
+    def _read_file(self, folder: int, name: str, key: _Key) -> tuple[_File, _Key] | None:
+        """The file, and the process's key as its owner was judged against, or None when
+        the entry is not a regular file its process's user (or root) owns, or not a record.
+        A file is read again only when a look without following it (inode, size,
+        modification and change times) says it changed; most files are unchanged between
+        scrapes. The owner is judged before a byte is read (`read_hostile`)."""
+        seen = look(folder, name)
+        if isinstance(seen, Refusal):
+            self._files.pop(name, None)
             return None
         known = self._files.get(name)
-        if known is not None and known.signature == _signature(st):
-            return known
-        read = _read_record(path)
-        if read is None:
+        if known is not None and known.signature == signature(seen):
+            writer = self._writer(key, known.owner)
+            return None if writer is None else (known, writer)
+        judged: list[_Key] = []
+
+        def may_own(owner: int) -> bool:
+            writer = self._writer(key, owner)
+            if writer is not None:
+                judged.append(writer)
+            return writer is not None
+
+        read = read_hostile(folder, name, may_own, MAX_RECORD_BYTES)
+        record = _record(read.data) if isinstance(read, HostileRead) else None
+        if record is None or not isinstance(read, HostileRead):
             self._files.pop(name, None)
-        else:
-            self._files[name] = read
-        return read
+            return None
+        file = _File(signature=signature(read.stat), owner=read.stat.st_uid, record=record)
+        self._files[name] = file
+        return file, judged[-1]
 
 
 def read_heartbeats(
@@ -183,21 +218,13 @@ class _File:
     record: dict[str, object]
 
 
-def _signature(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _read_record(path: str) -> _File | None:
-    """A heartbeat file's owner and JSON object; None if unreadable or not one."""
+def _record(data: bytes) -> dict[str, object] | None:
+    """The heartbeat's JSON object; None if it is not one (half-written, garbage)."""
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            record = json.loads(f.read())
-    except (OSError, ValueError):
-        return None  # vanished, half-written by a non-atomic writer, or not JSON
-    if not isinstance(record, dict):
+        record = json.loads(data)
+    except ValueError:
         return None
-    return _File(signature=_signature(st), owner=st.st_uid, record=record)
+    return record if isinstance(record, dict) else None
 
 
 def _matching_timestamp(record: dict[str, object], key: _Key) -> float | None:

@@ -7,13 +7,19 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
-from exporter.heartbeat_reader import HeartbeatReader, ProcessRef, read_heartbeats
+from exporter.heartbeat_reader import (
+    MAX_RECORD_BYTES,
+    HeartbeatReader,
+    ProcessRef,
+    read_heartbeats,
+)
 from tests.support import Children
 
 # A child that beats once through the real client, says so, and waits for stdin to close.
@@ -295,3 +301,52 @@ def test_reader_reads_a_file_again_once_it_changes(tmp_path: Path) -> None:
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {4242: 7.25}
     path.unlink()
     assert reader.read(beats, [ProcessRef(4242, 123456)]) == {}
+
+
+def _read_within(seconds: float, read: Callable[[], dict[int, float]]) -> dict[int, float]:
+    """The read's answer, failing (not hanging the suite) when it blocks."""
+    answer: list[dict[int, float]] = []
+    worker = threading.Thread(target=lambda: answer.append(read()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert answer, f"the read blocked for more than {seconds} s"
+    return answer[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files for other users")
+def test_defect_1_named_pipe_of_another_uid_does_not_block_the_reader(tmp_path: Path) -> None:
+    proc, beats = tmp_path / "proc", tmp_path / "beats"
+    beats.mkdir()
+    fake_process(proc, 4242, "4242\t7", 4026532000, 123456, uid=1000)
+    pipe = beats / "4026532000-7.json"
+    os.mkfifo(pipe)
+    os.chown(pipe, 1001, 1001)  # another user's pipe under the job's heartbeat name
+    found = _read_within(5, lambda: read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc))
+    assert found == {}
+    # Even the process's own user cannot make a pipe count, nor hang the reader.
+    os.chown(pipe, 1000, 1000)
+    found = _read_within(5, lambda: read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc))
+    assert found == {}
+
+
+def test_defect_1_symlink_to_a_device_or_a_real_beat_is_not_followed(tmp_path: Path) -> None:
+    proc, beats = container_process_with_a_beat(tmp_path)
+    real = beats / "4026532000-7.json"
+    elsewhere = tmp_path / "elsewhere.json"
+    real.rename(elsewhere)
+    real.symlink_to("/dev/zero")  # read without end by a reader that follows it
+    reader = HeartbeatReader(proc)
+    assert _read_within(5, lambda: reader.read(beats, [ProcessRef(4242)])) == {}
+    real.unlink()
+    real.symlink_to(elsewhere)  # a valid record out of the directory: still not followed
+    assert _read_within(5, lambda: reader.read(beats, [ProcessRef(4242)])) == {}
+
+
+def test_defect_1_a_file_past_the_bound_is_not_read(tmp_path: Path) -> None:
+    proc, beats = container_process_with_a_beat(tmp_path)
+    path = beats / "4026532000-7.json"
+    record = json.loads(path.read_text())
+    assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {4242: 5.0}
+    # The same valid record padded past the bound (JSON allows the whitespace).
+    path.write_text(json.dumps(record) + " " * (MAX_RECORD_BYTES + 1))
+    assert read_heartbeats(beats, [ProcessRef(4242)], proc_root=proc) == {}
