@@ -537,6 +537,11 @@ def decide_live(
         samples["gpu_memory_bytes"] = live.gpu_memory_bytes
     if case.uid is None:
         samples["uid"] = live.uid
+    # The node's start time (boot time plus start ticks) replaces the alert's claim: a label
+    # names the process, and every fact a bound or a notice uses comes from the node.
+    started = live.start_time
+    if started is not None and started != case.start_time:
+        samples["start_time"] = started
     if not is_stalled_class(case.alertname):
         problem, cpu = roll_cpu(case, live, idle, thresholds)
         if problem is not None:
@@ -561,10 +566,10 @@ def decide_live(
     if case.state == State.PENDING:
         if now - case.starts_ts < eff.idle_for:
             return wait(**samples)
-        if now - case.start_time < eff.min_runtime:
-            return wait(**samples)  # still starting up: never judged idle yet
+        if started is None or now - started < eff.min_runtime:
+            return wait(**samples)  # still starting up (or unknown): never judged idle yet
         allowance = owner_allowance(live.keep_asked, eff)
-        kept_until = case.start_time + allowance.seconds
+        kept_until = started + allowance.seconds
         if now < kept_until:
             left = kept_until - now
             return move(

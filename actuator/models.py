@@ -548,6 +548,7 @@ class CaseUpdate:
     cpu_rate: float | _Unset | None = UNSET
     gpu_memory_bytes: int | _Unset | None = UNSET
     uid: int | _Unset | None = UNSET
+    start_time: float | _Unset = UNSET
     notified_at: float | _Unset | None = UNSET
     notified_mono: float | _Unset | None = UNSET
     notice_attempts: int | _Unset = UNSET

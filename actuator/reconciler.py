@@ -502,12 +502,9 @@ class Reconciler:
             case.reason_code = Reason.BAD_TARGET
             case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
-        case.node, case.pid, case.start_time, case.uuid = (
-            target.node,
-            target.pid,
-            target.start_time,
-            target.uuid,
-        )
+        # The alert's start_time is a claim: the case's start time is the node's, written by
+        # the first re-check (boot time plus start ticks); 0 until then.
+        case.node, case.pid, case.uuid = target.node, target.pid, target.uuid
         case.start_ticks, case.boot_id = target.start_ticks, target.boot_id
         if target.node not in self.nodes:
             case.state, case.reason_code = State.REFUSED, Reason.UNKNOWN_NODE

@@ -469,3 +469,30 @@ def test_the_last_look_lets_a_hang_spin_cpu_as_the_recheck_does() -> None:
     assert last_look(case, before, spinning, IDLE, T0 + 0.5) is None
     wrote = make_live(T0 + 0.5, log_mtime=T0 + 0.4, cpu_seconds=10.5, sm_util=1.0)
     assert last_look(case, before, wrote, IDLE, T0 + 0.5) is not None  # a write still counts
+
+
+@pytest.mark.parametrize("claimed", [T0 - 2 * 86400, 0.0], ids=["two-days-ago", "no-label"])
+def test_defect_2_min_runtime_is_judged_from_the_nodes_start_time(claimed):
+    """The alert's start_time is a claim: a process the node says started 10 minutes ago is
+    not warned under `min_runtime: 1h`, whatever (or whether) the alert claims; the case
+    takes the node's start time."""
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2, start_time=claimed)
+    live = make_live(cpu_seconds=10.01, start_time=T0 - 600)
+    d = decide_live(case, live, eff(min_runtime=3600.0), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.WAIT and d.state is None
+    assert d.updates.start_time == T0 - 600
+    # Unknown runtime is not enough runtime.
+    unknown = decide_live(
+        case, replace(live, start_time=None), eff(min_runtime=0.0), IDLE, LIMITS, GUARD, T0
+    )
+    assert unknown.action == Action.WAIT and unknown.state is None
+
+
+def test_defect_2_a_keep_is_judged_from_the_nodes_start_time():
+    """GPU_RECLAIMER_KEEP=2h on a process the node says started 30 minutes ago keeps it
+    90 minutes more, though the alert claims it started two days ago."""
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2, start_time=T0 - 2 * 86400)
+    asked = make_live(cpu_seconds=10.01, keep_asked="GPU_RECLAIMER_KEEP=2h", start_time=T0 - 1800)
+    kept = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0)
+    assert (kept.state, kept.code) == (State.SNOOZED, Reason.KEPT_AS_ASKED)
+    assert kept.updates.snoozed_until == T0 + 5400

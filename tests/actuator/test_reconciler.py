@@ -123,6 +123,7 @@ def idle_live(clock: ManualClock, pid: int, **over: Any) -> LiveState:
         exists=True,
         start_ticks=TICKS,
         boot_id=BOOT,
+        start_time=clock.wall - 86400,  # the node's: boot time plus start ticks
         uid=1001,
         user="alice",
         gpu_found=True,
