@@ -17,7 +17,6 @@ in isolation: one that fails is recorded and never blocks the others.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
@@ -69,6 +68,7 @@ from actuator.node import Node, NodeUnreachable
 from actuator.notice import ProvenFacts, disagreements
 from actuator.notify import Notifier
 from actuator.policy import Claims, Effective, Facts, resolve
+from actuator.rearm import rearmed_case
 from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.repeat import with_repeat
 from actuator.schedulers import Scheduler, Schedulers, gate
@@ -105,36 +105,6 @@ class Decided:
 
 
 PRUNE_EVERY = 600.0  # seconds between retention passes
-# Fields a re-armed case starts afresh with (its target and alert stay).
-_RESET_ON_REARM = (
-    "user",
-    "rule",
-    "effective",
-    "notified_at",
-    "term_at",
-    "kill_at",
-    "exited_at",
-    "ended_at",
-    "snoozed_until",
-    "cpu_seconds",
-    "cpu_at",
-    "cpu_rate",
-    "gpu_memory_bytes",
-    "notified_mono",
-    "term_mono",
-    "kill_mono",
-    "exited_mono",
-    "snoozed_until_mono",
-    "ended_mono",
-    "deferred_from",
-    "next_notice_mono",
-    "followup",
-    "unreachable_since_mono",
-    "demand_for",
-    "demand_who",
-    "demand_at",
-    "demand_mono",
-)
 
 
 class Reconciler:
@@ -556,26 +526,7 @@ class Reconciler:
 
     def _rearm(self, old: Case, window: float) -> None:
         now = self.clock()
-        new = dataclasses.replace(
-            old,
-            id=0,
-            state=State.PENDING,
-            version=0,
-            created=now,
-            updated=now,
-            created_mono=self.mono(),
-            clock=self.store.clock_id,
-            reason=f"re-armed: the alert still fires {window:g}s after case {old.id} ended "
-            f"({old.reason_code})",
-            reason_code=Reason.REARMED,
-            notice_attempts=0,
-            notice_extra_grace=0.0,
-            freed_bytes=0,
-            members=[],
-            rearmed_from=old.id,
-        )
-        for name in _RESET_ON_REARM:  # what belonged to the old case's escalation
-            setattr(new, name, None)
+        new = rearmed_case(old, now=now, mono=self.mono(), clock=self.store.clock_id, window=window)
 
         def audit_rearmed(case: Case) -> None:
             self.audit.write(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from actuator import operations
 from actuator.app import create_app
 from actuator.audit import AuditLog
 from actuator.config import ActuatorConfig, merge_config
@@ -283,6 +284,34 @@ def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(
     assert len(notices) == len(h.notifier.sent) <= 1, "two reconcilers notified"
     carried = {d["decision_id"] for d in decisions} - {a["decision_id"] for a in aborted}
     assert len(carried) == len(h.notifier.sent)  # every decision not aborted was carried out
+
+
+def test_defect_7_a_rearmed_case_does_not_inherit_the_owners_release(
+    tmp_path: Path, database: str
+) -> None:
+    """The owner chose "release now" on case 1; activity cancelled it; the re-armed case 2
+    is warned afresh and runs its whole grace (60 s): no SIGTERM a second after its notice."""
+    h = Harness(tmp_path, database)
+    h.node.live = {101: idle_live(h.clock, 101)}
+    h.node.allow_signals = True
+    h.fire(101)
+    r = h.reconciler()
+    h.run(r, ticks=3)
+    (first,) = h.cases(101)
+    assert first.state == State.NOTIFIED
+    released = operations.release(h.runtime, first.id)
+    assert not isinstance(released, operations.Refused)
+    h.node.live[101] = idle_live(h.clock, 101, cpu_seconds=12.0)  # it works again
+    h.run(r, ticks=1)
+    assert h.cases(101)[0].state == State.CANCELLED
+    h.clock.advance(301)
+    h.run(r, ticks=4)
+    first, second = h.cases(101)
+    assert second.rearmed_from == first.id and second.state == State.NOTIFIED
+    assert second.release_requested_mono is None
+    h.run(r, ticks=20)
+    assert h.node.signalled == []  # the grace is 60 s
+    assert h.cases(101)[1].state == State.NOTIFIED
 
 
 def test_activity_ends_a_case_but_it_rearms_while_the_alert_fires(
