@@ -435,6 +435,9 @@ def create_app(rt: Runtime) -> Flask:
             rt.store.ping()
         except StoreUnavailable as exc:
             reasons.append(str(exc))
+        failed = rt.store.write_problem()  # reads work on a full volume; commits do not
+        if failed:
+            reasons.append(failed + " (webhooks answer 503, decisions wait)")
         problem = rt.audit.check_writable()
         if problem:
             reasons.append(problem + " (nothing will be signalled)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib.resources import files
@@ -52,7 +53,15 @@ class StoreUnavailable(Exception):
     """The database cannot be opened or written (answer 503, retry later)."""
 
 
+# How long a failed write keeps `/-/ready` at 503: several reconciler ticks, so a worker
+# whose commits fail says so however its writes interleave with ones that still succeed.
+WRITE_FAILURE_HOLD_S = 15.0
+
+
 class Database:
+    _write_failed_at = float("-inf")  # time.monotonic() of the last write that failed
+    _write_failure = ""
+
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
         self.path = str(path)
         self.busy_timeout = busy_timeout
@@ -83,7 +92,24 @@ class Database:
         return conn
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Any]:
+        """A write transaction; a failure to write is remembered for readiness."""
+        try:
+            with self._transaction() as conn:
+                yield conn
+        except StoreUnavailable as exc:
+            self._write_failed_at, self._write_failure = time.monotonic(), str(exc)
+            raise
+
+    def write_problem(self) -> str | None:
+        """Why this process cannot commit now: a write failed within WRITE_FAILURE_HOLD_S
+        (every webhook and reconciler commit writes through `_tx`); None otherwise."""
+        if time.monotonic() - self._write_failed_at > WRITE_FAILURE_HOLD_S:
+            return None
+        return f"the store could not commit: {self._write_failure}"
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")

@@ -126,7 +126,7 @@ class PostgresDatabase(Database):
         return _Conn(self._pg())
 
     @contextmanager
-    def _tx(self) -> Iterator[Any]:
+    def _transaction(self) -> Iterator[Any]:
         conn = self._pg()
         try:
             conn.execute("BEGIN")

@@ -3,6 +3,8 @@ isolation, fencing, re-arming, the notice gate, readiness."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -19,6 +21,7 @@ from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notify import NoticeResult
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
+from actuator.store import database as database_module
 from actuator.store import open_store
 from tests.helpers.api import AUTH, TOKEN, alert, body
 from tests.helpers.cases import BOOT, TICKS
@@ -875,3 +878,43 @@ def test_the_records_of_what_a_pass_did_are_synced_when_it_ends(
     events = [e["event"] for e in h.events()]
     assert "notice" in events and "signals" in events
     assert h.audit.unsynced_files == 0
+
+
+def test_defect_8_ready_says_so_while_nothing_can_be_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database's volume is full: reads still work (so a ping passes) but every webhook
+    answers 503 and every commit fails; `/-/ready` answers 503 naming the store, and ready
+    again once space is back (the hold shortened here from 15 s)."""
+    volume = tmp_path / "small"
+    volume.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        monkeypatch.setattr(database_module, "WRITE_FAILURE_HOLD_S", 1.0)
+        h = Harness(tmp_path, str(volume / "db.sqlite"))
+        h.fire(100)
+        assert h.client.get("/-/ready").status_code == 200
+        filler = volume / "filler"
+        with contextlib.suppress(OSError), filler.open("ab", buffering=0) as out:
+            while True:
+                out.write(b"\0" * 4096)
+        answers = []
+        for pid in range(101, 401):
+            alerts = [alert(labels=labels(pid), fingerprint=f"fp{pid}-{'x' * 2000}")]
+            answers.append(h.client.post("/api/v1/alerts", json=body(*alerts), headers=AUTH))
+            if answers[-1].status_code == 503:
+                break
+        assert answers[-1].status_code == 503, "the full volume never refused a webhook"
+        ready = h.client.get("/-/ready")
+        assert ready.status_code == 503
+        assert "could not commit" in " ".join(ready.json["reasons"])
+        filler.unlink()
+        time.sleep(1.1)
+        assert h.client.get("/-/ready").status_code == 200
+        h.fire(500)  # and it records again
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=False)
