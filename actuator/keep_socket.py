@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ RETRY_S = 5.0
 REQUEST_DEADLINE_S = 2.0  # the whole request line, however it trickles in
 PER_UID = 4  # connections served at once for one uid; more are refused at once
 WAITS_PER_UID = 64  # `gpu-reclaimer wait` connections stay open: counted apart
-MAX_CONNECTIONS = 64  # for all uids together
+MAX_CONNECTIONS = 64  # for all uids together (fairly: see _dispatch)
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -68,6 +69,17 @@ def in_groups(uid: int, gid: int, groups: tuple[str, ...]) -> bool:
     return bool(member_of & set(groups))
 
 
+@dataclass(eq=False)
+class _Peer:
+    """One connection being served: whose, since when, and whether its request is in."""
+
+    uid: int
+    since: float
+    conn: socket.socket
+    reading: bool = True
+    evicted: bool = False
+
+
 class KeepSocket:
     def __init__(
         self,
@@ -83,6 +95,7 @@ class KeepSocket:
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
         self._active: dict[int, int] = {}  # uid -> connections being served
+        self._peers: set[_Peer] = set()  # every connection being served, quick requests
         self._waits: dict[int, int] = {}  # uid -> `wait` connections held open
         self._active_lock = threading.Lock()
 
@@ -124,44 +137,69 @@ class KeepSocket:
             self.path.unlink(missing_ok=True)
 
     def _dispatch(self, conn: socket.socket) -> None:
-        """Serve the connection in its own thread, within its uid's share."""
+        """Serve the connection in its own thread, within its uid's share. The connections
+        of all uids together are capped too, but fairly: at the cap, a newcomer takes the
+        place of the oldest connection of another uid that has not yet sent its request
+        (a real client sends it at once; only a flood holds a slot silently), so no uid's
+        connections, however many uids a flood spreads over, refuse another uid's request."""
         try:
             caller = peer_credentials(conn)
         except OSError:
             conn.close()
             return
         uid = caller[1]
+        peer = _Peer(uid, time.monotonic(), conn)
+        evicted: _Peer | None = None
         with self._active_lock:
-            busy = (
-                self._active.get(uid, 0) >= PER_UID or sum(self._active.values()) >= MAX_CONNECTIONS
-            )
+            busy = self._active.get(uid, 0) >= PER_UID
+            if not busy and len(self._peers) >= MAX_CONNECTIONS:
+                evicted = self._oldest_silent_peer(other_than=uid)
+                busy = evicted is None
             if not busy:
                 self._active[uid] = self._active.get(uid, 0) + 1
+                self._peers.add(peer)
+        if evicted is not None:
+            with contextlib.suppress(OSError):
+                evicted.conn.shutdown(socket.SHUT_RDWR)  # its read ends now; its thread exits
         if busy:
             with conn, contextlib.suppress(OSError):
                 conn.setblocking(False)
                 conn.send(b'{"ok": false, "error": "busy: too many requests from uid %d"}\n' % uid)
             return
         threading.Thread(
-            target=self._serve_one, args=(conn, caller), daemon=True, name=f"keep-uid-{uid}"
+            target=self._serve_one, args=(peer, caller), daemon=True, name=f"keep-uid-{uid}"
         ).start()
 
-    def _serve_one(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
+    def _oldest_silent_peer(self, other_than: int) -> _Peer | None:
+        """The oldest connection of another uid still without a whole request (locked)."""
+        silent = [p for p in self._peers if p.reading and p.uid != other_than and not p.evicted]
+        if not silent:
+            return None
+        oldest = min(silent, key=lambda p: p.since)
+        oldest.evicted = True
+        return oldest
+
+    def _serve_one(self, peer: _Peer, caller: tuple[int, int, int]) -> None:
         try:
-            with conn:
-                self._handle(conn, caller)
+            with peer.conn:
+                self._handle(peer, caller)
         finally:
             with self._active_lock:
+                self._peers.discard(peer)
                 self._active[caller[1]] -= 1
                 if not self._active[caller[1]]:
                     del self._active[caller[1]]
 
-    def _handle(self, conn: socket.socket, caller: tuple[int, int, int]) -> None:
+    def _handle(self, peer: _Peer, caller: tuple[int, int, int]) -> None:
+        conn = peer.conn
         try:
             raw = read_line(conn, time.monotonic() + REQUEST_DEADLINE_S)
+            peer.reading = False
+            if peer.evicted:
+                return  # its place went to another uid's request
             waiting = self._wait_request(raw)
             if waiting is not None and self.waitlist is not None:
-                self._held_wait(conn, caller, waiting)
+                self._held_wait(peer, caller, waiting)
                 return
             answer = self.answer(caller, raw)
         except (OSError, ValueError) as exc:
@@ -171,16 +209,17 @@ class KeepSocket:
             conn.sendall(json.dumps(answer).encode() + b"\n")
 
     def _held_wait(
-        self, conn: socket.socket, caller: tuple[int, int, int], request: dict[str, Any]
+        self, peer: _Peer, caller: tuple[int, int, int], request: dict[str, Any]
     ) -> None:
         """A wait holds its connection for as long as it waits: it leaves the uid's share of
         quick requests and counts against WAITS_PER_UID instead."""
-        uid = caller[1]
+        uid, conn = caller[1], peer.conn
         with self._active_lock:
             full = self._waits.get(uid, 0) >= WAITS_PER_UID
             if not full:
                 self._waits[uid] = self._waits.get(uid, 0) + 1
                 self._active[uid] -= 1
+                self._peers.discard(peer)  # a held wait is not a quick request
         if full:
             with contextlib.suppress(OSError):
                 conn.sendall(b'{"ok": false, "error": "too many waits for this uid"}\n')
@@ -195,6 +234,7 @@ class KeepSocket:
                 if not self._waits[uid]:
                     del self._waits[uid]
                 self._active[uid] = self._active.get(uid, 0) + 1
+                self._peers.add(peer)
 
     @staticmethod
     def _wait_request(raw: bytes) -> dict[str, Any] | None:

@@ -219,3 +219,66 @@ def test_an_owners_keep_is_bounded_by_the_rule_of_the_case(
         "refused: rule defaults lets owners keep a process for 0s to 1h, not 2h",
         "accepted",
     ]
+
+
+# A flood that keeps its connections: each one the server cuts or refuses is opened again.
+FLOOD_FOREVER = (
+    "import socket, sys, time\n"
+    "def connect():\n"
+    "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.setblocking(False)\n"
+    "    return s\n"
+    "held = [connect() for _ in range(int(sys.argv[2]))]\n"
+    "print('connected', flush=True)\n"
+    "end = time.monotonic() + 40\n"
+    "while time.monotonic() < end:\n"
+    "    for i, s in enumerate(held):\n"
+    "        try:\n"
+    "            s.recv(256)\n"
+    "        except BlockingIOError:\n"
+    "            continue\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        s.close()\n"
+    "        try: held[i] = connect()\n"
+    "        except OSError: pass\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+def _as_uid(uid: int, code: str, *args: str) -> subprocess.Popen[str]:
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return subprocess.Popen(
+        [python, "-c", code, *args],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+
+
+def test_defect_9_a_flood_spread_over_many_uids_never_refuses_another_uids_keep(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """Rootless containers give a user thousands of subordinate uids: 24 of them each hold
+    PER_UID silent connections (96, past the cap of 64 for all uids together), reopening
+    any that is cut. The owner's keep and a stranger's list are still answered at once."""
+    actuator, sock = _keep_actuator(actuator_factory, workloads, request)
+    w = workloads.spawn()
+    _notified(actuator, w)
+    floods = [_as_uid(200_000 + i, FLOOD_FOREVER, str(sock), str(PER_UID)) for i in range(24)]
+    request.addfinalizer(lambda: [p.kill() for p in floods])
+    for flood in floods:
+        assert flood.stdout is not None and flood.stdout.readline().strip() == "connected"
+    time.sleep(0.5)  # every flood holds its connections
+
+    started = time.monotonic()
+    answer = request_keep(str(sock), w.pid, "keep", 3600, timeout=5)
+    took = time.monotonic() - started
+    assert answer["ok"], answer
+    assert took < 1.0, f"the owner's keep took {took:.2f}s"
+    stranger = _as_nobody(CLIENT, str(sock), str(w.pid), "list")
+    out, _ = stranger.communicate(timeout=10)
+    assert "busy" not in out, out
+    assert json.loads(out)["ok"] is True
