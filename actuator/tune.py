@@ -6,7 +6,13 @@ stopped while the process lived on, within `resumed_within` of the first firing 
 came back from a quiet phase; reclaiming it would have cost its owner). A process flagged
 until it exited, or idle longer than that, was rightly flagged. Per project the proposal is
 the candidate that flags the most process-hours with no wrongly flagged process; where
-none is clean, the project has no proposal. Pure except `tune`, which asks Prometheus.
+none is clean, the project has no proposal.
+
+A fitted result refuses thin evidence: a project is fitted only where its history holds at
+least `Needs.processes` GPU processes over at least `Needs.hours` of history, and where
+some candidate flagged one of them (a grid where nothing was flagged says nothing about
+any threshold, and must not fall through to the most aggressive one). Pure except
+`tune` and `evidence`, which ask Prometheus.
 """
 
 from __future__ import annotations
@@ -57,10 +63,50 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What a project's history holds: its GPU processes, the hours between the first and
+    the last sample of any of them, and the process-hours they were seen."""
+
+    processes: int = 0
+    hours: float = 0.0
+    process_hours: float = 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.processes} GPU processes over {self.hours:.1f} h of history "
+            f"({self.process_hours:.1f} process-hours)"
+        )
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The least evidence a fitted threshold stands on (`--min-processes`, `--min-history`)."""
+
+    processes: int = 10
+    hours: float = 24.0
+
+    def shortfall(self, found: Evidence) -> str | None:
+        """Why `found` is too thin to fit on; None when it is enough (pure)."""
+        if found.processes >= self.processes and found.hours >= self.hours:
+            return None
+        return (
+            f"not enough evidence: {found.describe()}; a proposal needs at least "
+            f"{self.processes} processes over {self.hours:g} h"
+        )
+
+
+@dataclass(frozen=True)
 class Proposal:
     project: str
-    best: Verdict | None  # None: no candidate was clean
+    best: Verdict | None  # None: no candidate was clean, or the evidence is too thin
     verdicts: tuple[Verdict, ...]
+    evidence: Evidence = Evidence()
+    refused: str = ""  # why there is no proposal, when the evidence decided it
+
+    @property
+    def fitted(self) -> bool:
+        """A proposal that stands on enough evidence (whether or not it changes the rule)."""
+        return self.best is not None and not self.refused
 
 
 def judge(
@@ -97,21 +143,34 @@ def _resumed(
     return lived_on and flagged.last - flagged.first <= within
 
 
-def propose(per_candidate: Sequence[tuple[Candidate, dict[str, Verdict]]]) -> list[Proposal]:
+def propose(
+    per_candidate: Sequence[tuple[Candidate, dict[str, Verdict]]],
+    evidence: dict[str, Evidence] | None = None,
+    needs: Needs = Needs(processes=0, hours=0.0),
+    projects: Iterable[str] = (),
+) -> list[Proposal]:
     """Per project, the clean candidate that flags the most process-hours; between equals,
     the most aggressive (shorter hold, then higher bar). A candidate that flagged nothing
-    in a project is clean there (pure)."""
-    projects = sorted({p for _, verdicts in per_candidate for p in verdicts})
+    in a project is clean there. No proposal where the evidence is thinner than `needs`,
+    or where no candidate flagged anything (pure)."""
+    evidence = evidence or {}
+    names = sorted({p for _, verdicts in per_candidate for p in verdicts} | set(projects))
     proposals = []
-    for project in projects:
+    for project in names:
         verdicts = tuple(v.get(project) or Verdict(c) for c, v in per_candidate)
+        found = evidence.get(project, Evidence())
+        refused = needs.shortfall(found) or (
+            ""
+            if any(v.flagged for v in verdicts)
+            else "no candidate flagged any process: nothing to fit"
+        )
         clean = [v for v in verdicts if v.wrongly == 0]
         best = max(
             clean,
             key=lambda v: (round(v.process_hours, 6), -v.candidate.hold_s, v.candidate.util),
             default=None,
         )
-        proposals.append(Proposal(project, best, verdicts))
+        proposals.append(Proposal(project, None if refused else best, verdicts, found, refused))
     return proposals
 
 
@@ -140,6 +199,33 @@ def alive_until(
     return found
 
 
+def evidence(prom: RangeQueries, start: float, end: float, step_s: float) -> dict[str, Evidence]:
+    """Per project: its GPU processes in the period, as `gpu_process_info` shows them."""
+    series = prom.custom_query_range(
+        "max by (instance, uuid, pid, start_ticks, project) (gpu_process_info)",
+        start_time=datetime.fromtimestamp(start),
+        end_time=datetime.fromtimestamp(end),
+        step=f"{step_s:g}s",
+    )
+    seen: dict[str, tuple[int, float, float, int]] = {}  # processes, first, last, samples
+    for one in series:
+        stamps = [float(t) for t, _ in one["values"]]
+        if not stamps:
+            continue
+        project = str(one["metric"].get("project") or "(none)")
+        count, first, last, samples = seen.get(project, (0, stamps[0], stamps[0], 0))
+        seen[project] = (
+            count + 1,
+            min(first, stamps[0]),
+            max(last, stamps[-1]),
+            samples + len(stamps),
+        )
+    return {
+        project: Evidence(count, (last - first) / 3600, samples * step_s / 3600)
+        for project, (count, first, last, samples) in seen.items()
+    }
+
+
 def tune(
     prom: RangeQueries,
     rules: RuleSet,
@@ -150,9 +236,12 @@ def tune(
     resumed_within: float,
     project: str | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    needs: Needs = Needs(),
 ) -> list[Proposal]:
     """Every candidate evaluated by Prometheus over the period, judged per project."""
     step_s = step_for(start, end, step_s)
+    progress("which GPU processes each project ran")
+    found = evidence(prom, start, end, step_s)
     progress("when each process last held GPU memory")
     alive = alive_until(prom, start, end, step_s)
     per_candidate = []
@@ -166,7 +255,8 @@ def tune(
         if project is not None:
             verdicts = {project: verdicts.get(project, Verdict(candidate))}
         per_candidate.append((candidate, verdicts))
-    return propose(per_candidate)
+    asked = (project,) if project is not None else ()
+    return propose(per_candidate, found, needs, asked)
 
 
 def rules_diff(text: str, origin: str, candidate: Candidate) -> tuple[str, str]:
@@ -201,7 +291,10 @@ def render(proposals: Sequence[Proposal]) -> str:
             )
             if v.examples and v is not p.best:
                 lines.append(f"    resumed soon after: {', '.join(v.examples)}")
-        if p.best is None:
+        lines.append(f"  evidence: {p.evidence.describe()}")
+        if p.refused:
+            lines.append(f"  {p.refused}: no proposal")
+        elif p.best is None:
             lines.append("  no candidate flagged only processes that stayed idle: no proposal")
         lines.append("")
     return "\n".join(lines)

@@ -10,8 +10,11 @@ from typing import Any
 
 from actuator.backtest_cli import SHIPPED_RULES
 from actuator.report_cli import add_history_arguments, connect, period
+from actuator.tune import Needs
 from exporter import argtypes
 from exporter.argtypes import CommandError
+
+THIN_EVIDENCE = 3  # the exit status when no proposal stands on enough evidence
 
 
 def _ratio(text: str) -> float:
@@ -24,6 +27,16 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {text}")
+    return value
+
+
 def add_commands(commands: Any) -> None:
     parser = commands.add_parser(
         "tune",
@@ -33,7 +46,12 @@ def add_commands(commands: Any) -> None:
         "what the processes it flags did next: a process that resumed work soon after being "
         "flagged (the alert stopped while it lived on) was wrongly flagged. Per project, the "
         "proposal is the candidate that flags the most process-hours with none wrongly "
-        "flagged; with --project it is printed as a diff of the rules file.",
+        "flagged; with --project it is printed as a diff of the rules file. A fitted "
+        "threshold needs evidence to stand on: a project whose history holds fewer than "
+        "--min-processes GPU processes, or less than --min-history of history, or where no "
+        "candidate flagged anything, gets no proposal. Exit status: 0 with a proposal "
+        "(with --project: that project's; without: at least one project's), 2 for a usage "
+        "error, 3 when the evidence is too thin for any proposal (nothing is written).",
         epilog="Example: gpu-reclaimer tune --prometheus http://prometheus:9090 --since 30d "
         "--project vision --write vision.rules.yml",
     )
@@ -64,6 +82,21 @@ def add_commands(commands: Any) -> None:
         metavar="DURATION",
         help="a flagged process that worked again within this long of its first firing "
         "was wrongly flagged (default 30m)",
+    )
+    parser.add_argument(
+        "--min-processes",
+        type=_at_least_one,
+        default=Needs.processes,
+        metavar="N",
+        help=f"fewest GPU processes a project's proposal stands on (default {Needs.processes})",
+    )
+    parser.add_argument(
+        "--min-history",
+        type=argtypes.duration,
+        default=Needs.hours * 3600,
+        metavar="DURATION",
+        help="least history a project's proposal stands on, first to last sample of its "
+        f"processes (default {Needs.hours:g}h)",
     )
     parser.add_argument("--step", type=argtypes.duration, default=60.0, help="default 60s")
     parser.add_argument("--write", type=Path, metavar="FILE", help="write the proposed rules")
@@ -100,15 +133,28 @@ def run_tune(args: argparse.Namespace) -> int:
             args.resumed_within,
             args.project,
             progress,
+            Needs(processes=args.min_processes, hours=args.min_history / 3600),
         )
     except BacktestError as error:
         raise CommandError(str(error)) from None
     except (RequestException, PrometheusApiClientException) as error:
         raise argtypes.unreachable("Prometheus", args.prometheus, error) from None
     sys.stdout.write(render(proposals))
+    if not proposals:
+        print(
+            "no candidate flagged any GPU process in the period: no evidence to fit, no proposal",
+            file=sys.stderr,
+        )
+        return THIN_EVIDENCE
     if args.project is None:
-        return 0
+        if any(p.fitted for p in proposals):
+            return 0
+        print("not enough evidence for any project: no proposal", file=sys.stderr)
+        return THIN_EVIDENCE
     (mine,) = proposals
+    if mine.refused:
+        print(f"project {args.project}: {mine.refused}; nothing proposed", file=sys.stderr)
+        return THIN_EVIDENCE
     if mine.best is None:
         if args.write is not None:
             raise CommandError(f"project {args.project}: no proposal, nothing written")

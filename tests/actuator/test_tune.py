@@ -24,11 +24,18 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
         yield prom, start
 
 
-def tune(prom: Server, start: int, *args: str) -> subprocess.CompletedProcess[str]:
-    since, until = _iso(start), _iso(start + 120 * M)
-    command = [*gpu_reclaimer_command(), "tune", "--prometheus", prom.url]
+# The history holds one process per project over two hours: enough for these tests, thinner
+# than the defaults (10 processes, 24 h), which the tests of thin evidence keep.
+SMALL_HISTORY = ("--min-processes", "1", "--min-history", "1h")
+
+
+def tune(
+    prom: Server, start: int, *args: str, until: int | None = None, needs=SMALL_HISTORY
+) -> subprocess.CompletedProcess[str]:
+    since, end = _iso(start), _iso(until if until is not None else start + 120 * M)
+    command = [*gpu_reclaimer_command(), "tune", "--prometheus", prom.url, *needs]
     return subprocess.run(
-        [*command, "--since", since, "--until", until, *args],
+        [*command, "--since", since, "--until", end, *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -86,3 +93,38 @@ def test_a_candidate_that_flags_nothing_in_a_project_is_clean_there() -> None:
     (proposal,) = propose([(cautious, {}), (eager, {"p": wrong})])
     assert proposal.best is not None and proposal.best.candidate == cautious
     assert proposal.verdicts[1] is wrong
+
+
+def test_defect_6_tune_without_evidence_proposes_nothing_and_exits_non_zero(
+    backfilled: tuple[Server, int], tmp_path: Path
+) -> None:
+    """An empty period, an unknown project, minutes of history, or history thinner than the
+    defaults: no proposal, no diff, nothing written, exit 3, saying what was found."""
+    prom, start = backfilled
+    written = tmp_path / "out.rules.yml"
+    empty = tune(prom, start - 3 * 86400, until=start - 2 * 86400)
+    assert empty.returncode == 3, empty.stderr
+    assert "no evidence to fit" in empty.stderr and "<- proposed" not in empty.stdout
+    unknown = tune(prom, start, "--project", "p-nobody", "--write", str(written))
+    assert unknown.returncode == 3, unknown.stderr
+    assert "0 GPU processes" in unknown.stdout and "nothing proposed" in unknown.stderr
+    minutes = tune(
+        prom, start, "--project", "p-alice", "--write", str(written), until=start + 15 * M
+    )
+    assert minutes.returncode == 3, minutes.stderr
+    assert "not enough evidence" in minutes.stderr and "+++" not in minutes.stdout
+    thin = tune(prom, start, "--project", "p-alice", "--write", str(written), needs=())
+    assert thin.returncode == 3, thin.stderr
+    assert "1 GPU processes over 2.0 h of history" in thin.stdout
+    assert "at least 10 processes over 24 h" in thin.stderr
+    everyone = tune(prom, start, needs=())
+    assert everyone.returncode == 3 and "<- proposed" not in everyone.stdout
+    assert not written.exists()
+
+
+def test_no_proposal_where_no_candidate_flagged_anything() -> None:
+    """Every candidate is clean where nothing was flagged: that is no evidence for the most
+    aggressive one (defect 6)."""
+    cautious, eager = Candidate(0.02, 1800.0), Candidate(0.2, 300.0)
+    (proposal,) = propose([(cautious, {}), (eager, {})], projects=["p"])
+    assert proposal.best is None and "nothing to fit" in proposal.refused
