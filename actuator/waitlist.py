@@ -8,6 +8,8 @@ on a reading taken after the GPU was given and after any worker saw the job ther
 reading from before could show the GPU empty and give it twice.
 What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
+Demand is one request per uid at a time, and none while a GPU given to that uid is unused:
+a waiter costs others at most one reclaim at a time.
 """
 
 from __future__ import annotations
@@ -142,6 +144,23 @@ class WaitList:
             return offers
 
 
+def one_per_waiter(
+    waiting: Sequence[Waiter], served: dict[int, tuple[FreeGpu, ...]], holding: set[int]
+) -> list[Waiter]:
+    """The waiters that are demand: not served by free GPUs, at most one per uid (its
+    oldest), and none for a uid that holds a GPU given to it and not yet used. One waiter
+    therefore costs others at most one reclaim at a time, however many `wait`s it opens
+    (pure)."""
+    out: list[Waiter] = []
+    seen = set(holding)
+    for w in waiting:
+        if w.id in served or w.uid in seen:
+            continue
+        seen.add(w.uid)
+        out.append(w)
+    return out
+
+
 class WaitListDemand:
     """Demand: the waiters the free GPUs cannot serve now."""
 
@@ -158,11 +177,18 @@ class WaitListDemand:
         if free is None:
             raise DemandError("the node's GPUs cannot be read: what is free is unknown")
         served = assign(waiting, free)
-        requests = tuple(self._request(w) for w in waiting if w.id not in served)
+        requests = tuple(self._request(w) for w in one_per_waiter(waiting, served, self._holding()))
         # Free GPUs no waiter could take alone: a reclaim beside them may serve one.
         given = {g.uuid for gpus in served.values() for g in gpus}
         left = sum(1 for g in free if g.empty and g.uuid not in given)
         return Reading(requests, {self.waitlist.node: left})
+
+    def _holding(self) -> set[int]:
+        """Uids given a GPU their job has not yet taken (within RESERVE_S)."""
+        since = self.waitlist.clock() - RESERVE_S
+        return {
+            w.uid for w in self.waitlist.store.promised(self.waitlist.node, since) if not w.taken
+        }
 
     def _request(self, w: Waiter) -> Request:
         return Request(

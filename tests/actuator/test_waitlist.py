@@ -7,6 +7,7 @@ can serve, keeps waiting and leaves the queue when it hangs up."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from pathlib import Path
 
 from actuator.store import Store
 from actuator.store.waiters import SERVED, Waiter
-from actuator.waitlist import SEEN_SETTLE_S, FreeGpu, WaitList, assign, free_gpus
+from actuator.waitlist import (
+    SEEN_SETTLE_S,
+    FreeGpu,
+    WaitList,
+    WaitListDemand,
+    assign,
+    free_gpus,
+)
+from exporter import procfs
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node
 from tests.helpers.actuator import Workloads, alert_for, payload
@@ -107,6 +116,35 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
     now[0] = 100.8 + SEEN_SETTLE_S
     b.cached = None
     assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
+
+
+def test_defect_5_a_waiter_costs_others_at_most_one_reclaim_at_a_time(tmp_path):
+    """Every GPU is held. One uid opens two `wait`s: only its first is demand. Once a GPU
+    is given to it and sits unused, none of its waits is demand until its job takes the
+    GPU; another uid's wait is demand throughout."""
+    store, now = Store(tmp_path / "db"), [100.0]
+    store.init()
+    node: dict[str, tuple[int, ...]] = {"GPU-0": (7,), "GPU-1": (8,)}
+    worker = _Worker(node, now)
+    waitlist = WaitList(store, "n", worker.reading, lambda: now[0])
+    me, ticks = os.getpid(), procfs.start_ticks(os.getpid())
+    assert ticks is not None
+    first = store.add_waiter("n", 1000, me, ticks, 1, 0, now[0], now[0] + 600)
+    second = store.add_waiter("n", 1000, me, ticks, 1, 0, now[0] + 1, now[0] + 600)
+    demand = WaitListDemand(waitlist)
+    assert [r.key for r in demand.read().requests] == [str(first)]
+    # GPU-0's idle job was reclaimed for the first wait, and the GPU given to it.
+    node["GPU-0"] = ()
+    assert store.end_waiter(first, SERVED, now[0], ("GPU-0",))
+    now[0] += 1
+    worker.cached = None
+    assert demand.read().requests == ()  # the second wait costs nothing while GPU-0 waits
+    other = store.add_waiter("n", 2000, me, ticks, 1, 0, now[0], now[0] + 600)
+    assert [r.key for r in demand.read().requests] == [str(other)]
+    node["GPU-0"] = (4242,)  # the first wait's job took its GPU
+    now[0] += 1
+    worker.cached = None
+    assert [r.key for r in demand.read().requests] == [str(second), str(other)]
 
 
 def _wait(sock: Path, *args: str) -> subprocess.Popen[str]:
