@@ -41,7 +41,8 @@ class Event(StrEnum):
     DECISION = "decision"
     DECISION_ABORTED = "decision_aborted"
     DEMAND_SOURCE = "demand_source"  # a demand source went down or came back
-    HANDED_OFF = "handed_off"  # a GPU reclaimed for a waiting request was freed for it
+    FREED_FOR_REQUEST = "freed_for_request"  # a GPU reclaimed for a waiting request is free
+    HANDED_OFF = "handed_off"  # the waiting request's own process holds the GPU (proven)
     GPU_TAKEN = "gpu_taken"  # a reclaimed GPU's next holder appeared on it
     NEEDLESS_RECLAIM = "needless_reclaim"  # nobody took a reclaimed GPU within the window
     FOLLOWUP = "followup"

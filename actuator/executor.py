@@ -293,10 +293,12 @@ class Executor:
             self._bumps.setdefault(case.node, []).extend(bumps)
         if waited is None:
             return
+        # Free, not yet handed off: the hand-off is proven only once the request's own
+        # process holds the GPU (DemandPlanner.watch writes `handed_off` then).
         with contextlib.suppress(AuditError):
             self.audit.write(
                 {
-                    "event": Event.HANDED_OFF,
+                    "event": Event.FREED_FOR_REQUEST,
                     "case": case.id,
                     "request": case.demand_for,
                     "who": case.demand_who,
@@ -304,8 +306,6 @@ class Executor:
                 },
                 sync=False,
             )
-        if self.alerts is not None:
-            self.alerts.handed_off(case)
 
     def _followup(self, case: Case, eff: Effective) -> None:
         """What was freed, to whoever got the warning; best effort, audited."""

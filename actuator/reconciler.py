@@ -144,6 +144,7 @@ class Reconciler:
             node=self.nodes.get,
             clock=clock,
             mono=mono,
+            alerts=alerts,
         )
         self.notifier = notifier
         self.clock = clock

@@ -8,7 +8,7 @@ on a reading taken after the GPU was given and after any worker saw the job ther
 reading from before could show the GPU empty and give it twice.
 What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_when: demand`
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
-Demand is one request per uid at a time, and none while a GPU given to that uid is unused:
+Demand is one request per uid at a time, and none while a GPU reclaimed for that uid is unused:
 a waiter costs others at most one reclaim at a time.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from actuator.demand.model import DemandError, Reading, Request
+from actuator.demand.model import Claimant, DemandError, Reading, Request
 from actuator.store import Store, Waiter
 from exporter import procfs
 from exporter.nvml_reader import NvmlReading
@@ -31,6 +31,9 @@ RESERVE_S = 60.0  # at most: the promise ends as soon as a process appears on th
 # reading, though taken later, may come from an older sample of the driver's state
 # (sampled, not read live) and show the GPU empty before the job appeared.
 SEEN_SETTLE_S = 2.0
+# The node's latest cases, where a GPU reclaimed for a waiter is looked for (a reclaim
+# within RESERVE_S is among them on any node that is not reclaiming hundreds a minute).
+RECENT_CASES = 200
 OFFERS_TTL_S = 0.2  # waiters polling together share one computation
 # A GPU with no process listed is empty only while its used memory is no more than the
 # driver's own: beyond it, something NVML does not list (a process in another container,
@@ -148,7 +151,7 @@ def one_per_waiter(
     waiting: Sequence[Waiter], served: dict[int, tuple[FreeGpu, ...]], holding: set[int]
 ) -> list[Waiter]:
     """The waiters that are demand: not served by free GPUs, at most one per uid (its
-    oldest), and none for a uid that holds a GPU given to it and not yet used. One waiter
+    oldest), and none for a uid that holds a GPU reclaimed for it and not yet used. One waiter
     therefore costs others at most one reclaim at a time, however many `wait`s it opens
     (pure)."""
     out: list[Waiter] = []
@@ -184,11 +187,15 @@ class WaitListDemand:
         return Reading(requests, {self.waitlist.node: left})
 
     def _holding(self) -> set[int]:
-        """Uids given a GPU their job has not yet taken (within RESERVE_S)."""
+        """Uids given a GPU that was reclaimed for them and that their job has not yet
+        taken (within RESERVE_S): a GPU that was free when given cost nobody anything."""
         since = self.waitlist.clock() - RESERVE_S
-        return {
-            w.uid for w in self.waitlist.store.promised(self.waitlist.node, since) if not w.taken
-        }
+        unused = [w for w in self.waitlist.store.promised(self.waitlist.node, since) if not w.taken]
+        if not unused:
+            return set()
+        recent = self.waitlist.store.list_cases(node=self.waitlist.node, limit=RECENT_CASES)
+        reclaimed_for = {c.demand_for for c in recent if c.demand_for}
+        return {w.uid for w in unused if f"{self.name}:{w.id}" in reclaimed_for}
 
     def _request(self, w: Waiter) -> Request:
         return Request(
@@ -199,4 +206,5 @@ class WaitListDemand:
             memory_bytes=w.memory_bytes or None,
             nodes=(self.waitlist.node,),
             since=w.created,
+            claimant=Claimant(uid=w.uid),
         )

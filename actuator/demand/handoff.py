@@ -1,15 +1,21 @@
-"""After a reclaim: did anyone take the GPU? A pure judgement of the GPU's process list.
+"""After a reclaim: did anyone take the GPU, and was it the one it was freed for? A pure
+judgement of the GPU's process list.
 
-Every reclaimed GPU is watched for `window`: a process that was not the reclaimed tree's
-appearing on it is its next holder (for a reclaim on demand, the proof the hand-off
-happened); none within the window makes it a needless reclaim. An unreadable process list
-proves neither.
+Every reclaimed GPU is watched for `window`. Only a process that was on the GPU neither as
+the reclaimed tree nor beside it at the reclaim (`present`: a kept process, one nobody may
+reclaim) can be its next holder. For a reclaim on demand whose request names its own
+process (`claimant`: the waiter's uid, the Slurm job, the pod), the hand-off is proven only
+when such a process holds the GPU; another's holding it, or nobody's within the window,
+makes it a needless reclaim. A request that names no process (a PromQL pool) is only ever
+"taken". An unreadable process list proves nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from actuator.demand.model import Claimant
 
 
 @dataclass(frozen=True)
@@ -21,25 +27,49 @@ class Watched:
     request: str | None  # Request.ref it was reclaimed for (demand)
     freed_mono: float
     freed_pids: frozenset[int]  # the reclaimed tree: not a new holder if still listed
+    present: frozenset[int] = frozenset()  # beside it at the reclaim: never a new holder
+    claimant: Claimant | None = None  # whose process proves the hand-off (demand)
+    who: str = ""  # the request, for people
 
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: Literal["taken", "needless", "unknown"]
+    kind: Literal["handed_off", "taken", "needless", "unknown"]
     seconds: float  # from the GPU being free to the outcome
-    holders: tuple[int, ...] = ()
+    holders: tuple[int, ...] = ()  # the new holders (for needless: others, not the claimant)
 
 
-def judge(w: Watched, listed: dict[int, int] | None, mono: float, window: float) -> Outcome | None:
-    """The outcome once there is one; None: keep watching."""
+def new_holders(w: Watched, listed: dict[int, int] | None) -> tuple[int, ...]:
+    """Processes on the GPU that were not there at the reclaim."""
+    if listed is None:
+        return ()
+    return tuple(sorted(p for p in listed if p not in w.freed_pids and p not in w.present))
+
+
+def needs_proof(w: Watched) -> bool:
+    return w.trigger == "demand" and w.claimant is not None
+
+
+def judge(
+    w: Watched,
+    listed: dict[int, int] | None,
+    mono: float,
+    window: float,
+    claimants: frozenset[int] = frozenset(),
+) -> Outcome | None:
+    """The outcome once there is one; None: keep watching. `claimants`: the new holders
+    proven to be the request's own processes (asked of the node by the caller)."""
     waited = max(0.0, mono - w.freed_mono)
-    if listed is not None:
-        new = tuple(sorted(pid for pid in listed if pid not in w.freed_pids))
-        if new:
-            return Outcome("taken", waited, new)
+    new = new_holders(w, listed)
+    if needs_proof(w):
+        proven = tuple(p for p in new if p in claimants)
+        if proven:
+            return Outcome("handed_off", waited, proven)
+    elif new:
+        return Outcome("taken", waited, new)
     if waited < window:
         return None
-    return Outcome("needless" if listed is not None else "unknown", waited)
+    return Outcome("needless" if listed is not None else "unknown", waited, new)
 
 
 class HandOffWatch:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from actuator.demand.kube_nodes import GPU_RESOURCE, KubeNode, eligible_nodes, parse_nodes
-from actuator.demand.model import DemandError, Reading, Request
+from actuator.demand.model import Claimant, DemandError, Reading, Request
 from actuator.schedulers.kube_api import KubeApi, KubeError
 
 
@@ -74,6 +74,7 @@ def pod_request(pod: dict[str, Any], nodes: list[KubeNode]) -> Request | None:
         gpus=gpus,
         nodes=names,
         since=since if isinstance(since, float) else None,
+        claimant=Claimant(pod=ref),
     )
 
 

@@ -18,6 +18,24 @@ class DemandError(Exception):
 
 
 @dataclass(frozen=True)
+class Claimant:
+    """Whose process a request's hand-off must be: the waiter's uid (`gpu-reclaimer
+    wait`), the Slurm job, or the pod (namespace/name). A source that cannot name one
+    (a PromQL pool) leaves the request without: its hand-off is never proven."""
+
+    uid: int | None = None
+    slurm_job: str | None = None
+    pod: str | None = None  # namespace/name
+
+    def describe(self) -> str:
+        if self.slurm_job is not None:
+            return f"Slurm job {self.slurm_job}"
+        if self.pod is not None:
+            return f"pod {self.pod}"
+        return f"uid {self.uid}"
+
+
+@dataclass(frozen=True)
 class Request:
     """One party waiting for GPUs: `gpus` whole GPUs on one node, or (gpus 0) `memory_bytes`
     free on one GPU. `nodes` are the node names (globs) it may run on; () means any."""
@@ -29,6 +47,7 @@ class Request:
     memory_bytes: int | None = None
     nodes: tuple[str, ...] = ()
     since: float | None = None  # when it started waiting (unix seconds), if the source says
+    claimant: Claimant | None = None  # whose process proves the hand-off
 
     def __post_init__(self) -> None:
         if not 0 <= self.gpus <= MAX_GPUS_PER_NODE:

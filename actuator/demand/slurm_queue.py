@@ -8,7 +8,7 @@ import contextlib
 from datetime import datetime
 from typing import Protocol
 
-from actuator.demand.model import DemandError, Reading, Request
+from actuator.demand.model import Claimant, DemandError, Reading, Request
 from actuator.schedulers.slurm_cli import PendingJob, SlurmError
 
 # Why a job waits when more GPUs would start it; other reasons (a hold, a dependency, a
@@ -59,4 +59,5 @@ class SlurmQueue:
             gpus=job.gpus_per_node,
             nodes=nodes,
             since=submitted_at(job.submitted),
+            claimant=Claimant(slurm_job=job.id),
         )

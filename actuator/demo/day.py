@@ -358,7 +358,7 @@ def demand_to_free(stack: Stack, scheduler: Scheduler) -> float | None:
     with contextlib.suppress(OSError):
         for line in stack.audit_log.read_text().splitlines():
             record = json.loads(line)
-            if record.get("event") == "handed_off":
+            if record.get("event") == "freed_for_request":
                 waits.append(record["seconds_from_demand"] / scheduler.scale / 3600)
     return statistics.median(waits) if waits else None
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from actuator.store import Store
+from actuator.store.cases import insert_case
 from actuator.store.waiters import SERVED, Waiter
 from actuator.waitlist import (
     SEEN_SETTLE_S,
@@ -28,6 +29,7 @@ from exporter import procfs
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node
 from tests.helpers.actuator import Workloads, alert_for, payload
+from tests.helpers.cases import make_case
 from tests.support import gpu_reclaimer_command, wait_until
 
 GIB = 1 << 30
@@ -120,8 +122,8 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
 
 def test_defect_5_a_waiter_costs_others_at_most_one_reclaim_at_a_time(tmp_path):
     """Every GPU is held. One uid opens two `wait`s: only its first is demand. Once a GPU
-    is given to it and sits unused, none of its waits is demand until its job takes the
-    GPU; another uid's wait is demand throughout."""
+    reclaimed for it is given to it and sits unused, none of its waits is demand until its
+    job takes the GPU; another uid's wait is demand throughout."""
     store, now = Store(tmp_path / "db"), [100.0]
     store.init()
     node: dict[str, tuple[int, ...]] = {"GPU-0": (7,), "GPU-1": (8,)}
@@ -134,6 +136,8 @@ def test_defect_5_a_waiter_costs_others_at_most_one_reclaim_at_a_time(tmp_path):
     demand = WaitListDemand(waitlist)
     assert [r.key for r in demand.read().requests] == [str(first)]
     # GPU-0's idle job was reclaimed for the first wait, and the GPU given to it.
+    with store._tx() as conn:
+        insert_case(conn, make_case(id=9, node="n", demand_for=f"wait:{first}"), {})
     node["GPU-0"] = ()
     assert store.end_waiter(first, SERVED, now[0], ("GPU-0",))
     now[0] += 1
@@ -209,6 +213,7 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     assert second.returncode == 0, err
     assert out.strip().splitlines()[-1] == "CUDA_VISIBLE_DEVICES=0"
     assert busy.proc.poll() is None  # never a candidate
+    job = workloads.spawn(gpu=0, phases="busy")  # the waiter's job (its uid) takes GPU 0
 
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     stranger = subprocess.Popen(
@@ -228,7 +233,11 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     stranger.kill()
     stranger.wait(10)
     wait_until(lambda: "nobody is waiting" in _listed(sock), 15, 0.3)
-    handed = actuator.records("handed_off")
-    assert [a["request"] for a in handed] == [case["demand"]["for"]]
+    # Freed for the request at the reclaim; handed off once the waiter's own process holds it.
+    freed = actuator.records("freed_for_request")
+    assert [a["request"] for a in freed] == [case["demand"]["for"]]
+    wait_until(lambda: actuator.records("handed_off"), 15, 0.3)
+    (handed,) = actuator.records("handed_off")
+    assert handed["request"] == case["demand"]["for"] and handed["holders"] == [job.pid]
     assert [a["uid"] for a in actuator.audit("wait")] == [0, 0, 65534]
     assert len(actuator.audit("wait_served")) == 2

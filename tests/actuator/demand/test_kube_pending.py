@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actuator.demand import DemandError, Request
+from actuator.demand import Claimant, DemandError, Request
 from actuator.demand.kube_nodes import eligible_nodes, parse_nodes
 from actuator.demand.kube_pending import PendingPods, pod_request
 from actuator.schedulers.kube_api import KubeApi
@@ -142,6 +142,7 @@ def test_pending_pods_through_the_api_server(tmp_path: Path) -> None:
             gpus=2,
             nodes=("gpu-a-1",),
             since=1796191200.0,
+            claimant=Claimant(pod="ml/train"),  # its hand-off is proven by that pod
         )
         assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending") in server.requests
         assert ("GET", "/api/v1/nodes") in server.requests

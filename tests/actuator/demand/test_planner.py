@@ -7,15 +7,16 @@ with its next holder."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from actuator.audit import AuditLog
-from actuator.demand import Reading, Request
+from actuator.demand import Claimant, Reading, Request
 from actuator.demand.fit import Verdict
 from actuator.demand.planner import DemandPlanner
 from actuator.demand.reader import DemandReader
 from actuator.models import State
-from actuator.node import LocalNode
+from actuator.node import READING_TTL, LocalNode
 from actuator.policy import Protect
 from actuator.store import Store
 from tests.helpers.actuator import NODE
@@ -105,6 +106,7 @@ def test_a_reclaimed_gpu_taken_or_left(tmp_path, workloads):
     planner.reclaimed(freed, now[0])
     planner.reclaimed(idle_freed, now[0])
     holder = workloads.spawn(gpu=0, phases="busy")  # the waiting job starts on GPU 0
+    time.sleep(READING_TTL + 0.05)  # the reading taken at the reclaim is not reused
     now[0] += 20
     planner.watch()
     now[0] += 3600
@@ -116,3 +118,59 @@ def test_a_reclaimed_gpu_taken_or_left(tmp_path, workloads):
     (needless,) = [r for r in records if r["event"] == "needless_reclaim"]
     assert needless["case"] == 4 and needless["trigger"] == "idle"
     assert store.metric_snapshot()["named"]["needless_reclaims"] == {"idle": 1}
+
+
+def test_defect_4_the_fit_frees_only_a_gpu_its_reclaimable_cases_hold_alone(tmp_path, workloads):
+    """A GPU holds an idle process and one its owner kept (both under demand): reclaiming
+    the idle one would leave the GPU taken, so it is not chosen for a waiting job."""
+    idle = workloads.spawn(gpu=0, phases="idle")
+    kept = workloads.spawn(gpu=0, phases="idle")
+    queue, now = Queue(), [1000.0]
+    planner, _, _ = _planner(tmp_path, workloads, queue, now)
+    queue.answer = Reading((Request(source="slurm", key="7", who="Slurm job 7", gpus=1),))
+    kept_case = _warned(2, kept.pid, kept.uuid)
+    kept_case.state, kept_case.snoozed_until = State.SNOOZED, now[0] + 3600
+    choices = planner.plan([_warned(1, idle.pid, idle.uuid), kept_case])
+    assert choices[1].verdict == Verdict.NOT_NEEDED, choices[1]
+    assert 2 not in choices  # the kept case is no choice at all
+
+
+def test_defect_4_a_hand_off_is_proven_only_by_the_requests_own_process(tmp_path, workloads):
+    """Two GPUs reclaimed for two waits: carol's (uid 4321) GPU, beside a kept process, is
+    taken by a process that is not hers: no hand-off, the kept process is never named,
+    and the reclaim is needless. root's wait's GPU is taken by root's process: handed off."""
+    kept = workloads.spawn(gpu=0, phases="idle")
+    queue, now = Queue(), [1000.0]
+    planner, store, audit = _planner(tmp_path, workloads, queue, now)
+    queue.answer = Reading(
+        (
+            Request("wait", "1", "carol's wait", gpus=1, claimant=Claimant(uid=4321)),
+            Request("wait", "2", "root's wait", gpus=1, claimant=Claimant(uid=0)),
+        )
+    )
+    carols = _warned(3, 999_999, workloads.uuid(0))
+    roots = _warned(4, 999_998, workloads.uuid(1))
+    carols.demand_for, roots.demand_for = "wait:1", "wait:2"
+    planner.plan([carols, roots])  # the pass the reclaims were chosen in
+    queue.answer = Reading()  # the waits were served: they left the queue
+    planner.plan([carols, roots])
+    time.sleep(READING_TTL + 0.05)
+    planner.reclaimed(carols, now[0])
+    planner.reclaimed(roots, now[0])
+    stranger = workloads.spawn(gpu=0, phases="busy")
+    mine = workloads.spawn(gpu=1, phases="busy")
+    time.sleep(READING_TTL + 0.05)
+    now[0] += 20
+    planner.watch()
+    now[0] += 3600
+    planner.watch()
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    (handed,) = [r for r in records if r["event"] == "handed_off"]
+    assert handed["case"] == 4 and handed["holders"] == [mine.pid]
+    assert handed["request"] == "wait:2"
+    (needless,) = [r for r in records if r["event"] == "needless_reclaim"]
+    assert needless["case"] == 3 and needless["trigger"] == "demand"
+    assert needless["holders"] == [stranger.pid] and kept.pid not in needless["holders"]
+    assert "not uid 4321's" in needless["why"]
+    assert not [r for r in records if r["event"] == "gpu_taken" and r["case"] == 3]
+    assert store.metric_snapshot()["named"]["needless_reclaims"] == {"demand": 1}
