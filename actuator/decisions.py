@@ -74,8 +74,10 @@ class Allowance:
 
 
 def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
-    """The owner's ask, read from the process's environment on the node, judged against
-    the rule's [keep_min, keep_max] (pure). Outside the bounds it is refused, bounds named."""
+    """The owner's ask, read from the process's environment (or its pod's annotation) on
+    the node, judged as every owner's keep is: against the rule's [keep_min, keep_max], and
+    refused while a repeat step holds the owner's keeps for an SRE (pure). A refusal names
+    the bounds or the step."""
     if asked is None:
         return Allowance(0.0, "")
     where, _, value = asked.partition("=")
@@ -84,6 +86,12 @@ def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
         seconds = parse_duration(value.strip())
     except ValueError:
         return Allowance(0.0, f"{where}={clean(value, 40)} is not a duration: ignored")
+    if eff.keep_needs_sre:
+        return Allowance(
+            0.0,
+            f"{where}={format_duration(seconds)} refused: after {eff.repeat_prior} reclaims "
+            "of your jobs, keeping needs an SRE's approval",
+        )
     if not eff.keep_min <= seconds <= eff.keep_max:
         return Allowance(
             0.0,

@@ -92,8 +92,14 @@ def run_keep(args: argparse.Namespace) -> int:
             print("no keeps asked in advance on this node")
     elif action == "revoke":
         print(f"process {args.pid}: keep withdrawn")
-    elif answer.get("released"):
+    elif answer.get("released") and answer.get("state") == "notified":
         print(f"case {answer['case']}: release confirmed; the GPU will be reclaimed shortly")
+    elif answer.get("released"):
+        ended = f"case {answer['case']}: " if answer.get("case") is not None else ""
+        print(
+            f"{ended}process {args.pid}: your keep ends now; it is judged as any process is "
+            "(warned before anything is reclaimed)"
+        )
     elif answer.get("case") is None:
         print(
             f"process {args.pid} kept until {_local(answer['until'])}, before any case: "

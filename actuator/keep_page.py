@@ -12,7 +12,7 @@ from typing import Any
 import jinja2
 from flask import Blueprint, Response, request
 
-from actuator import operations, untrusted
+from actuator import owner_actions, untrusted
 from actuator.audit import AuditError, Event
 from actuator.decisions import keep_refusal, recorded_rule
 from actuator.evidence.links import PictureRef
@@ -21,6 +21,7 @@ from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
 from actuator.notice import ProvenFacts
 from actuator.operations import HTTP_STATUS, Refused
+from actuator.owner_actions import Owner
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
 
@@ -273,17 +274,22 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             )
         except (AuditError, StoreUnavailable) as exc:
             return render(503, lang, case, token, problem=str(exc))
+        owner = Owner(who)
         if action == "keep":
-            kept = operations.snooze(rt, case.id, keep_hours * 3600.0, who, "kept by its owner")
+            kept = owner_actions.keep(rt, owner, keep_hours * 3600.0, case=case, site_max=keep_max)
             if isinstance(kept, Refused):
                 return render(HTTP_STATUS[kept.why], lang, case, token, problem=kept.detail)
             return render(
-                200, lang, kept, token, done=t["kept"].format(_local(kept.snoozed_until or 0))
+                200,
+                lang,
+                rt.store.get_case(case.id),
+                token,
+                done=t["kept"].format(_local(kept.until)),
             )
-        released = operations.release(rt, case.id)
+        released = owner_actions.release(rt, owner, case=case, process=None)
         if isinstance(released, Refused):
             return render(409, lang, case, token, problem=t["closed"].format(case.state))
-        return render(200, lang, released, token, done=t["released"])
+        return render(200, lang, rt.store.get_case(case.id), token, done=t["released"])
 
     return page
 

@@ -26,20 +26,22 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actuator import operations
-from actuator.audit import AuditError, Event
-from actuator.decisions import keep_refusal, recorded_rule
+from actuator import owner_actions
+from actuator.audit import Event
+from actuator.decisions import recorded_rule
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
+from actuator.owner_actions import Kept, Owner, Process, Released
+from actuator.policy import Effective
 from actuator.runtime import Runtime
 from actuator.wait_socket import queue, serve_wait
 from actuator.waitlist import WaitList
 from exporter import procfs
-from exporter.units import format_duration
 
 log = logging.getLogger(__name__)
 MAX_REQUEST = 4096
@@ -90,8 +92,12 @@ class KeepSocket:
         max_seconds: float = 86400.0,
         node: str = "",
         waitlist: WaitList | None = None,
+        rule_for: Callable[[int], Effective | None] | None = None,
     ) -> None:
+        """`rule_for`: the rule the node's facts select for a PID (a keep asked before
+        its case opens is bounded by it; without one, such a keep is refused)."""
         self.rt, self.path, self.waitlist = rt, Path(path), waitlist
+        self.rule_for = rule_for
         self.sre_groups, self.max_seconds, self.node = sre_groups, max_seconds, node
         self._sock: socket.socket | None = None
         self._active: dict[int, int] = {}  # uid -> connections being served
@@ -276,93 +282,45 @@ class KeepSocket:
                     {"pid": k.pid, "uid": k.uid, "until": k.until, "by": k.by} for k in keeps
                 ],
             }
-        if action == "keep" and not 0 < seconds <= self.max_seconds:
-            return {"ok": False, "error": f"keep for at most {format_duration(self.max_seconds)}"}
         status = procfs.read_status(pid)  # the one reader of a process's ids
+        stat = procfs.read_stat(pid)
         owner = status.uid if status is not None else None
-        if owner is None:
+        if owner is None or stat is None:
             return {"ok": False, "error": f"no process {pid} on this node"}
         if not (uid == owner or privileged):
             self._audit(uid, pid, action, None, "refused: not the owner")
             return {"ok": False, "error": f"process {pid} is not yours (uid {owner})"}
-        who = f"uid {uid} on the node (peer credentials)"
-        if action == "revoke":
-            return self._revoke(uid, pid)
+        asking = Owner(f"uid {uid} on the node (peer credentials)", privileged)
+        process = Process(self.node, pid, stat.start_ticks, procfs.boot_id(), owner)
         case = self._live_case(pid)
-        if case is None:
-            if action == "keep":
-                return self._keep_ahead(uid, pid, owner, seconds, who)
-            return {"ok": False, "error": f"process {pid} has no open case: nothing to release"}
-        rule = recorded_rule(case)
-        if rule is not None and privileged:  # root and the SREs are the approval
-            rule = rule.model_copy(update={"keep_needs_sre": False})
-        if action == "keep" and rule is not None:
-            # The rule that applies to this case bounds what its owner may ask (root's and
-            # the SRE groups' longer holds go through the API's snooze).
-            refusal = keep_refusal(rule, seconds)
-            if refusal is not None:
-                self._audit(uid, pid, action, case.id, f"refused: {refusal}")
-                return {"ok": False, "error": refusal}
-        self._audit(uid, pid, action, case.id, "accepted")
-        if action == "keep":
-            kept = operations.snooze(
-                self.rt, case.id, seconds, who, "kept by its owner on the node"
+        case_id = case.id if case is not None else None
+        result: Kept | Released | Refused
+        if action == "revoke":
+            result = owner_actions.revoke(self.rt, asking, process)
+        elif action == "release":
+            result = owner_actions.release(self.rt, asking, case=case, process=process)
+        else:
+            recorded = recorded_rule(case) if case is not None else None
+            rule = recorded or (self.rule_for(pid) if self.rule_for is not None else None)
+            result = owner_actions.keep(
+                self.rt,
+                asking,
+                seconds,
+                case=case,
+                process=process,
+                rule=rule,
+                site_max=self.max_seconds,
             )
-            if isinstance(kept, Refused):
-                return {"ok": False, "error": kept.detail, "why": str(kept.why)}
-            return {
-                "ok": True,
-                "case": kept.id,
-                "state": str(kept.state),
-                "until": kept.snoozed_until,
-            }
-        released = operations.release(self.rt, case.id)
-        if isinstance(released, Refused):
-            return {"ok": False, "error": released.detail, "why": str(released.why)}
-        return {"ok": True, "case": released.id, "state": str(released.state), "released": True}
-
-    def _keep_ahead(
-        self, uid: int, pid: int, owner: int, seconds: float, who: str
-    ) -> dict[str, Any]:
-        """No case yet: keep this very process (its start ticks and boot) for `seconds`;
-        honoured if a case opens for it meanwhile."""
-        stat = procfs.read_stat(pid)
-        if stat is None:
-            return {"ok": False, "error": f"no process {pid} on this node"}
-        now = self.rt.clock()
-        try:
-            self.rt.audit.write(
-                {
-                    "event": Event.KEEP_AHEAD,
-                    "uid": uid,
-                    "pid": pid,
-                    "start_ticks": stat.start_ticks,
-                    "until": now + seconds,
-                    "by": who,
-                }
-            )
-        except AuditError as exc:
-            return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
-        keep = self.rt.store.add_keep(
-            self.node, pid, stat.start_ticks, procfs.boot_id(), owner, now + seconds, now, who
-        )
-        return {"ok": True, "case": None, "state": "kept ahead", "until": keep.until}
-
-    def _revoke(self, uid: int, pid: int) -> dict[str, Any]:
-        stat = procfs.read_stat(pid)
-        keep = stat and self.rt.store.active_keep(
-            self.node, pid, stat.start_ticks, procfs.boot_id(), self.rt.clock()
-        )
-        if not keep:
-            return {"ok": False, "error": f"process {pid} has no keep to revoke"}
-        try:
-            self.rt.audit.write(
-                {"event": Event.KEEP_REVOKED, "uid": uid, "pid": pid, "keep": keep.id}
-            )
-        except AuditError as exc:
-            return {"ok": False, "error": str(exc), "why": "audit_unavailable"}
-        self.rt.store.revoke_keep(keep.id)
-        return {"ok": True, "revoked": True, "pid": pid}
+        if isinstance(result, Refused):
+            self._audit(uid, pid, action, case_id, f"refused: {result.detail}")
+            return {"ok": False, "error": result.detail, "why": str(result.why)}
+        self._audit(uid, pid, action, case_id, "accepted")
+        if isinstance(result, Kept):
+            return {"ok": True, "case": result.case, "state": result.state, "until": result.until}
+        answer: dict[str, Any] = {"ok": True, "case": result.case, "state": result.state}
+        if action == "revoke":
+            return answer | {"revoked": True, "pid": pid}
+        return answer | {"released": True, "revoked_keep": result.revoked_keep}
 
     def _live_case(self, pid: int) -> Case | None:
         for case in self.rt.store.list_cases(pid=pid, limit=20):

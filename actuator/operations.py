@@ -26,6 +26,9 @@ class Why(StrEnum):
     NOT_NOW = "not_allowed_in_this_state"
     KEPT_CHANGING = "kept_changing"
     AUDIT_UNAVAILABLE = "audit_unavailable"
+    OUT_OF_BOUNDS = "out_of_bounds"  # outside the rule's (or the site's) keep bounds
+    NEEDS_SRE = "needs_sre"  # a repeat step holds the owner's keeps for an SRE
+    RULE_UNKNOWN = "rule_unknown"  # the rule for the process cannot be told now
 
 
 # A refusal as an HTTP status, for the API and the keep page (503: retry once the audit log
@@ -35,6 +38,9 @@ HTTP_STATUS = {
     Why.NOT_NOW: 409,
     Why.KEPT_CHANGING: 409,
     Why.AUDIT_UNAVAILABLE: 503,
+    Why.OUT_OF_BOUNDS: 422,
+    Why.NEEDS_SRE: 403,
+    Why.RULE_UNKNOWN: 503,
 }
 
 
@@ -126,6 +132,44 @@ def release(rt: Runtime, case_id: int) -> Case | Refused:
         case.release_requested_mono = rt.mono()
         if rt.store.save_samples(case):
             return case
+    return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
+
+
+def end_snooze(rt: Runtime, case_id: int, by: str, code: Reason) -> Case | Refused:
+    """End a snoozed case's keep now (its owner is done): the case is pending again and is
+    judged as any case is, a new notice and grace included. Audited first; compare-and-set,
+    retried like the snooze."""
+    try:
+        rt.audit.write(
+            {
+                "event": Event.SNOOZE,
+                "case": case_id,
+                "until": rt.clock(),
+                "duration": 0.0,
+                "by": by,
+                "reason": "released by its owner: the keep ends now",
+            }
+        )
+    except AuditError as exc:
+        return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
+    for _ in range(ATTEMPTS):
+        case = rt.store.get_case(case_id)
+        if case is None:
+            return Refused(Why.NOT_FOUND, f"no case {case_id}")
+        if case.state != State.SNOOZED:
+            return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}: no keep to end")
+        case.snoozed_until = case.snoozed_until_mono = None
+        case.cpu_seconds = case.cpu_rate = case.cpu_at = None
+        updated = rt.store.transition(
+            case,
+            State.PENDING,
+            reason=f"the keep was ended by {by}",
+            evidence={"by": by},
+            now=rt.clock(),
+            reason_code=code,
+        )
+        if updated is not None:
+            return updated
     return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
 
 

@@ -61,6 +61,7 @@ from actuator.models import (
     Member,
     Reason,
     State,
+    Target,
     parse_target,
     parse_uid_label,
 )
@@ -655,22 +656,42 @@ class Reconciler:
         """The policy recorded when the case was signalled (without a live state to judge)."""
         return Effective.model_validate(case.effective) if case.effective else self._eff(case)
 
+    def rule_for_process(self, pid: int) -> Effective | None:
+        """The rule this node's facts select for a local process that has no case yet (a
+        keep asked in advance is bounded by it); None when the process cannot be read."""
+        name = self.config.node.name
+        node = self.nodes.get(name)
+        ticks = procfs.start_ticks(pid)
+        if node is None or ticks is None:
+            return None
+        try:
+            live = node.inspect(Target(name, pid, ticks, self.boot_id, "", 0.0))
+        except Exception:
+            log.warning("cannot read process %d for its rule", pid, exc_info=True)
+            return None
+        if not live.exists or live.start_ticks != ticks or live.user is None:
+            return None
+        return self._rule(name, None, {}, live)
+
     def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
         """The policy rule from what the node sees; the alert's labels only make it safer."""
+        return self._rule(case.node, case.user, case.labels, live)
+
+    def _rule(
+        self, node: str, user: str | None, labels: dict[str, str], live: LiveState | None
+    ) -> Effective:
         said: dict[str, str] = {}
         for scheduler in self.schedulers if live is not None else ():
             said.update(scheduler.facts(live))  # type: ignore[arg-type]
         facts = Facts(
-            user=live.user if live and live.user else case.user,
+            user=live.user if live and live.user else user,
             groups=live.groups if live else (),
             namespace=live.namespace if live else "",
             project=live.project if live else "",
-            node=case.node if live and live.exists else "",
+            node=node if live and live.exists else "",
             **said,
         )
-        claims = Claims(
-            project=case.labels.get("project", ""), namespace=case.labels.get("namespace", "")
-        )
+        claims = Claims(project=labels.get("project", ""), namespace=labels.get("namespace", ""))
         policy = self.namespaces.policy(self.config) if self.namespaces else self.config
         eff = resolve(policy, facts, claims)
         if self.config.repeat is None or not facts.user:

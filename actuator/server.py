@@ -371,6 +371,7 @@ class _Worker:
                 max_seconds=self.config.notifier.keep_max,
                 node=self.config.node.name,
                 waitlist=self.waitlist,
+                rule_for=self.reconciler.rule_for_process,
             )
             threading.Thread(
                 target=keep.run, args=(self.stop,), name="keep-socket", daemon=True

@@ -46,9 +46,15 @@ UNTIL = 4102444800.0  # 2100-01-01
         ),
         (
             ["4242", "--release"],
-            json_line(ok=True, case=7, released=True),
+            json_line(ok=True, case=7, state="notified", released=True),
             {"pid": 4242, "action": "release", "seconds": 0.0},
             "case 7: release confirmed",
+        ),
+        (
+            ["4242", "--release"],
+            json_line(ok=True, case=None, state="keep revoked", released=True, revoked_keep=3),
+            {"pid": 4242, "action": "release", "seconds": 0.0},
+            "process 4242: your keep ends now",
         ),
         (
             ["--list"],

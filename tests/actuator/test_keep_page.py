@@ -70,7 +70,8 @@ def notified_case(rt: Runtime, **over: Any) -> int:
         notified_at=rt.clock(),
         notified_mono=rt.mono(),
         facts=facts.to_json(),
-        **({"effective": {"grace": 600}} | over),
+        # The rule recorded at its notice (every notified case has one).
+        **({"effective": eff(grace=600.0).model_dump()} | over),
     )
     with rt.store._tx() as conn:
         insert_case(conn, case, {})
