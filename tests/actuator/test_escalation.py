@@ -122,7 +122,7 @@ def test_protected_command_is_refused_but_jupyter_kernel_is_not(enforce):
     assert kcase["state"] == "reclaimed", kcase
 
 
-@pytest.mark.reliability(1, 2, 4)
+@pytest.mark.reliability(1, 2, 3, 4)
 def test_duplicates_ha_copies_and_resolved_before_firing(enforce):
     workloads, actuator = enforce
     dup = workloads.spawn(phases="idle")

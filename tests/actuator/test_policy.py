@@ -201,6 +201,7 @@ def test_a_rule_matches_a_slurm_jobs_partition_or_account_as_the_scheduler_says(
         Policy.model_validate({"projects": [{"name": "x", "match": {}}]})
 
 
+@pytest.mark.reliability(52)
 def test_reclaim_when_per_rule_and_claims_only_move_it_to_demand(tmp_path: Path):
     config = load_config(
         write(

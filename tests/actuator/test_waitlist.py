@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from actuator.store import Store
 from actuator.store.cases import insert_case
 from actuator.store.waiters import SERVED, Waiter
@@ -120,6 +122,7 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
     assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
 
 
+@pytest.mark.reliability(53)
 def test_defect_5_a_waiter_costs_others_at_most_one_reclaim_at_a_time(tmp_path):
     """Every GPU is held. One uid opens two `wait`s: only its first is demand. Once a GPU
     reclaimed for it is given to it and sits unused, none of its waits is demand until its
@@ -179,6 +182,7 @@ def _listed(sock: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.reliability(53)
 def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory, request):
     node = tmp_path / "node3"
     init_node(node, gpus=3, memory_total=80 * GIB, name="NVIDIA H100 80GB HBM3")

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.timeout(300)
 SEED = 3
 
 
+@pytest.mark.reliability(54)
 def test_a_short_seeded_chaos_run_has_no_violation(tmp_path: Path) -> None:
     require_binary("prometheus")
     out = tmp_path / "report"

@@ -98,6 +98,7 @@ def test_normal_fleet(sim_node: Path, spawn_workload, tmp_path: Path) -> None:
     assert after[idle] - before[idle] < 0.2
 
 
+@pytest.mark.reliability(46)
 def test_exited_process_is_gone_from_the_next_scrape(sim_node: Path, spawn_workload) -> None:
     workload = spawn_workload(phases="idle")
     scraper = Scraper(sim_node)

@@ -87,6 +87,7 @@ def test_new_values_of_kept_series_render_exactly_as_the_library(openmetrics: bo
     )
 
 
+@pytest.mark.reliability(46)
 def test_label_text_of_ended_series_is_dropped() -> None:
     expo = Exposition()
     family = Family("x", "gauge", "x", ("pid",))

@@ -255,6 +255,7 @@ def test_reader_remembers_a_process_until_its_pid_is_reused(tmp_path: Path) -> N
     assert reader.read(beats, [ProcessRef(4242, 999999)]) == {}
 
 
+@pytest.mark.reliability(46)
 def test_reader_forgets_processes_that_left(tmp_path: Path) -> None:
     proc, beats = container_process_with_a_beat(tmp_path)
     reader = HeartbeatReader(proc)

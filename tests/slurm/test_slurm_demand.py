@@ -109,6 +109,7 @@ def test_an_idle_job_is_warned_and_kept_while_nobody_waits(site: Site) -> None:
     assert site.slurm.job_state(site.idle_job) == "RUNNING"
 
 
+@pytest.mark.reliability(53)
 def test_a_two_gpu_job_that_no_idle_gpu_can_serve_reclaims_nothing(site: Site) -> None:
     assert site.idle is not None
     big = site.slurm.sbatch("sleep 300", "--gres=gpu:2")
@@ -153,6 +154,7 @@ def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
         site.slurm.run("scancel", waiting)
 
 
+@pytest.mark.reliability(53)
 def test_a_free_gpu_beside_an_idle_one_serves_a_two_gpu_job(site: Site) -> None:
     """Slurm counts one GPU free and one held by an idle job: a job that needs two waits,
     and only the idle job is reclaimed for it (the free one is counted, not doubled)."""

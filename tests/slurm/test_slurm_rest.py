@@ -156,6 +156,7 @@ def test_the_queue_through_slurmrestd_reads_as_through_scontrol(site: RestSite) 
         (b"\xff\xfe not JSON", "no jobs|no nodes"),
     ],
 )
+@pytest.mark.reliability(51)
 def test_a_slurmrestd_answer_of_the_wrong_shape_is_unknown_never_no_demand(
     tmp_path: Path, body: bytes, what: str
 ) -> None:

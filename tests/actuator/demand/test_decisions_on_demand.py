@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from actuator.decisions import Action
 from actuator.demand import Request
 from actuator.demand.fit import Choice, Verdict
@@ -56,6 +58,7 @@ def test_demand_starts_the_grace_with_a_second_notice():
     assert "Slurm job 4711 of bob waits" in term.reason
 
 
+@pytest.mark.reliability(51)
 def test_demand_that_goes_away_stops_the_escalation_unknown_demand_holds_it():
     waiting = notified(demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0, demand_mono=T0)
     gone = step(waiting, NOBODY, now=T0 + 300)
@@ -70,6 +73,7 @@ def test_demand_that_goes_away_stops_the_escalation_unknown_demand_holds_it():
     assert step(waiting, CHOSEN, now=T0 + 900).action == Action.TERM
 
 
+@pytest.mark.reliability(52)
 def test_demand_never_makes_a_working_process_reclaimable():
     waiting = notified(
         demand_for="slurm:4711", demand_who=WAITER.who, demand_at=T0 - 900, demand_mono=T0 - 900

@@ -119,6 +119,7 @@ def test_required_node_affinity_terms_are_ored_and_their_expressions_anded() -> 
         {"tolerations": {"key": "team"}},
     ],
 )
+@pytest.mark.reliability(51)
 def test_a_rule_of_a_shape_the_api_does_not_give_is_unknown(spec: dict[str, Any]) -> None:
     with pytest.raises(DemandError):
         _where(**spec)

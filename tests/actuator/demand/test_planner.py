@@ -10,6 +10,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from actuator.audit import AuditLog
 from actuator.demand import Claimant, Reading, Request
 from actuator.demand.fit import Verdict
@@ -82,6 +84,7 @@ def test_a_gpu_serves_a_waiting_job_only_when_it_holds_candidates_alone(tmp_path
     assert choices[2].verdict == Verdict.CHOSEN and choices[1].verdict == Verdict.NOT_NEEDED
 
 
+@pytest.mark.reliability(51)
 def test_an_outage_is_recorded_once_and_shows_in_the_gauges(tmp_path, workloads):
     from actuator.demand import DemandError
 
@@ -120,6 +123,7 @@ def test_a_reclaimed_gpu_taken_or_left(tmp_path, workloads):
     assert store.metric_snapshot()["named"]["needless_reclaims"] == {"idle": 1}
 
 
+@pytest.mark.reliability(53)
 def test_defect_4_the_fit_frees_only_a_gpu_its_reclaimable_cases_hold_alone(tmp_path, workloads):
     """A GPU holds an idle process and one its owner kept (both under demand): reclaiming
     the idle one would leave the GPU taken, so it is not chosen for a waiting job."""

@@ -44,6 +44,7 @@ def test_a_promql_queue_is_a_count_of_one_gpu_requests_in_its_pool(prometheus: s
 @pytest.mark.parametrize(
     "query", ["vector(-1)", "vector(0.5)", "vector(1/0)", "vector(NaN)", "sum(rate(", "vector(1e9)"]
 )
+@pytest.mark.reliability(51)
 def test_nonsense_from_prometheus_is_unknown_demand(prometheus: str, query: str) -> None:
     with pytest.raises(DemandError):
         _queue(prometheus, query).read()
@@ -61,6 +62,7 @@ def test_waiting_gpus_reads_scalars_and_vectors() -> None:
         waiting_gpus({"unexpected": True}, "q")
 
 
+@pytest.mark.reliability(51)
 def test_a_source_going_down_holds_an_escalation_past_its_deadline(
     tmp_path: Path, workloads, actuator_factory
 ) -> None:

@@ -7,6 +7,8 @@ import itertools
 import threading
 import time
 
+import pytest
+
 from actuator.demand import DemandError, Reading, Request
 from actuator.demand.reader import DemandReader
 from tests.support import wait_until
@@ -24,6 +26,7 @@ class _Source:
         return Reading(answer, {"n1": 1})  # type: ignore[arg-type]
 
 
+@pytest.mark.reliability(51)
 def test_one_failed_source_makes_demand_unknown_and_reads_are_spaced() -> None:
     now = [0.0]
     job = Request(source="slurm", key="1", who="job 1")
