@@ -161,13 +161,14 @@ class DecisionAlerts:
         )
 
     def handed_off(self, case: Case) -> bool:
-        """The GPU reclaimed for a waiting request is free: chat says who it is for."""
+        """The GPU reclaimed for a waiting request is held by that request's own process
+        (proven by the demand planner): chat says who it went to."""
         return self._send(
             self._case_alert(
                 "GpuHandedOff",
                 "info",
                 case,
-                f"GPU {case.uuid} on {case.node} was freed for {case.demand_who or '?'}",
+                f"GPU {case.uuid} on {case.node} was handed off to {case.demand_who or '?'}",
                 self.clock() + HOLD_S,
                 waiting_for=case.demand_for or "",
             )
