@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter import procfs
+from exporter.hostile_file import HostileRead, open_directory, read_hostile
 
 log = logging.getLogger(__name__)
 RUNTIME_DIR_ENV = "GPU_RECLAIMER_RUNTIME_DIR"
@@ -81,31 +82,46 @@ def unregister(path: Path | None) -> None:
 
 def registered(directory: Path | None = None, proc_root: Path = procfs.PROC) -> list[OwnProcess]:
     """Live, trusted records; stale ones (dead process, reused PID, other boot) are skipped."""
-    folder = (directory or runtime_dir()) / _SUBDIR
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
+    folder = open_directory(os.fspath((directory or runtime_dir()) / _SUBDIR))
+    if folder is None:
         return []
+    try:
+        return _trusted_records(folder, proc_root)
+    finally:
+        os.close(folder)
+
+
+def _trusted_records(folder: int, proc_root: Path) -> list[OwnProcess]:
+    names = _listing(folder)
     trusted_owners = {0, os.geteuid()}
     this_boot = procfs.boot_id(proc_root)
     found = []
-    for entry in entries:
-        if not entry.name.endswith(".json"):
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        # A file another user could have put there is read as hostile input, like a
+        # heartbeat: no symlink or pipe followed, the owner judged first, bounded.
+        read = read_hostile(folder, name, lambda uid: uid in trusted_owners, max_bytes=4096)
+        if not isinstance(read, HostileRead):
             continue
         try:
-            if entry.stat(follow_symlinks=False).st_uid not in trusted_owners:
-                continue
-            with open(entry.path, "rb") as handle:
-                record = json.loads(handle.read(4096))
+            record = json.loads(read.data)
             own = OwnProcess(
                 role=str(record["role"]),
                 pid=int(record["pid"]),
                 start_ticks=int(record["start_ticks"]),
                 boot_id=str(record["boot_id"]),
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
         stat = procfs.read_stat(own.pid, proc_root)
         if own.boot_id == this_boot and stat is not None and stat.start_ticks == own.start_ticks:
             found.append(own)
     return found
+
+
+def _listing(folder: int) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,24 @@ def test_an_unwritable_runtime_directory_is_logged_not_fatal(tmp_path: Path) -> 
     blocker.write_text("")
     assert ownprocs.register("exporter", blocker) is None  # a file where the folder goes
     assert ownprocs.registered(blocker) == []
+
+
+def test_a_pipe_or_a_symlink_among_the_records_blocks_nothing(tmp_path: Path) -> None:
+    """The records' directory is read as hostile input (exporter/hostile_file.py): a named
+    pipe under a record's name, or a symlink to a device or to a real record elsewhere, is
+    skipped at once; the real record still counts."""
+    path = ownprocs.register("exporter", tmp_path)
+    assert path is not None
+    folder = tmp_path / "self"
+    os.mkfifo(folder / "pipe.json")
+    (folder / "zero.json").symlink_to("/dev/zero")
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(path.read_text())
+    (folder / "linked.json").symlink_to(elsewhere)
+    found: list[list[ownprocs.OwnProcess]] = []
+    reader = threading.Thread(target=lambda: found.append(ownprocs.registered(tmp_path)))
+    reader.daemon = True
+    reader.start()
+    reader.join(5)
+    assert found, "reading the records blocked"
+    assert [own.pid for own in found[0]] == [os.getpid()]
