@@ -17,7 +17,7 @@ from actuator.demand import Claimant, Reading, Request
 from actuator.demand.fit import Verdict
 from actuator.demand.planner import DemandPlanner
 from actuator.demand.reader import DemandReader
-from actuator.models import State
+from actuator.models import LiveState, State, Target
 from actuator.node import READING_TTL, LocalNode
 from actuator.policy import Protect
 from actuator.store import Store
@@ -178,3 +178,63 @@ def test_defect_4_a_hand_off_is_proven_only_by_the_requests_own_process(tmp_path
     assert "not uid 4321's" in needless["why"]
     assert not [r for r in records if r["event"] == "gpu_taken" and r["case"] == 3]
     assert store.metric_snapshot()["named"]["needless_reclaims"] == {"demand": 1}
+
+
+class PodNode:
+    """A node whose GPU 0 lists what the test says and whose processes belong to pods
+    (as the kubelet would say); anything else it is asked fails the test."""
+
+    def __init__(self, pods: dict[int, str]) -> None:
+        self.pods, self.listed = pods, {}  # type: ignore[var-annotated]
+
+    def gpu_processes(self, uuid: str) -> dict[int, int]:
+        return dict(self.listed)
+
+    def inspect(self, target: Target) -> LiveState:
+        namespace, _, name = self.pods[target.pid].partition("/")
+        known = target.start_ticks == 7  # the pod is told for the very process only
+        return LiveState(
+            sampled_at=0.0,
+            exists=True,
+            start_ticks=7,
+            boot_id="b",
+            uid=0,
+            namespace=namespace if known else "",
+            pod=name if known else "",
+        )
+
+
+def test_a_pods_hand_off_is_proven_by_a_process_of_that_pod(tmp_path):
+    node = PodNode({11: "ml/other", 12: "training/resnet-0"})
+    store = Store(tmp_path / "db")
+    store.init()
+    queue, now = Queue(), [1000.0]
+    queue.answer = Reading(
+        (
+            Request(
+                "kubernetes", "training/resnet-0", "pod", claimant=Claimant(pod="training/resnet-0")
+            ),
+        )
+    )
+    planner = DemandPlanner(
+        DemandReader([queue], interval=0.0, clock=lambda: now[0]),
+        None,
+        store=store,
+        audit=AuditLog(tmp_path / "audit.jsonl"),
+        node=lambda _: node,  # type: ignore[arg-type,return-value]
+        clock=lambda: now[0],
+        mono=lambda: now[0],
+    )
+    case = _warned(5, 10, "GPU-0")
+    case.demand_for = "kubernetes:training/resnet-0"
+    planner.plan([case])  # the pass it was chosen in
+    planner.reclaimed(case, now[0])
+    node.listed = {11: 1}  # another pod's process first: no hand-off
+    now[0] += 20
+    planner.watch()
+    node.listed = {11: 1, 12: 1}
+    now[0] += 20
+    planner.watch()
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    (handed,) = [r for r in records if r["event"] == "handed_off"]
+    assert handed["holders"] == [12] and handed["request"] == "kubernetes:training/resnet-0"
