@@ -472,6 +472,7 @@ def test_the_last_look_lets_a_hang_spin_cpu_as_the_recheck_does() -> None:
 
 
 @pytest.mark.parametrize("claimed", [T0 - 2 * 86400, 0.0], ids=["two-days-ago", "no-label"])
+@pytest.mark.reliability(58)
 def test_defect_2_min_runtime_is_judged_from_the_nodes_start_time(claimed):
     """The alert's start_time is a claim: a process the node says started 10 minutes ago is
     not warned under `min_runtime: 1h`, whatever (or whether) the alert claims; the case
@@ -488,6 +489,7 @@ def test_defect_2_min_runtime_is_judged_from_the_nodes_start_time(claimed):
     assert unknown.action == Action.WAIT and unknown.state is None
 
 
+@pytest.mark.reliability(58)
 def test_defect_2_a_keep_is_judged_from_the_nodes_start_time():
     """GPU_RECLAIMER_KEEP=2h on a process the node says started 30 minutes ago keeps it
     90 minutes more, though the alert claims it started two days ago."""

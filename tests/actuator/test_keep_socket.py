@@ -260,6 +260,7 @@ def _as_uid(uid: int, code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.reliability(64)
 def test_defect_9_a_flood_spread_over_many_uids_never_refuses_another_uids_keep(
     workloads, actuator_factory, request: pytest.FixtureRequest
 ) -> None:

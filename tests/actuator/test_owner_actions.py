@@ -50,6 +50,7 @@ def ask(sock: KeepSocket, uid: int, pid: int, action: str, seconds: float = 0) -
     return sock.answer((1, uid, uid), json.dumps(request).encode())
 
 
+@pytest.mark.reliability(59)
 def test_defect_3_a_keep_in_advance_is_bounded_by_the_rule(
     rt: Runtime, tmp_path: Path, nobodys: int
 ) -> None:
@@ -65,6 +66,7 @@ def test_defect_3_a_keep_in_advance_is_bounded_by_the_rule(
     assert kept["ok"] and kept["case"] is None and kept["state"] == "kept ahead", kept
 
 
+@pytest.mark.reliability(59)
 def test_defect_3_a_keep_in_advance_follows_the_repeat_step(
     rt: Runtime, tmp_path: Path, nobodys: int
 ) -> None:
@@ -78,6 +80,7 @@ def test_defect_3_a_keep_in_advance_follows_the_repeat_step(
     assert ask(sock, 0, nobodys, "keep", 1800)["ok"]
 
 
+@pytest.mark.reliability(59)
 def test_defect_3_the_environment_variable_follows_the_repeat_step() -> None:
     held = eff(keep_max=8 * HOUR, keep_needs_sre=True, repeat_prior=3)
     allowance = owner_allowance("GPU_RECLAIMER_KEEP=2h", held)
@@ -86,6 +89,7 @@ def test_defect_3_the_environment_variable_follows_the_repeat_step() -> None:
     assert owner_allowance("GPU_RECLAIMER_KEEP=2h", eff(keep_max=8 * HOUR)).seconds == 2 * HOUR
 
 
+@pytest.mark.reliability(59)
 def test_defect_3_an_owner_who_kept_in_advance_can_release(
     rt: Runtime, tmp_path: Path, nobodys: int
 ) -> None:

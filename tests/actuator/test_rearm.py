@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from actuator.models import Case, Member, Reason, State
 from actuator.rearm import KEPT_ON_REARM, rearmed_case
 from tests.helpers.cases import T0, make_case
@@ -33,6 +35,7 @@ def not_default(field: dataclasses.Field[Any], value: Any) -> Any:
     }.get(str(field.type), {"old": "yes"})
 
 
+@pytest.mark.reliability(62)
 def test_every_field_not_kept_starts_fresh() -> None:
     """The class of defect 7: any field of Case, present or added later, that is not on the
     allow-list comes back at its default on the re-armed case."""

@@ -289,6 +289,7 @@ def test_a_reconciler_that_lost_its_lease_mid_tick_does_not_act(
     assert len(carried) == len(h.notifier.sent)  # every decision not aborted was carried out
 
 
+@pytest.mark.reliability(62)
 def test_defect_7_a_rearmed_case_does_not_inherit_the_owners_release(
     tmp_path: Path, database: str
 ) -> None:
@@ -880,6 +881,7 @@ def test_the_records_of_what_a_pass_did_are_synced_when_it_ends(
     assert h.audit.unsynced_files == 0
 
 
+@pytest.mark.reliability(63)
 def test_defect_8_ready_says_so_while_nothing_can_be_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

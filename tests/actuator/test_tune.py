@@ -95,6 +95,7 @@ def test_a_candidate_that_flags_nothing_in_a_project_is_clean_there() -> None:
     assert proposal.verdicts[1] is wrong
 
 
+@pytest.mark.reliability(61)
 def test_defect_6_tune_without_evidence_proposes_nothing_and_exits_non_zero(
     backfilled: tuple[Server, int], tmp_path: Path
 ) -> None:
@@ -122,6 +123,7 @@ def test_defect_6_tune_without_evidence_proposes_nothing_and_exits_non_zero(
     assert not written.exists()
 
 
+@pytest.mark.reliability(61)
 def test_no_proposal_where_no_candidate_flagged_anything() -> None:
     """Every candidate is clean where nothing was flagged: that is no evidence for the most
     aggressive one (defect 6)."""

@@ -122,7 +122,7 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
     assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
 
 
-@pytest.mark.reliability(53)
+@pytest.mark.reliability(53, 60)
 def test_defect_5_a_waiter_costs_others_at_most_one_reclaim_at_a_time(tmp_path):
     """Every GPU is held. One uid opens two `wait`s: only its first is demand. Once a GPU
     reclaimed for it is given to it and sits unused, none of its waits is demand until its

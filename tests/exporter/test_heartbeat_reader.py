@@ -315,6 +315,7 @@ def _read_within(seconds: float, read: Callable[[], dict[int, float]]) -> dict[i
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files for other users")
+@pytest.mark.reliability(57)
 def test_defect_1_named_pipe_of_another_uid_does_not_block_the_reader(tmp_path: Path) -> None:
     proc, beats = tmp_path / "proc", tmp_path / "beats"
     beats.mkdir()
@@ -330,6 +331,7 @@ def test_defect_1_named_pipe_of_another_uid_does_not_block_the_reader(tmp_path: 
     assert found == {}
 
 
+@pytest.mark.reliability(57)
 def test_defect_1_symlink_to_a_device_or_a_real_beat_is_not_followed(tmp_path: Path) -> None:
     proc, beats = container_process_with_a_beat(tmp_path)
     real = beats / "4026532000-7.json"
@@ -343,6 +345,7 @@ def test_defect_1_symlink_to_a_device_or_a_real_beat_is_not_followed(tmp_path: P
     assert _read_within(5, lambda: reader.read(beats, [ProcessRef(4242)])) == {}
 
 
+@pytest.mark.reliability(57)
 def test_defect_1_a_file_past_the_bound_is_not_read(tmp_path: Path) -> None:
     proc, beats = container_process_with_a_beat(tmp_path)
     path = beats / "4026532000-7.json"

@@ -78,6 +78,7 @@ def test_an_unwritable_runtime_directory_is_logged_not_fatal(tmp_path: Path) -> 
     assert ownprocs.registered(blocker) == []
 
 
+@pytest.mark.reliability(57)
 def test_a_pipe_or_a_symlink_among_the_records_blocks_nothing(tmp_path: Path) -> None:
     """The records' directory is read as hostile input (exporter/hostile_file.py): a named
     pipe under a record's name, or a symlink to a device or to a real record elsewhere, is

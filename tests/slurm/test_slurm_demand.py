@@ -125,6 +125,7 @@ def test_a_two_gpu_job_that_no_idle_gpu_can_serve_reclaims_nothing(site: Site) -
     _read_with(site, 0)
 
 
+@pytest.mark.reliability(60)
 def test_a_waiting_one_gpu_job_gets_the_idle_jobs_gpu(site: Site) -> None:
     assert site.idle is not None
     # It runs on the GPU the idle job frees (the simulated node's GPU 0).

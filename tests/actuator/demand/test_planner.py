@@ -123,7 +123,7 @@ def test_a_reclaimed_gpu_taken_or_left(tmp_path, workloads):
     assert store.metric_snapshot()["named"]["needless_reclaims"] == {"idle": 1}
 
 
-@pytest.mark.reliability(53)
+@pytest.mark.reliability(53, 60)
 def test_defect_4_the_fit_frees_only_a_gpu_its_reclaimable_cases_hold_alone(tmp_path, workloads):
     """A GPU holds an idle process and one its owner kept (both under demand): reclaiming
     the idle one would leave the GPU taken, so it is not chosen for a waiting job."""
@@ -139,6 +139,7 @@ def test_defect_4_the_fit_frees_only_a_gpu_its_reclaimable_cases_hold_alone(tmp_
     assert 2 not in choices  # the kept case is no choice at all
 
 
+@pytest.mark.reliability(60)
 def test_defect_4_a_hand_off_is_proven_only_by_the_requests_own_process(tmp_path, workloads):
     """Two GPUs reclaimed for two waits: carol's (uid 4321) GPU, beside a kept process, is
     taken by a process that is not hers: no hand-off, the kept process is never named,
@@ -204,6 +205,7 @@ class PodNode:
         )
 
 
+@pytest.mark.reliability(60)
 def test_a_pods_hand_off_is_proven_by_a_process_of_that_pod(tmp_path):
     node = PodNode({11: "ml/other", 12: "training/resnet-0"})
     store = Store(tmp_path / "db")
