@@ -4,14 +4,17 @@ read fresh."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from actuator.live import Evidence, Inspector
-from actuator.models import Target
+from actuator.models import LiveState, Target
 from actuator.policy import Protect
 from actuator.protect import Protection
 from exporter import procfs
@@ -126,3 +129,32 @@ def test_a_child_forked_since_the_last_look_of_the_tick(
         subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.reliability(57)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a pipe of another uid")
+def test_defect_1_a_named_pipe_under_the_heartbeat_name_does_not_hold_the_re_check(
+    tmp_path: Path,
+) -> None:
+    """Another uid's named pipe under this process's heartbeat names: the re-check answers
+    at once, with no heartbeat (it held the case before: the reader opened the pipe)."""
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    namespace = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+    for name in (f"{namespace}-{os.getpid()}.json", f"0-{os.getpid()}.json"):
+        os.mkfifo(beats / name)
+        os.chown(beats / name, 65534, 65534)
+    check = Inspector(
+        Protection(Protect(protect_root=False, protected_uid_below=0)),
+        lambda _not_before: NvmlReading(up=True),
+        Evidence(heartbeat_dir=beats),
+        nvml_timeout=1.0,
+        mono=Mono(),
+    )
+    seen: list[LiveState] = []
+    worker = threading.Thread(target=lambda: seen.append(check.inspect(target(os.getpid()))))
+    worker.daemon = True
+    worker.start()
+    worker.join(5)
+    assert seen, "the re-check blocked on the pipe"
+    assert seen[0].exists and seen[0].heartbeat is None
