@@ -172,9 +172,19 @@ class KeepSocket:
                 conn.setblocking(False)
                 conn.send(b'{"ok": false, "error": "busy: too many requests from uid %d"}\n' % uid)
             return
-        threading.Thread(
-            target=self._serve_one, args=(peer, caller), daemon=True, name=f"keep-uid-{uid}"
-        ).start()
+        try:
+            threading.Thread(
+                target=self._serve_one, args=(peer, caller), daemon=True, name=f"keep-uid-{uid}"
+            ).start()
+        except RuntimeError:  # no thread to be had (held waits of many uids): refuse this one
+            with self._active_lock:
+                self._peers.discard(peer)
+                self._active[uid] -= 1
+                if not self._active[uid]:
+                    del self._active[uid]
+            with conn, contextlib.suppress(OSError):
+                conn.setblocking(False)
+                conn.send(b'{"ok": false, "error": "busy: no thread free, retry"}\n')
 
     def _oldest_silent_peer(self, other_than: int) -> _Peer | None:
         """The oldest connection of another uid still without a whole request (locked)."""

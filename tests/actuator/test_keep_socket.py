@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -285,3 +287,29 @@ def test_defect_9_a_flood_spread_over_many_uids_never_refuses_another_uids_keep(
     out, _ = stranger.communicate(timeout=10)
     assert "busy" not in out, out
     assert json.loads(out)["ok"] is True
+
+
+def test_no_thread_to_be_had_refuses_one_request_and_serving_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When no thread can be started (many uids holding waits), that one connection is
+    answered `busy`, its place is given back, and the socket keeps serving."""
+    from actuator import keep_socket
+    from tests.helpers.api import make_runtime
+
+    sock = keep_socket.KeepSocket(make_runtime(tmp_path), str(tmp_path / "k.sock"), node="n")
+
+    class NoThread:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    # This module's view of threading only (the real module stays as it is).
+    monkeypatch.setattr(keep_socket, "threading", types.SimpleNamespace(Thread=NoThread))
+    mine, theirs = socket.socketpair(socket.AF_UNIX)
+    with mine, theirs:
+        sock._dispatch(theirs)
+        assert b"busy: no thread free" in mine.recv(4096)
+    assert sock._active == {} and sock._peers == set()
