@@ -1,0 +1,101 @@
+"""Intake (actuator/intake.py) on a real store and audit log: alerts become cases; a label
+names a process and nothing else; what cannot be parsed, or names a node without an agent,
+is a refused case; a second alert for a process joins its live case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from actuator.audit import AuditLog
+from actuator.config import ActuatorConfig
+from actuator.fleet.directory import NodeDirectory
+from actuator.intake import Intake
+from actuator.models import AlertmanagerAlert, Case, Reason, State
+from actuator.store import Store
+from tests.helpers.api import alert, body
+
+TICKS, BOOT = "123456", "0b31359f-79be-4c80-b06e-652cb015d9d5"
+
+
+class CountingNode:
+    """The one thing intake asks a node: how many processes it monitors (the breaker)."""
+
+    def monitored_count(self) -> int:
+        return 100
+
+
+def labels(pid: int, **over: str) -> dict[str, str]:
+    return {
+        "alertname": "GpuProcessIdle",
+        "reclaim": "true",
+        "node": "n1",
+        "pid": str(pid),
+        "uuid": "GPU-0",
+        "start_ticks": TICKS,
+        "boot_id": BOOT,
+        **over,
+    }
+
+
+def intake(tmp_path: Path) -> tuple[Intake, Store, Path]:
+    config = ActuatorConfig.model_validate(
+        {
+            "storage": {
+                "database": str(tmp_path / "db"),
+                "audit_log": str(tmp_path / "audit.jsonl"),
+            }
+        }
+    )
+    store = Store(tmp_path / "db")
+    store.init()
+    failed: list[tuple[Case, Exception]] = []
+    made = Intake(
+        config,
+        store,
+        AuditLog(tmp_path / "audit.jsonl"),
+        NodeDirectory({"n1": CountingNode()}),  # type: ignore[dict-item]
+        clock=lambda: 1_800_000_000.0,
+        mono=lambda: 1000.0,
+        pid_max=2**22,
+        fence=lambda: None,  # type: ignore[arg-type,return-value]
+        step_failed=lambda case, exc: failed.append((case, exc)),
+    )
+    return made, store, tmp_path / "audit.jsonl"
+
+
+def post(store: Store, *alerts: dict[str, Any]) -> None:
+    parsed = [AlertmanagerAlert.model_validate(a) for a in body(*alerts)["alerts"]]
+    store.record_alerts(parsed, 0, 1_800_000_000.0)
+
+
+def test_alerts_become_cases_named_by_their_labels_alone(tmp_path: Path) -> None:
+    made, store, audit = intake(tmp_path)
+    post(
+        store,
+        alert(labels=labels(4242), fingerprint="a", annotations={"start_time": "1.0"}),
+        alert(labels=labels(4343, node="n9"), fingerprint="b"),
+        alert(labels=labels(4444, uid="root"), fingerprint="c"),
+    )
+    made.ingest()
+    cases = {c.pid or c.fingerprint: c for c in store.list_cases(limit=10)}
+    fine = cases[4242]
+    assert fine.state == State.PENDING and (fine.node, fine.uuid) == ("n1", "GPU-0")
+    assert fine.start_time == 0.0  # the alert's start_time is a claim: the node's comes later
+    assert cases[4343].reason_code == Reason.UNKNOWN_NODE  # no agent for n9
+    assert cases["c"].reason_code == Reason.BAD_TARGET  # a uid label that is no uid
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert sorted(r["case"] for r in records if r["action"] == "created") == sorted(
+        c.id for c in cases.values()
+    )
+
+
+def test_a_second_alert_for_a_process_joins_its_live_case(tmp_path: Path) -> None:
+    made, store, _ = intake(tmp_path)
+    post(store, alert(labels=labels(4242), fingerprint="a"))
+    made.ingest()
+    post(store, alert(labels={**labels(4242), "alertname": "GpuProcessStalled"}, fingerprint="b"))
+    made.ingest()
+    (case,) = store.list_cases(limit=10)
+    assert case.alertname == "GpuProcessIdle" and store.pending_episodes() == []
