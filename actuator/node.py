@@ -21,9 +21,9 @@ from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from actuator.protect import Protection
-from actuator.startup import load_node_projects
 from exporter import procfs
 from exporter.guard import BoundedCall
+from exporter.identity import ProjectMapping
 from exporter.nvml_reader import NvmlReader, NvmlReading
 from exporter.slurm import slurm_job_of
 
@@ -251,12 +251,18 @@ def _pod_resources(socket_path: str | None) -> PodResources | None:
     return PodResources(socket_path)
 
 
-def local_node(settings: NodeConfig, protect: Protect, sm_window: float) -> LocalNode:
-    """The node this process runs on, reading its evidence where its exporter does."""
+def local_node(
+    settings: NodeConfig,
+    protect: Protect,
+    sm_window: float,
+    projects: ProjectMapping | None = None,
+) -> LocalNode:
+    """The node this process runs on, reading its evidence where its exporter does.
+    `projects`: the node's project mapping, loaded by the caller at start-up."""
     evidence = Evidence(
         heartbeat_dir=Path(settings.heartbeat_dir) if settings.heartbeat_dir else None,
         log_globs=settings.log_globs,
-        projects=load_node_projects(settings),
+        projects=projects,
         pods=_pod_resources(settings.pod_resources_socket),
     )
     return LocalNode(

@@ -47,7 +47,7 @@ from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
-from actuator.startup import idle_thresholds
+from actuator.startup import idle_thresholds, load_node_projects
 from actuator.store import Store, StoreUnavailable, open_store
 from actuator.waitlist import WaitList, WaitListDemand
 from exporter import ownprocs
@@ -305,7 +305,8 @@ def build_nodes(config: ActuatorConfig) -> NodeDirectory:
     """This node (unless agents do all the work) and the fleet's agents."""
     local = None
     if config.agents is None or config.agents.local_node:
-        local = local_node(config.node, config.protect, config.idle.sm_window)
+        projects = load_node_projects(config.node)
+        local = local_node(config.node, config.protect, config.idle.sm_window, projects)
     return NodeDirectory(local, build_agents(config.agents) if config.agents else None)
 
 

@@ -212,3 +212,11 @@ def test_test_modules_share_helpers_not_each_other() -> None:
         if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
     }
     assert not crossing
+
+
+def test_the_node_does_not_reach_back_to_start_up() -> None:
+    """Start-up (files, storage, the project mapping) runs in the composition roots (the
+    service, the agent), which hand the node what it loaded; the node never imports it."""
+    graph = _module_graph()
+    assert "actuator.startup" not in graph["actuator.node"]
+    assert "actuator.startup" not in graph["actuator.live"]

@@ -14,6 +14,7 @@ from actuator.fleet.agent_app import create_agent_app
 from actuator.fleet.agent_config import AgentConfig, AgentTls
 from actuator.fleet.journal import SignalJournal
 from actuator.node import local_node
+from actuator.startup import load_node_projects
 from exporter import ownprocs
 from exporter.logs import gunicorn_logconfig
 
@@ -55,7 +56,10 @@ class AgentApplication(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        node = local_node(self.config.node, self.config.protect, self.config.sm_window)
+        settings = self.config.node
+        node = local_node(
+            settings, self.config.protect, self.config.sm_window, load_node_projects(settings)
+        )
         journal = SignalJournal(self.config.journal)
         journal.prune(self.config.journal_keep)
         ownprocs.register("agent-worker")
