@@ -22,7 +22,6 @@ from actuator.models import (
     State,
     parse_decimal,
     reject_duplicate_keys,
-    split_alerts,
 )
 from actuator.operations import HTTP_STATUS, MAX_SNOOZE, Refused
 from actuator.operators import AuthError, Principal, Role
@@ -258,40 +257,7 @@ def create_app(rt: Runtime) -> Flask:
         except ValidationError as exc:
             count(422)
             return _error(422, "not an Alertmanager v4 payload", details=_validation_details(exc))
-        alerts, rejected = split_alerts(payload)
-        if rejected:
-            with contextlib.suppress(AuditError):
-                rt.audit.write_many(
-                    [
-                        {
-                            "event": Event.ALERT_REJECTED,
-                            "fingerprint": r.fingerprint,
-                            "group": payload.groupKey[:200],
-                            "errors": list(r.errors),
-                        }
-                        for r in rejected
-                    ]
-                )
-        ingest = rt.store.record_alerts(alerts, len(rejected), rt.clock())
-        if ingest.duplicates:  # a re-delivery is harmless, and on the record
-            with contextlib.suppress(AuditError):
-                rt.audit.write_many(
-                    [
-                        {
-                            "event": Event.ALERT_DUPLICATE,
-                            "fingerprint": fp,
-                            "starts_at": starts,
-                            "deliveries": n,
-                        }
-                        for fp, starts, n in ingest.duplicates
-                    ]
-                )
-        if payload.truncatedAlerts:
-            log.warning(
-                "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",
-                payload.groupKey,
-                payload.truncatedAlerts,
-            )
+        ingest = operations.receive_alerts(rt, payload)
         return jsonify(
             {
                 "status": "accepted",

@@ -1,20 +1,27 @@
-"""What people do to cases and to the breaker, apart from how they ask: snooze (keep),
-release now, breaker reset. Each returns a typed result (done, or refused with why); the
-HTTP API, the keep page and the keep socket each translate it to their own protocol.
+"""What people and Alertmanager do to the actuator, apart from how they ask: alerts
+received, snooze (keep), release now, a keep ended, breaker and repeat resets. Each returns
+a typed result (done, or refused with why); the HTTP API, the keep page and the keep socket
+each translate it to their own protocol (an owner's keep goes through
+actuator/owner_actions.py, which calls these).
 
-Every operation writes its audit record before the change, and changes nothing when that
-record cannot be written.
+Every operation on a case or the breaker writes its audit record before the change, and
+changes nothing when that record cannot be written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from actuator.audit import AuditError, Event
-from actuator.models import Case, Reason, State
+from actuator.models import AlertmanagerPayload, Case, Reason, State, split_alerts
 from actuator.runtime import Runtime
+from actuator.store import Ingest
+
+log = logging.getLogger(__name__)
 
 MAX_SNOOZE = 7 * 86400.0
 SNOOZABLE = frozenset({State.PENDING, State.NOTIFIED, State.SNOOZED, State.DEFERRED})
@@ -171,6 +178,48 @@ def end_snooze(rt: Runtime, case_id: int, by: str, code: Reason) -> Case | Refus
         if updated is not None:
             return updated
     return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
+
+
+def receive_alerts(rt: Runtime, payload: AlertmanagerPayload) -> Ingest:
+    """A validated Alertmanager payload recorded as episodes, whatever transport brought
+    it: alerts that cannot name a process are refused one by one (audited, never costing
+    the good ones of the payload), re-deliveries are recorded as such, and alerts
+    Alertmanager truncated are logged (absent is not resolved)."""
+    alerts, rejected = split_alerts(payload)
+    if rejected:
+        with contextlib.suppress(AuditError):
+            rt.audit.write_many(
+                [
+                    {
+                        "event": Event.ALERT_REJECTED,
+                        "fingerprint": r.fingerprint,
+                        "group": payload.groupKey[:200],
+                        "errors": list(r.errors),
+                    }
+                    for r in rejected
+                ]
+            )
+    ingest = rt.store.record_alerts(alerts, len(rejected), rt.clock())
+    if ingest.duplicates:  # a re-delivery is harmless, and on the record
+        with contextlib.suppress(AuditError):
+            rt.audit.write_many(
+                [
+                    {
+                        "event": Event.ALERT_DUPLICATE,
+                        "fingerprint": fp,
+                        "starts_at": starts,
+                        "deliveries": n,
+                    }
+                    for fp, starts, n in ingest.duplicates
+                ]
+            )
+    if payload.truncatedAlerts:
+        log.warning(
+            "group %s: %d alerts truncated by Alertmanager (absent is not resolved)",
+            payload.groupKey,
+            payload.truncatedAlerts,
+        )
+    return ingest
 
 
 def reset_repeats(rt: Runtime, user: str, by: str, reason: str) -> int | Refused:

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actuator.models import Case, State
-from actuator.operations import BreakerWas, Refused, Why, release, reset_breaker, snooze
+from actuator.models import AlertmanagerPayload, Case, State
+from actuator.operations import (
+    BreakerWas,
+    Refused,
+    Why,
+    receive_alerts,
+    release,
+    reset_breaker,
+    snooze,
+)
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
-from tests.helpers.api import make_runtime
+from tests.helpers.api import alert, body, make_runtime
 from tests.helpers.cases import make_case
 
 
@@ -57,3 +65,18 @@ def test_breaker_reset_says_what_it_was(tmp_path: Path) -> None:
     was = reset_breaker(rt, "token", "checked")
     assert was == BreakerWas(True, 100.0, "5 of 6 flagged")
     assert rt.store.breaker()[0] is False
+
+
+def test_alerts_are_received_without_any_transport(tmp_path: Path) -> None:
+    """The webhook's ingest is an operation: a payload in, episodes and audit records out,
+    no Flask. A bad alert is refused alone; a re-delivery is on the record."""
+    rt = make_runtime(tmp_path)
+    bad = alert(fingerprint="")  # no fingerprint: not an alert Alertmanager sends
+    payload = AlertmanagerPayload.model_validate(body(alert(), bad))
+    first = receive_alerts(rt, payload)
+    assert (first.received, first.recorded, first.rejected) == (2, 1, 1)
+    again = receive_alerts(rt, AlertmanagerPayload.model_validate(body(alert())))
+    assert again.duplicates
+    events = [r["event"] for r in rt.audit.tail(10)]
+    assert events == ["alert_rejected", "alert_duplicate"]
+    assert [e.fingerprint for e in rt.store.pending_episodes()] == ["abc123"]
