@@ -117,6 +117,7 @@ def test_top_level_help_lists_every_command() -> None:
 CENTRAL = (
     "actuator.reconciler",
     "actuator.app",
+    "actuator.api",
     "actuator.store",
     "actuator.server",
     "actuator.notify",
