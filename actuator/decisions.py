@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from actuator.demand.fit import Choice, Verdict
+from actuator.keep_bounds import owner_allowance
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -22,9 +23,8 @@ from actuator.models import (
 )
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice, ReclaimWhen
 from exporter.procfs import CLOCK_TICKS
-from exporter.text import clean
 from exporter.thresholds import SHIPPED, Thresholds
-from exporter.units import format_duration, parse_duration
+from exporter.units import format_duration
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 DEFAULT_NOTICE = Notice()
@@ -62,68 +62,6 @@ class FleetState:
     kept_until: float | None = None  # a keep its owner asked before the case opened (wall)
     # reclaim_when: demand: whether someone waits for this case's GPU (None: not asked)
     demand: Choice | None = None
-
-
-@dataclass(frozen=True)
-class Allowance:
-    """What an owner's GPU_RECLAIMER_KEEP is worth under a rule: the runtime before which
-    the process is not judged idle (0 when none was asked or it was refused), and why."""
-
-    seconds: float
-    note: str
-
-
-def owner_allowance(asked: str | None, eff: Effective) -> Allowance:
-    """The owner's ask, read from the process's environment (or its pod's annotation) on
-    the node, judged as every owner's keep is: against the rule's [keep_min, keep_max], and
-    refused while a repeat step holds the owner's keeps for an SRE (pure). A refusal names
-    the bounds or the step."""
-    if asked is None:
-        return Allowance(0.0, "")
-    where, _, value = asked.partition("=")
-    bounds = f"{format_duration(eff.keep_min)} to {format_duration(eff.keep_max)}"
-    try:
-        seconds = parse_duration(value.strip())
-    except ValueError:
-        return Allowance(0.0, f"{where}={clean(value, 40)} is not a duration: ignored")
-    if eff.keep_needs_sre:
-        return Allowance(
-            0.0,
-            f"{where}={format_duration(seconds)} refused: after {eff.repeat_prior} reclaims "
-            "of your jobs, keeping needs an SRE's approval",
-        )
-    if not eff.keep_min <= seconds <= eff.keep_max:
-        return Allowance(
-            0.0,
-            f"{where}={format_duration(seconds)} refused: rule {eff.rule} allows {bounds}",
-        )
-    return Allowance(seconds, f"{where}={format_duration(seconds)} granted ({bounds})")
-
-
-def recorded_rule(case: Case) -> Effective | None:
-    """The rule the reconciler recorded on the case (None before its first decision, or
-    when another version recorded it)."""
-    try:
-        return Effective.model_validate(case.effective) if case.effective else None
-    except ValueError:
-        return None
-
-
-def keep_refusal(eff: Effective, seconds: float) -> str | None:
-    """Why an owner's keep of `seconds` is refused: outside the rule's [keep_min, keep_max]
-    (the same bounds as GPU_RECLAIMER_KEEP's), or held for an SRE by a repeat step; None
-    when it may be kept (pure)."""
-    if eff.keep_needs_sre:
-        return (
-            f"after {eff.repeat_prior} reclaims of your jobs, keeping needs an SRE's "
-            "approval: ask them to snooze the case"
-        )
-    if eff.keep_min <= seconds <= eff.keep_max:
-        return None
-    return (
-        f"rule {eff.rule} lets owners keep a process for {format_duration(eff.keep_min)} "
-        f"to {format_duration(eff.keep_max)}, not {format_duration(seconds)}"
-    )
 
 
 def wait(**updates: Any) -> Decision:

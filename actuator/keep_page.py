@@ -14,8 +14,8 @@ from flask import Blueprint, Response, request
 
 from actuator import owner_actions, untrusted
 from actuator.audit import AuditError, Event
-from actuator.decisions import keep_refusal, recorded_rule
 from actuator.evidence.links import PictureRef
+from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State

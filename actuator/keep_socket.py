@@ -33,7 +33,7 @@ from typing import Any
 
 from actuator import owner_actions
 from actuator.audit import Event
-from actuator.decisions import recorded_rule
+from actuator.keep_bounds import recorded_rule
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
 from actuator.owner_actions import Kept, Owner, Process, Released

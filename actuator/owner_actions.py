@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from actuator import operations
 from actuator.audit import AuditError, Event
-from actuator.decisions import keep_refusal, recorded_rule
+from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.models import Case, Reason, State
 from actuator.operations import Refused, Why
 from actuator.policy import Effective

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from actuator.decisions import owner_allowance
+from actuator.keep_bounds import owner_allowance
 from actuator.models import Case
 from actuator.policy import Effective
 from actuator.untrusted import plain

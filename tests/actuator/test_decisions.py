@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from actuator.decisions import Action, Allowance, FleetState, breaker_should_open, owner_allowance
+from actuator.decisions import Action, FleetState, breaker_should_open
 from actuator.models import Member, Reason, State
 from actuator.policy import Breaker, Mode
 from tests.helpers.cases import (
@@ -61,24 +61,6 @@ def test_an_owner_asks_in_the_environment_for_runtime_within_the_rules_bounds():
     assert refused.action == Action.NOTIFY  # the ask does not hold the case
     later = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0 + 3601)
     assert later.action == Action.NOTIFY  # 2 h of runtime are over
-
-
-@pytest.mark.parametrize(
-    "asked,seconds,note",
-    [
-        (None, 0.0, ""),
-        ("90m", 5400.0, "GPU_RECLAIMER_KEEP=1h30m granted (10m to 8h)"),
-        ("5m", 0.0, "GPU_RECLAIMER_KEEP=5m refused: rule defaults allows 10m to 8h"),
-        ("2d", 0.0, "GPU_RECLAIMER_KEEP=48h refused: rule defaults allows 10m to 8h"),
-        ("forever", 0.0, "GPU_RECLAIMER_KEEP=forever is not a duration: ignored"),
-        ("nan", 0.0, "GPU_RECLAIMER_KEEP=nan is not a duration: ignored"),
-        ("\x1b[2J1h", 0.0, "GPU_RECLAIMER_KEEP=[2J1h is not a duration: ignored"),
-    ],
-)
-def test_owner_allowance_bounds(asked, seconds, note):
-    bounds = eff(keep_min=600.0, keep_max=8 * 3600.0)
-    ask = None if asked is None else f"GPU_RECLAIMER_KEEP={asked}"
-    assert owner_allowance(ask, bounds) == Allowance(seconds, note)
 
 
 def test_cpu_burn_cancels():

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actuator.decisions import owner_allowance
+from actuator.keep_bounds import owner_allowance
 from actuator.keep_socket import KeepSocket
 from actuator.operations import Why
 from actuator.owner_actions import Owner, judge_keep

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from actuator.decisions import keep_refusal
+from actuator.keep_bounds import keep_refusal
 from actuator.policy import Repeat, RepeatStep
 from actuator.repeat import repeat_step, with_repeat
 from exporter.sim.state import init_node
