@@ -165,7 +165,9 @@ def end_snooze(rt: Runtime, case_id: int, by: str, code: Reason) -> Case | Refus
             return Refused(Why.NOT_FOUND, f"no case {case_id}")
         if case.state != State.SNOOZED:
             return Refused(Why.NOT_NOW, f"case {case.id} is {case.state}: no keep to end")
-        case.snoozed_until = case.snoozed_until_mono = None
+        # As when a snooze expires: the wall-clock `snoozed_until` stays (it was kept once:
+        # demand's choice weighs that), the wait on the store's clock ends now.
+        case.snoozed_until_mono = None
         case.cpu_seconds = case.cpu_rate = case.cpu_at = None
         updated = rt.store.transition(
             case,

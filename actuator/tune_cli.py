@@ -27,16 +27,6 @@ def _ratio(text: str) -> float:
     return value
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {text}")
-    return value
-
-
 def add_commands(commands: Any) -> None:
     parser = commands.add_parser(
         "tune",
@@ -85,7 +75,7 @@ def add_commands(commands: Any) -> None:
     )
     parser.add_argument(
         "--min-processes",
-        type=_at_least_one,
+        type=argtypes.positive_int,
         default=Needs.processes,
         metavar="N",
         help=f"fewest GPU processes a project's proposal stands on (default {Needs.processes})",
@@ -113,8 +103,8 @@ def run_tune(args: argparse.Namespace) -> int:
     start, end = period(args)
     if args.write is not None and args.project is None:
         raise CommandError("--write needs --project: whose proposal to write")
-    if args.step <= 0 or args.resumed_within <= 0:
-        raise CommandError("--step and --resumed-within must be positive")
+    if args.step <= 0 or args.resumed_within <= 0 or args.min_history <= 0:
+        raise CommandError("--step, --resumed-within and --min-history must be positive")
     candidates = grid(args.util or DEFAULT_UTILS, args.holds or DEFAULT_HOLDS)
     try:
         rules = RuleSet.load(args.rules)

@@ -12,7 +12,8 @@ of theirs under another job's name. The read therefore:
   a pipe swapped in cannot block) and checks the open descriptor again: a regular file,
   the same inode the `lstat` saw;
 - asks the caller whether the file's owner may speak before reading a byte;
-- reads at most ``max_bytes`` (one byte more tells an over-long file, which is refused).
+- reads at most ``max_bytes``, the caller's bound for what it reads (one byte more tells
+  an over-long file, which is refused).
 
 It never raises for what a user can arrange; every refusal says why (for logs and tests).
 """
@@ -25,9 +26,6 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-
-# A heartbeat record is a few hundred bytes; anything past this is not one.
-DEFAULT_MAX_BYTES = 64 * 1024
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -72,7 +70,7 @@ def read_hostile(
     directory_fd: int,
     name: str,
     may_own: Callable[[int], bool],
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_bytes: int,
 ) -> HostileRead | Refusal:
     """The file ``name`` in the open directory, read as the module docstring says."""
     seen = look(directory_fd, name)

@@ -75,16 +75,7 @@ CLIENT = (
 
 
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    return subprocess.Popen(
-        [python, "-c", code, *args],
-        user=65534,
-        group=65534,
-        extra_groups=[],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd="/",
-    )
+    return _as_uid(65534, code, *args)
 
 
 @pytest.mark.reliability(49)

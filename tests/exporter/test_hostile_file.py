@@ -26,7 +26,7 @@ def anyone(owner: int) -> bool:
 
 def test_a_regular_file_is_read(tmp_path: Path, folder: int) -> None:
     (tmp_path / "a.json").write_bytes(b"{}")
-    read = read_hostile(folder, "a.json", anyone)
+    read = read_hostile(folder, "a.json", anyone, 4096)
     assert isinstance(read, HostileRead)
     assert read.data == b"{}"
     assert read.stat.st_uid == os.getuid()
@@ -39,12 +39,12 @@ def test_what_is_not_a_regular_file_is_refused_without_opening(tmp_path: Path, f
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(tmp_path / "sock"))
         for name in ("pipe", "link", "dir", "sock"):
-            assert read_hostile(folder, name, anyone) is Refusal.NOT_REGULAR, name
+            assert read_hostile(folder, name, anyone, 4096) is Refusal.NOT_REGULAR, name
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../etc/passwd", "a/b"])
 def test_only_a_plain_name_is_resolved(folder: int, name: str) -> None:
-    assert read_hostile(folder, name, anyone) is Refusal.BAD_NAME
+    assert read_hostile(folder, name, anyone, 4096) is Refusal.BAD_NAME
 
 
 def test_the_owner_is_judged_before_reading(tmp_path: Path, folder: int) -> None:
@@ -55,7 +55,7 @@ def test_the_owner_is_judged_before_reading(tmp_path: Path, folder: int) -> None
         asked.append(owner)
         return False
 
-    assert read_hostile(folder, "a.json", nobody) is Refusal.OWNER
+    assert read_hostile(folder, "a.json", nobody, 4096) is Refusal.OWNER
     assert asked == [os.getuid()]
 
 
@@ -67,4 +67,4 @@ def test_reads_are_bounded(tmp_path: Path, folder: int) -> None:
 
 
 def test_a_missing_file_is_missing(folder: int) -> None:
-    assert read_hostile(folder, "absent", anyone) is Refusal.MISSING
+    assert read_hostile(folder, "absent", anyone, 4096) is Refusal.MISSING
