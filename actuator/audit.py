@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 _BLOCK = 64 * 1024
@@ -60,6 +60,12 @@ class Event(StrEnum):
     STEP_ERROR = "step_error"
     WAIT = "wait"  # a caller joined the node's wait list
     WAIT_SERVED = "wait_served"  # a waiter was given GPUs
+
+
+class Record(Protocol):
+    """An audit record (one per event, actuator/audit_records.py): its JSON line."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class AuditError(Exception):
@@ -107,22 +113,20 @@ class AuditLog:
             finally:
                 os.close(fd)
 
-    def write(self, record: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
+    def write(self, record: Record, *, sync: bool = True) -> dict[str, Any]:
         """Append `record` (a `ts` is added) durably; raise AuditError if that fails."""
         return self.write_many([record], sync=sync)[0]
 
-    def write_many(
-        self, records: list[dict[str, Any]], *, sync: bool = True
-    ) -> list[dict[str, Any]]:
+    def write_many(self, records: list[Record], *, sync: bool = True) -> list[dict[str, Any]]:
         """Append several records with one fsync; all or none are written. With
         `sync=False` (only for records no side effect follows) the fsync is `flush()`'s or
         a later synced write's; the records are readable at once either way, and a full
         disk does not lose them: they wait in memory and go first into the next write that
         succeeds (so they precede every later record), keeping their own `ts`."""
         now = time.time()
-        records = [{"ts": now, **r} for r in records]
+        lines = [{"ts": now, **r.to_json()} for r in records]
         data = b"".join(
-            (json.dumps(r, default=str, separators=(",", ":")) + "\n").encode() for r in records
+            (json.dumps(r, default=str, separators=(",", ":")) + "\n").encode() for r in lines
         )
         try:
             with self._locked():
@@ -135,7 +139,7 @@ class AuditLog:
                     f"audit log {self.path} not writable: {exc.strerror or exc}"
                 ) from exc
             self._keep_for_later(data, exc)
-        return records
+        return lines
 
     def _append(self, payload: bytes, *, sync: bool) -> None:
         """Under the lock: append all of `payload` (fsync'd with `sync`) or none of it."""

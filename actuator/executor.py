@@ -6,7 +6,8 @@ the one function that performs each side effect: the notice, a signal to a proce
 a scheduler's step (scancel, eviction, deletion), the follow-up, the verification and the
 decision alerts. Observe mode passes `dry_run` into whichever of them enforcement would
 use, so a pod's rehearsal is its eviction ("DRY-RUN: would evict ..."), a Slurm job's is
-its scancel, and a bare process's is its signal.
+its scancel, and a bare process's is its signal. It returns what it did (an `Outcome`, which
+the node's batch commits with its samples) and changes no case.
 """
 
 from __future__ import annotations
@@ -15,27 +16,46 @@ import contextlib
 import dataclasses
 import logging
 import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actuator.audit import AuditError, AuditLog, Event
+from actuator.audit import AuditError, AuditLog
+from actuator.audit_records import FollowupSent, FreedForRequest, NoticeSent, SignalsSent
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import Action, Decision, after_notice
 from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
-from actuator.models import Case, LiveState, Reason, State
+from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
 from actuator.notice import Kind, Notice, OwnerHint, ProvenFacts
 from actuator.notify import NoticeResult, Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
-from actuator.store import Store
 from actuator.store.counters import Bump, demand_to_free
 from actuator.store.signals import SignalSent
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What carrying out one step did, as a value: the signals that went out, the counters
+    to bump, and the notice's outcome as an update of its case. The node's batch commits
+    it with the pass's samples (actuator/node_batch.py); nothing here changes the case."""
+
+    sent: tuple[SignalSent, ...] = ()
+    bumps: tuple[Bump, ...] = ()
+    noticed: CaseUpdate | None = None  # a delivered notice starts the grace (after_notice)
+
+    def then(self, later: Outcome) -> Outcome:
+        noticed = self.noticed
+        if later.noticed is not None:
+            noticed = later.noticed if noticed is None else noticed.then(later.noticed)
+        return Outcome(self.sent + later.sent, self.bumps + later.bumps, noticed)
+
+
+NOTHING = Outcome()
 
 
 @dataclass(frozen=True)
@@ -55,7 +75,6 @@ class Executor:
     def __init__(
         self,
         *,
-        store: Store,
         audit: AuditLog,
         notifier: Notifier,
         gate: NoticeGate,
@@ -66,53 +85,20 @@ class Executor:
         pictures: EvidencePictures | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
     ) -> None:
-        self.store, self.audit, self.notifier, self.gate = store, audit, notifier, gate
+        self.audit, self.notifier, self.gate = audit, notifier, gate
         self.clock, self.mono = clock, mono
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
         self.pictures = pictures
-        # What was done in this pass, by node: recorded in one commit each per node's pass
-        # (`save_done`, `notified`), like the audit's records of what was done.
-        self._sent: dict[str, list[SignalSent]] = {}
-        self._bumps: dict[str, list[Bump]] = {}  # reclaims by trigger, demand-to-free waits
-        self._notified: dict[str, list[Case]] = {}  # a notice's outcome (its grace's start)
-        self._done_lock = threading.Lock()
 
-    def save_done(self, node: str) -> None:
-        """Record the signals sent to the node's cases and their reclaims counted since the
-        last call, a commit each; kept for the next pass's if the store fails."""
-        with self._done_lock:
-            sent, bumps = self._sent.pop(node, []), self._bumps.pop(node, [])
-        try:
-            self.store.record_signals(sent)
-            sent = []
-            self.store.count_many(bumps)
-        except BaseException:
-            with self._done_lock:
-                self._sent[node] = sent + self._sent.get(node, [])
-                self._bumps[node] = bumps + self._bumps.get(node, [])
-            raise
-
-    def notified(self, node: str) -> list[Case]:
-        """The node's cases whose notice's outcome is to be saved (the reconciler saves
-        them with the samples of its pass, in one commit)."""
-        with self._done_lock:
-            return self._notified.pop(node, [])
-
-    def _sent_now(self, case: Case, sent: list[tuple[int, str]]) -> None:
-        now = self.clock()
-        with self._done_lock:
-            pending = self._sent.setdefault(case.node, [])
-            pending.extend(SignalSent(case.id, pid, name, now) for pid, name in sent)
-
-    def carry_out(self, step: Step) -> None:
-        """What the committed decision means: its action's effect, then its new state's."""
+    def carry_out(self, step: Step) -> Outcome:
+        """What the committed decision means: its action's effect, then its new state's;
+        returns what was done."""
         effect = {
             Action.NOTIFY: self._notify_owner,
             Action.TERM: self._terminate,
             Action.KILL: self._kill,
         }.get(step.decision.action)
-        if effect is not None:
-            effect(step)
+        done = effect(step) if effect is not None else NOTHING
         state, case = step.decision.state, step.case
         if state == State.RECLAIMED:
             if effect is None and case.notified_at is not None:
@@ -121,36 +107,33 @@ class Executor:
                 self._verify(case, step.scheduler)
             if self.alerts is not None:
                 self.alerts.reclaimed(case)
-            self._counted(case)
+            done = done.then(self._counted(case))
         elif state == State.FAILED and self.alerts is not None:
             self.alerts.failed(case)
         elif state == State.OBSERVED and step.live is not None:
             self._rehearse(step)
+        return done
 
     # -- the effects -------------------------------------------------------------------
 
-    def _notify_owner(self, step: Step) -> None:
-        case, live, scheduler = step.case, step.live, step.scheduler
-        if live is not None and scheduler is not None:
-            case.owner = scheduler.owner(case, live) or case.owner
+    def _notify_owner(self, step: Step) -> Outcome:
         if step.decision.code == Reason.DEMAND:
-            self._warn_of_demand(case, step.eff, step.now)
-        else:
-            self.notify(case, step.eff, step.now, dry_run=False)
+            self._warn_of_demand(step.case, step.eff, step.now)
+            return NOTHING
+        return self.notify(step.case, step.eff, step.now, dry_run=False)
 
-    def _terminate(self, step: Step) -> None:
-        self._stop(step, kill=False)
+    def _terminate(self, step: Step) -> Outcome:
+        return self._stop(step, kill=False)
 
-    def _kill(self, step: Step) -> None:
-        self._stop(step, kill=True)
+    def _kill(self, step: Step) -> Outcome:
+        return self._stop(step, kill=True)
 
-    def _stop(self, step: Step, *, kill: bool) -> None:
+    def _stop(self, step: Step, *, kill: bool) -> Outcome:
         case, scheduler = step.case, step.scheduler
         if scheduler is not None and scheduler.owns(case):
-            self._through_scheduler(case, scheduler, kill=kill, dry_run=False)
-        else:
-            sig = signal.SIGKILL if kill else signal.SIGTERM
-            self._signal(case, step.node, sig, dry_run=False)
+            return self._through_scheduler(case, scheduler, kill=kill, dry_run=False)
+        sig = signal.SIGKILL if kill else signal.SIGTERM
+        return self._signal(case, step.node, sig, dry_run=False)
 
     def _rehearse(self, step: Step) -> None:
         """Observe/notify mode: the same side effects enforcement would use, as dry runs."""
@@ -160,7 +143,7 @@ class Executor:
             self.notify(case, step.eff, step.now, dry_run=True)
         rehearsal = dataclasses.replace(case, members=list(live.members))
         if scheduler is not None:
-            scheduler.claim(rehearsal, live)  # on a copy: nothing is recorded
+            scheduler.claim(rehearsal, live).apply_to(rehearsal)  # a copy: nothing recorded
             if scheduler.owns(rehearsal):
                 self._through_scheduler(rehearsal, scheduler, kill=False, dry_run=True)
                 return
@@ -212,7 +195,7 @@ class Executor:
             picture_url=drawn.url if drawn else "",
         )
 
-    def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> None:
+    def notify(self, case: Case, eff: Effective, now: float, *, dry_run: bool) -> Outcome:
         """The first notice: SIGTERM after the grace, or (reclaim_when: demand) kept until
         someone needs the GPU. Only a delivered one opens the way to any signal."""
         kept = eff.reclaim_when == ReclaimWhen.DEMAND
@@ -222,30 +205,32 @@ class Executor:
         )
         if notice is None:  # never: a notice follows a live re-check, which records facts
             log.error("case %d: no proven facts to tell anyone; not notified", case.id)
-            return
+            return NOTHING
         result = self._told(case, lambda: self.notifier.send(notice, dry_run=dry_run))
         if dry_run:
-            return
-        after_notice(case, result.delivered, self.gate, self.clock(), self.mono()).apply_to(case)
-        with self._done_lock:  # saved with the pass's samples (a lost one: sent again)
-            self._notified.setdefault(case.node, []).append(case)
+            return NOTHING
+        # The outcome, saved with the pass's samples (a lost one: sent again); read here
+        # from a copy, as the case will be once the batch applies it.
+        noticed = after_notice(case, result.delivered, self.gate, self.clock(), self.mono())
+        told = dataclasses.replace(case)
+        noticed.apply_to(told)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {
-                    "event": Event.NOTICE,
-                    "case": case.id,
-                    "delivered": result.delivered,
-                    "detail": result.detail,
-                    "attempt": case.notice_attempts,
+                NoticeSent(
+                    case=case.id,
+                    delivered=result.delivered,
+                    detail=result.detail,
+                    attempt=told.notice_attempts,
                     # reclaim_when: demand: delivered, but no grace runs until someone waits
-                    "grace_started": case.notified_mono is not None and not kept,
-                    "kind": notice.kind,
-                },
+                    grace_started=told.notified_mono is not None and not kept,
+                    kind=notice.kind,
+                ),
                 sync=False,  # what was sent; fsync'd with the pass (AuditLog.flush)
             )
         # Told to chat last: the notice's outcome is recorded whatever this does.
-        if self.alerts is not None and case.notified_mono is not None and not kept:
-            self.alerts.scheduled(notice, case)  # the grace started
+        if self.alerts is not None and told.notified_mono is not None and not kept:
+            self.alerts.scheduled(notice, told)  # the grace started
+        return Outcome(noticed=noticed)
 
     @staticmethod
     def _told(case: Case, send: Callable[[], NoticeResult]) -> NoticeResult:
@@ -271,41 +256,38 @@ class Executor:
             self.alerts.scheduled(notice, case)
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {
-                    "event": Event.NOTICE,
-                    "case": case.id,
-                    "delivered": result.delivered,
-                    "detail": result.detail,
-                    "demand": case.demand_for,
-                    "sigterm_at": notice.deadline,
-                },
+                NoticeSent(
+                    case=case.id,
+                    delivered=result.delivered,
+                    detail=result.detail,
+                    demand=case.demand_for,
+                    sigterm_at=notice.deadline,
+                ),
                 sync=False,
             )
 
-    def _counted(self, case: Case) -> None:
+    def _counted(self, case: Case) -> Outcome:
         """Reclaims by trigger, and (for demand) the time from the wait to a free GPU."""
         bumps: list[Bump] = [("reclaims", "demand" if case.demand_for else "idle", 1)]
         waited = None
         if case.demand_for is not None and case.demand_at is not None:
             waited = max(0.0, (case.exited_at or self.clock()) - case.demand_at)
             bumps += demand_to_free(waited)
-        with self._done_lock:  # counted with the pass (save_done)
-            self._bumps.setdefault(case.node, []).extend(bumps)
         if waited is None:
-            return
+            return Outcome(bumps=tuple(bumps))
         # Free, not yet handed off: the hand-off is proven only once the request's own
         # process holds the GPU (DemandPlanner.watch writes `handed_off` then).
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {
-                    "event": Event.FREED_FOR_REQUEST,
-                    "case": case.id,
-                    "request": case.demand_for,
-                    "who": case.demand_who,
-                    "seconds_from_demand": round(waited, 3),
-                },
+                FreedForRequest(
+                    case=case.id,
+                    request=case.demand_for,
+                    who=case.demand_who,
+                    seconds_from_demand=round(waited, 3),
+                ),
                 sync=False,
             )
+        return Outcome(bumps=tuple(bumps))
 
     def _followup(self, case: Case, eff: Effective) -> None:
         """What was freed, to whoever got the warning; best effort, audited."""
@@ -315,48 +297,41 @@ class Executor:
         result = self._told(case, lambda: self.notifier.followup(notice))
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {
-                    "event": Event.FOLLOWUP,
-                    "case": case.id,
-                    "delivered": result.delivered,
-                    "detail": result.detail,
-                },
+                FollowupSent(case=case.id, delivered=result.delivered, detail=result.detail),
                 sync=False,
             )
 
-    def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> None:
+    def _signal(self, case: Case, node: Node, sig: signal.Signals, *, dry_run: bool) -> Outcome:
         results = node.signal_tree(
             case.target, case.members, sig, dry_run=dry_run, key=f"case-{case.id}"
         )
-        self._sent_now(case, [(r.pid, r.signal) for r in results if r.sent])
+        now = self.clock()
+        sent = tuple(SignalSent(case.id, r.pid, r.signal, now) for r in results if r.sent)
         try:
             self.audit.write(
-                {
-                    "event": Event.SIGNALS,
-                    "case": case.id,
-                    "signal": sig.name,
-                    "results": [r.__dict__ for r in results],
-                },
+                SignalsSent(case=case.id, signal=sig.name, results=[r.__dict__ for r in results]),
                 sync=False,  # the signals went out before this record could say so
             )
         except AuditError as exc:
             log.error("case %d: %s", case.id, exc)
+        return Outcome(sent=sent)
 
     def _through_scheduler(
         self, case: Case, scheduler: Scheduler, *, kill: bool, dry_run: bool
-    ) -> None:
+    ) -> Outcome:
         step = scheduler.reclaim(case, kill=kill, dry_run=dry_run)
         if dry_run:
             log.info("case %d: DRY-RUN: would %s (%s)", case.id, step.name, step.detail)
-            return
-        if step.ok:
-            self._sent_now(case, [(case.pid, step.name)])
+            return NOTHING
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {**step.record, "case": case.id, "ok": step.ok, "detail": step.detail},
+                dataclasses.replace(step.record, case=case.id, ok=step.ok, detail=step.detail),
                 sync=False,
             )
+        if not step.ok:
+            return NOTHING
+        return Outcome(sent=(SignalSent(case.id, case.pid, step.name, self.clock()),))
 
     def _verify(self, case: Case, scheduler: Scheduler) -> None:
         with contextlib.suppress(AuditError):
-            self.audit.write({**scheduler.verify(case), "case": case.id}, sync=False)
+            self.audit.write(dataclasses.replace(scheduler.verify(case), case=case.id), sync=False)

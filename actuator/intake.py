@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from actuator.audit import AuditError, AuditLog, Event
+from actuator.audit import AuditError, AuditLog
+from actuator.audit_records import BreakerOpened
 from actuator.config import ActuatorConfig
 from actuator.decision_record import decision_record
 from actuator.decisions import REARM_LOOKBACK, breaker_should_open, rearm_wait
@@ -83,7 +84,7 @@ class Intake:
             # Inside the store's transaction, once the ids exist: no case without its
             # record, and the record names the case.
             self.audit.write_many(
-                [decision_record(c, None, "created", c.reason, now, {}) for c in cases]
+                [decision_record(c, None, "created", c.reason, now) for c in cases]
             )
 
         try:
@@ -166,7 +167,7 @@ class Intake:
         if reason is None:
             return
         try:
-            self.audit.write({"event": Event.BREAKER_OPEN, "node": case.node, "reason": reason})
+            self.audit.write(BreakerOpened(node=case.node, reason=reason))
         except AuditError as exc:
             log.error("breaker: %s", exc)
         if self.store.set_breaker(True, now, reason):
@@ -199,7 +200,7 @@ class Intake:
 
         def audit_rearmed(case: Case) -> None:
             self.audit.write(
-                decision_record(case, None, "rearmed", case.reason, now, {"rearmed_from": old.id})
+                decision_record(case, None, "rearmed", case.reason, now, rearmed_from=old.id)
             )
 
         try:

@@ -13,7 +13,8 @@ import jinja2
 from flask import Blueprint, Response, request
 
 from actuator import owner_actions, untrusted
-from actuator.audit import AuditError, Event
+from actuator.audit import AuditError
+from actuator.audit_records import KeepLinkUsed
 from actuator.evidence.links import PictureRef
 from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.keeplinks import KeepLinks, LinkError
@@ -263,14 +264,13 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             if not rt.store.use_keep_link(nonce, case.id, rt.clock(), action):
                 return render(409, lang, case, token, problem=t["used"].format(action))
             rt.audit.write(
-                {
-                    "event": Event.KEEP_LINK,
-                    "case": case.id,
-                    "action": action,
-                    "hours": keep_hours if action == "keep" else None,
-                    "link": nonce,
-                    "owner": case.user,
-                }
+                KeepLinkUsed(
+                    case=case.id,
+                    action=action,
+                    hours=keep_hours if action == "keep" else None,
+                    link=nonce,
+                    owner=case.user,
+                )
             )
         except (AuditError, StoreUnavailable) as exc:
             return render(503, lang, case, token, problem=str(exc))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from actuator import owner_actions
-from actuator.audit import Event
+from actuator.audit_records import KeepSocketAsked
 from actuator.keep_bounds import recorded_rule
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
@@ -341,14 +341,7 @@ class KeepSocket:
     def _audit(self, uid: int, pid: int, action: str, case_id: int | None, result: str) -> None:
         with contextlib.suppress(Exception):
             self.rt.audit.write(
-                {
-                    "event": Event.KEEP_SOCKET,
-                    "uid": uid,
-                    "pid": pid,
-                    "action": action,
-                    "case": case_id,
-                    "result": result,
-                }
+                KeepSocketAsked(uid=uid, pid=pid, action=action, case=case_id, result=result)
             )
 
 

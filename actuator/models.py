@@ -565,6 +565,22 @@ class CaseUpdate:
     demand_who: str | _Unset | None = UNSET
     demand_at: float | _Unset | None = UNSET
     demand_mono: float | _Unset | None = UNSET
+    # What a state change records: the proven facts, the rule, the signal's moment and
+    # tree, and who carries it out (a scheduler's claim) or is told (a workload's owner).
+    user: str | _Unset | None = UNSET
+    project: str | _Unset | None = UNSET
+    facts: dict[str, Any] | _Unset | None = UNSET
+    rule: str | _Unset | None = UNSET
+    mode: str | _Unset | None = UNSET
+    effective: dict[str, Any] | _Unset | None = UNSET
+    term_at: float | _Unset | None = UNSET
+    term_mono: float | _Unset | None = UNSET
+    kill_at: float | _Unset | None = UNSET
+    kill_mono: float | _Unset | None = UNSET
+    members: list[Member] | _Unset = UNSET
+    slurm_job: str | _Unset | None = UNSET
+    pod: dict[str, str] | _Unset | None = UNSET
+    owner: dict[str, str] | _Unset | None = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

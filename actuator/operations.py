@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from actuator.audit import AuditError, Event
+from actuator.audit import AuditError
+from actuator.audit_records import AlertDuplicate, AlertRejected, BreakerReset, RepeatReset, Snoozed
 from actuator.models import AlertmanagerPayload, Case, Reason, State, split_alerts
 from actuator.runtime import Runtime
 from actuator.store import Ingest
@@ -87,14 +88,7 @@ def snooze(
         return _not_snoozable(found)
     try:
         rt.audit.write(
-            {
-                "event": Event.SNOOZE,
-                "case": case_id,
-                "until": rt.clock() + duration,
-                "duration": duration,
-                "by": by,
-                "reason": why,
-            }
+            Snoozed(case=case_id, until=rt.clock() + duration, duration=duration, by=by, reason=why)
         )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
@@ -148,14 +142,13 @@ def end_snooze(rt: Runtime, case_id: int, by: str, code: Reason) -> Case | Refus
     retried like the snooze."""
     try:
         rt.audit.write(
-            {
-                "event": Event.SNOOZE,
-                "case": case_id,
-                "until": rt.clock(),
-                "duration": 0.0,
-                "by": by,
-                "reason": "released by its owner: the keep ends now",
-            }
+            Snoozed(
+                case=case_id,
+                until=rt.clock(),
+                duration=0.0,
+                by=by,
+                reason="released by its owner: the keep ends now",
+            )
         )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
@@ -192,12 +185,11 @@ def receive_alerts(rt: Runtime, payload: AlertmanagerPayload) -> Ingest:
         with contextlib.suppress(AuditError):
             rt.audit.write_many(
                 [
-                    {
-                        "event": Event.ALERT_REJECTED,
-                        "fingerprint": r.fingerprint,
-                        "group": payload.groupKey[:200],
-                        "errors": list(r.errors),
-                    }
+                    AlertRejected(
+                        fingerprint=r.fingerprint,
+                        group=payload.groupKey[:200],
+                        errors=list(r.errors),
+                    )
                     for r in rejected
                 ]
             )
@@ -206,12 +198,7 @@ def receive_alerts(rt: Runtime, payload: AlertmanagerPayload) -> Ingest:
         with contextlib.suppress(AuditError):
             rt.audit.write_many(
                 [
-                    {
-                        "event": Event.ALERT_DUPLICATE,
-                        "fingerprint": fp,
-                        "starts_at": starts,
-                        "deliveries": n,
-                    }
+                    AlertDuplicate(fingerprint=fp, starts_at=starts, deliveries=n)
                     for fp, starts, n in ingest.duplicates
                 ]
             )
@@ -230,9 +217,7 @@ def reset_repeats(rt: Runtime, user: str, by: str, reason: str) -> int | Refused
     window = rt.config.repeat.window if rt.config.repeat else 0.0
     had = rt.store.reclaims_since(user, rt.clock() - window) if window else 0
     try:
-        rt.audit.write(
-            {"event": Event.REPEAT_RESET, "user": user, "had": had, "by": by, "reason": reason}
-        )
+        rt.audit.write(RepeatReset(user=user, had=had, by=by, reason=reason))
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
     rt.store.reset_repeats(user, rt.clock())
@@ -243,15 +228,7 @@ def reset_breaker(rt: Runtime, by: str, reason: str) -> BreakerWas | Refused:
     """Close the circuit breaker (whether or not it was open)."""
     was_open, since, why = rt.store.breaker()
     try:
-        rt.audit.write(
-            {
-                "event": Event.BREAKER_RESET,
-                "was_open": was_open,
-                "opened_reason": why,
-                "by": by,
-                "reason": reason,
-            }
-        )
+        rt.audit.write(BreakerReset(was_open=was_open, opened_reason=why, by=by, reason=reason))
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
     rt.store.set_breaker(False, rt.clock(), f"reset by {by}: {reason}")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actuator import operations
-from actuator.audit import AuditError, Event
+from actuator.audit import AuditError
+from actuator.audit_records import KeepRevoked, KeptAhead
 from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.models import Case, Reason, State
 from actuator.operations import Refused, Why
@@ -104,15 +105,14 @@ def keep(
     now = rt.clock()
     try:
         rt.audit.write(
-            {
-                "event": Event.KEEP_AHEAD,
-                "uid": process.uid,
-                "pid": process.pid,
-                "start_ticks": process.start_ticks,
-                "until": now + seconds,
-                "by": owner.by,
-                "rule": rule.rule if rule is not None else None,
-            }
+            KeptAhead(
+                uid=process.uid,
+                pid=process.pid,
+                start_ticks=process.start_ticks,
+                until=now + seconds,
+                by=owner.by,
+                rule=rule.rule if rule is not None else None,
+            )
         )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
@@ -173,15 +173,7 @@ def _revoke_ahead(rt: Runtime, owner: Owner, process: Process) -> int | Refused 
     if found is None:
         return None
     try:
-        rt.audit.write(
-            {
-                "event": Event.KEEP_REVOKED,
-                "uid": process.uid,
-                "pid": process.pid,
-                "keep": found.id,
-                "by": owner.by,
-            }
-        )
+        rt.audit.write(KeepRevoked(uid=process.uid, pid=process.pid, keep=found.id, by=owner.by))
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
     rt.store.revoke_keep(found.id)

@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
-import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
 
-from actuator.audit import AuditError, AuditLog, Event
-from actuator.clock import boottime
+from actuator.audit import AuditError, AuditLog
+from actuator.audit_records import StepError
 from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
-from actuator.decision_record import decision_record
 from actuator.decisions import (
     Action,
     Decision,
@@ -46,12 +40,9 @@ from actuator.decisions import (
 )
 from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
-from actuator.demand.reader import DemandReader
-from actuator.evidence.pictures import EvidencePictures
-from actuator.executor import Executor, Step
+from actuator.executor import Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.intake import Intake
-from actuator.keeplinks import KeepLinks
 from actuator.models import (
     SIGNALLED_STATES,
     Case,
@@ -59,20 +50,14 @@ from actuator.models import (
     LiveState,
     Member,
     State,
-    Target,
 )
 from actuator.node import Node, NodeUnreachable
-from actuator.notice import ProvenFacts, disagreements
-from actuator.notify import Notifier
-from actuator.policy import Claims, Effective, Facts, resolve
+from actuator.node_batch import Decided, NodeBatches, decided, state_change
+from actuator.policy import Effective
 from actuator.recheck import Checked, demand_key, recheck_due
-from actuator.repeat import with_repeat
-from actuator.schedulers import Scheduler, Schedulers, gate
-from actuator.schedulers.kube_policies import NamespacePolicies, PolicyWatch, start_watch
-from actuator.signalled import SignalledTrees
-from actuator.startup import idle_thresholds
-from actuator.store import Fence, LeaseLost, Store, StoreUnavailable, Transition
-from exporter import procfs
+from actuator.rulebook import RuleBook
+from actuator.schedulers import Scheduler, gate
+from actuator.store import LeaseLost, Store, StoreUnavailable, Transition
 
 log = logging.getLogger(__name__)
 
@@ -88,106 +73,53 @@ class Signalled:
 
 Observation = LiveState | Signalled
 
-
-@dataclass(frozen=True)
-class Decided:
-    """A decision in the node's batch, to be recorded and committed with it (`_commit`)."""
-
-    step: Step
-    previous: State
-    record: dict[str, Any]  # its audit record
-    move: Transition  # its state's compare-and-set
-    mono: float
-
-
 PRUNE_EVERY = 600.0  # seconds between retention passes
 
 
+def step_failed(store: Store, audit: AuditLog, case: Case, exc: Exception) -> None:
+    """A step that raised: logged, counted and audited; the case is tried again."""
+    log.exception("case %d: step failed; will retry", case.id)
+    with contextlib.suppress(StoreUnavailable):
+        store.count("step_errors")
+    with contextlib.suppress(AuditError):
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        audit.write(StepError(case=case.id, state=str(case.state), error=error))
+
+
 class Reconciler:
+    """The loop and the composition of one step; its parts are built by the composition
+    root (actuator/compose.py)."""
+
     def __init__(
         self,
         config: ActuatorConfig,
         store: Store,
         audit: AuditLog,
-        nodes: Mapping[str, Node] | NodeDirectory,
-        notifier: Notifier,
+        nodes: NodeDirectory,
         *,
-        clock: Callable[[], float] = time.time,
-        mono: Callable[[], float] = boottime,
-        holder: str | None = None,
-        links: KeepLinks | None = None,
-        pictures: EvidencePictures | None = None,
+        intake: Intake,
+        rules: RuleBook,
+        planner: DemandPlanner,
+        batches: NodeBatches,
+        schedulers: Sequence[Scheduler],
+        holder: str,
+        clock: Callable[[], float],
+        mono: Callable[[], float],
         alerts: DecisionAlerts | None = None,
-        schedulers: Schedulers | None = None,
-        demand: DemandReader | None = None,
     ) -> None:
-        self.config = config
-        self.demand = demand  # reclaim_when: demand (built by actuator/server.py)
+        self.config, self.store, self.audit, self.nodes = config, store, audit, nodes
+        self.intake, self.rules, self.planner, self.batches = intake, rules, planner, batches
+        self.schedulers, self.holder, self.alerts = schedulers, holder, alerts
+        self.clock, self.mono = clock, mono
+        self.thresholds = rules.thresholds
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._checked: dict[int, Checked] = {}  # last live re-check of each live case
-        self._signalled: dict[str, SignalledTrees] = {}  # by node: this pass's (signalled.py)
-        self._repeat_counts: dict[str, int] = {}  # owner -> reclaims in the repeat window
-        self.links = links
-        self.alerts = alerts
-        self.store = store
-        self.audit = audit
-        self.nodes = nodes if isinstance(nodes, NodeDirectory) else NodeDirectory(nodes)
-        self.planner = DemandPlanner(
-            demand,
-            config.demand,
-            store=store,
-            audit=audit,
-            node=self.nodes.get,
-            clock=clock,
-            mono=mono,
-            alerts=alerts,
-        )
-        self.notifier = notifier
-        self.clock = clock
-        self.mono = mono
-        self.boot_id = procfs.boot_id()
         self._pruned_at = float("-inf")
         self._renewed_mono = float("-inf")  # when this reconciler last renewed its lease
         self._pass_began: float | None = None  # while a pass runs: when it began (mono)
-        self._samples: dict[str, list[Case]] = {}  # by node: cases that only waited (apply)
-        self._decided: dict[str, list[Decided]] = {}  # by node: this pass's batch (_commit)
-        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.holding = False
-        self.thresholds = idle_thresholds(config)
-        self.intake = Intake(
-            config,
-            store,
-            audit,
-            self.nodes,
-            clock=clock,
-            mono=mono,
-            pid_max=procfs.pid_max(),
-            fence=self.fence,
-            step_failed=self._step_failed,
-        )
         self._acting = threading.Lock()
-        # Built by the composition root (actuator/server.py); none in a bare reconciler.
-        found = schedulers or Schedulers()
-        self.schedulers: list[Scheduler] = list(found.schedulers)
-        self.namespaces: NamespacePolicies | None = found.namespaces  # GpuReclaimPolicy objects
-        self.policy_watch: PolicyWatch | None = None
-        self.kube = found.kube
         self._pool: ThreadPoolExecutor | None = None
-        self.executor = Executor(
-            store=store,
-            audit=audit,
-            notifier=notifier,
-            gate=config.notice,
-            clock=clock,
-            mono=mono,
-            alerts=alerts,
-            links=links,
-            pictures=pictures,
-            thresholds=(
-                ("max_sm_util", self.thresholds.max_sm_util),
-                ("log_quiet_for", config.idle.log_quiet_for),
-            ),
-        )
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -196,12 +128,6 @@ class Reconciler:
         threading.Thread(
             target=self.keep_lease, args=(stop,), name="lease-keeper", daemon=True
         ).start()
-        if self.demand is not None:  # sources are read apart: a slow one never stalls a pass
-            self.demand.start(stop)
-        if self.namespaces is not None and self.kube is not None:
-            self.policy_watch = start_watch(
-                self.kube.api_client, self.namespaces.objects, stop, cluster_mode=self.config.mode
-            )
         while not stop.is_set():
             tracking = False
             try:
@@ -241,9 +167,6 @@ class Reconciler:
             except StoreUnavailable:
                 pass  # the pass's own writes say so
 
-    def fence(self) -> Fence:
-        return Fence(self.holder, self.mono(), self.config.reconciler.lease_ttl)
-
     def tick(self) -> bool:
         """One pass if we hold the lease; False when another worker holds it."""
         ttl = self.config.reconciler.lease_ttl
@@ -261,7 +184,7 @@ class Reconciler:
 
     def _pass(self, ttl: float) -> bool:
         try:
-            self._repeat_counts = {}  # recounted each tick
+            self.rules.new_pass()  # the owners' reclaims, recounted
             self.intake.ingest()
             self.intake.rearm()
             cases = self.store.live_cases()
@@ -285,15 +208,6 @@ class Reconciler:
             return False  # lost meanwhile: the next tick asks for the lease again
         self._renewed_mono = now
         return True
-
-    def _save_samples(self, node: str) -> None:
-        """The samples of a node's cases that only waited this pass, and the outcomes of
-        its notices, in one commit (a node group's, so a slow node never holds another's
-        back)."""
-        with self._acting:
-            waiting = self._samples.pop(node, []) + self.executor.notified(node)
-        if waiting:
-            self.store.save_samples_many(waiting, self.fence())
 
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to
@@ -319,12 +233,12 @@ class Reconciler:
                 raise exc
 
     def _advance_group(self, cases: list[Case]) -> None:
-        """One node's cases in turn, their decisions committed together (`_commit`); the
+        """One node's cases in turn, their decisions committed together (node_batch.py); the
         samples of those that only waited, and what was done, saved at once."""
         every, mono = self.config.reconciler.recheck_waiting, self.mono()
         window = self.config.idle.cpu_window
         node = cases[0].node if cases else ""
-        self._signalled[node] = SignalledTrees(self.store.signalled_trees)
+        self.batches.begin(node)
         try:
             for case in cases:
                 try:
@@ -338,14 +252,11 @@ class Reconciler:
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
             with self._acting:
-                self._commit(node)
+                self.batches.commit(node)
         finally:
-            self._decided.pop(node, None)  # not committed: neither recorded nor carried out
-            self._signalled.pop(node, None)  # read afresh by the node's next pass
             try:
-                if cases:
-                    self._save_samples(node)
-                    self.executor.save_done(node)
+                with self._acting:
+                    self.batches.end(node)  # samples and what was done, saved
             finally:
                 self._flush_audit()
 
@@ -369,18 +280,7 @@ class Reconciler:
             )
 
     def _step_failed(self, case: Case, exc: Exception) -> None:
-        log.exception("case %d: step failed; will retry", case.id)
-        with contextlib.suppress(StoreUnavailable):
-            self.store.count("step_errors")
-        with contextlib.suppress(AuditError):
-            self.audit.write(
-                {
-                    "event": Event.STEP_ERROR,
-                    "case": case.id,
-                    "state": str(case.state),
-                    "error": f"{type(exc).__name__}: {exc}"[:500],
-                }
-            )
+        step_failed(self.store, self.audit, case, exc)
 
     # -- one step of one case -------------------------------------------------------------
 
@@ -406,9 +306,7 @@ class Reconciler:
                     give_up=agents.unreachable_give_up if agents else 0.0,
                 )
                 live = None
-                eff = (
-                    Effective.model_validate(case.effective) if case.effective else self._eff(case)
-                )
+                eff = self.rules.recorded(case)
             else:
                 decision, live, eff = self._decide(case, seen, now, mono)
             # The scheduler, once per step: the live process's, or the one that took the case.
@@ -419,7 +317,7 @@ class Reconciler:
                 # The node's decisions so far are carried out first (their notices may take
                 # seconds): only this one's record and commit come between the look and
                 # the signal.
-                self._commit(case.node)
+                self.batches.commit(case.node)
                 # The re-check was read before this step waited its turn: look again.
                 again = self._observe(case, node)
                 veto = (
@@ -432,18 +330,13 @@ class Reconciler:
             if decision.action == Action.TERM and live is not None:
                 tree = [(case.pid, case.start_ticks)]
                 tree += [(m.pid, m.start_ticks) for m in live.members]
-                decision = not_twice(decision, tree, self._signalled_on(case).others(case, tree))
+                signalled = self.batches.signalled_on(case.node)
+                decision = not_twice(decision, tree, signalled.others(case, tree))
             if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
                 decision = replace(
                     decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
                 )
             self.apply(case, decision, live, eff, node, now, mono, scheduler)
-
-    def _signalled_on(self, case: Case) -> SignalledTrees:
-        found = self._signalled.get(case.node)
-        if found is None:  # a step outside a node's pass: read afresh
-            found = SignalledTrees(self.store.signalled_trees)
-        return found
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
@@ -469,9 +362,9 @@ class Reconciler:
         self, case: Case, seen: Observation, now: float, mono: float
     ) -> tuple[Decision, LiveState | None, Effective]:
         if isinstance(seen, Signalled):
-            eff = self._recorded_eff(case)
+            eff = self.rules.recorded(case)
             return decide_signalled(case, seen.alive, seen.listed, eff, now, mono=mono), None, eff
-        eff = self._eff(case, seen)
+        eff = self.rules.for_case(case, seen)
         # Only a pending case reads the owner's allowance: asking a pod's API server on every
         # step of every case would put one API call on each decision's hot path.
         for scheduler in self.schedulers if case.state == State.PENDING else ():
@@ -492,61 +385,6 @@ class Reconciler:
             notice=self.config.notice,
         )
         return decision, seen, eff
-
-    def _recorded_eff(self, case: Case) -> Effective:
-        """The policy recorded when the case was signalled (without a live state to judge)."""
-        return Effective.model_validate(case.effective) if case.effective else self._eff(case)
-
-    def rule_for_process(self, pid: int) -> Effective | None:
-        """The rule this node's facts select for a local process that has no case yet (a
-        keep asked in advance is bounded by it); None when the process cannot be read."""
-        name = self.config.node.name
-        node = self.nodes.get(name)
-        ticks = procfs.start_ticks(pid)
-        if node is None or ticks is None:
-            return None
-        try:
-            live = node.inspect(Target(name, pid, ticks, self.boot_id, "", 0.0))
-        except Exception:
-            log.warning("cannot read process %d for its rule", pid, exc_info=True)
-            return None
-        if not live.exists or live.start_ticks != ticks or live.user is None:
-            return None
-        return self._rule(name, None, {}, live)
-
-    def _eff(self, case: Case, live: LiveState | None = None) -> Effective:
-        """The policy rule from what the node sees; the alert's labels only make it safer."""
-        return self._rule(case.node, case.user, case.labels, live)
-
-    def _rule(
-        self, node: str, user: str | None, labels: dict[str, str], live: LiveState | None
-    ) -> Effective:
-        said: dict[str, str] = {}
-        for scheduler in self.schedulers if live is not None else ():
-            said.update(scheduler.facts(live))  # type: ignore[arg-type]
-        facts = Facts(
-            user=live.user if live and live.user else user,
-            groups=live.groups if live else (),
-            namespace=live.namespace if live else "",
-            project=live.project if live else "",
-            node=node if live and live.exists else "",
-            **said,
-        )
-        claims = Claims(project=labels.get("project", ""), namespace=labels.get("namespace", ""))
-        policy = self.namespaces.policy(self.config) if self.namespaces else self.config
-        eff = resolve(policy, facts, claims)
-        if self.config.repeat is None or not facts.user:
-            return eff
-        return with_repeat(eff, self._reclaims_of(facts.user), self.config.repeat)
-
-    def _reclaims_of(self, user: str) -> int:
-        """The owner's reclaims within the repeat window (counted once per tick)."""
-        assert self.config.repeat is not None
-        known = self._repeat_counts.get(user)
-        if known is None:
-            since = self.clock() - self.config.repeat.window
-            known = self._repeat_counts[user] = self.store.reclaims_since(user, since)
-        return known
 
     def _guard(self, case: Case, mono: float) -> FleetState:
         return FleetState(
@@ -581,120 +419,18 @@ class Reconciler:
         scheduler: Scheduler | None = None,
     ) -> None:
         """The decision's case updates; a state change goes into the node's batch, recorded
-        and committed with it before the executor carries it out (`_commit`)."""
+        and committed with it before the executor carries it out (actuator/node_batch.py)."""
         d.updates.apply_to(case)
         if not d.changes_state:
             if d.updates:  # evidence for later steps, covering no side effect
-                self._samples.setdefault(case.node, []).append(case)  # _save_samples
+                self.batches.sample(case)
             return
         assert d.state is not None
-        if live is not None and live.user:
-            case.user = live.user
-        disagree: dict[str, dict[str, str]] = {}
-        if (
-            live is not None
-            and live.exists
-            and (live.start_ticks, live.boot_id) == (case.start_ticks, case.boot_id)
-        ):  # this very process: another one under the PID proves nothing about ours
-            # What people will read is what the node proved now (never the alert's claims).
-            facts = ProvenFacts.from_live(case, live)
-            case.facts, case.project = facts.to_json(), facts.project or None
-            disagree = disagreements(case.labels, facts)
-        case.rule, case.mode, case.effective = eff.rule, str(eff.mode), eff.model_dump()
-        if d.action == Action.TERM:
-            assert live is not None
-            case.term_at, case.term_mono = now, mono
-            case.members = list(live.members)
-            case.gpu_memory_bytes = live.gpu_memory_bytes
-            if scheduler is not None:
-                scheduler.claim(case, live)
-        elif d.action == Action.KILL:
-            case.kill_at, case.kill_mono = now, mono
+        state_change(case, d, live, eff, scheduler, now, mono).apply_to(case)
         previous = case.state
-        record = decision_record(case, previous, d.action, d.reason, now, {"code": d.code})
-        record["to"] = str(d.state)
-        if live is not None:
-            record["live"] = live.evidence()
-        record["thresholds"] = self._thresholds(eff)
-        if disagree:  # the alert claimed otherwise; the node won
-            record["alert_disagrees"] = disagree
-        evidence = {"action": str(d.action), "code": d.code, "decision_id": record["decision_id"]}
-        if live is not None:
-            evidence["live"] = live.evidence()
-            evidence["thresholds"] = record["thresholds"]  # what `why` judges it against
+        record, evidence = decided(case, d, live, previous, self.rules.thresholds_of(eff), now)
         move = Transition(case, d.state, d.reason, evidence, now, d.code or "", mono)
         step = Step(case, d, live, eff, node, scheduler, now)
-        self._decided.setdefault(case.node, []).append(Decided(step, previous, record, move, mono))
+        self.batches.add(case, Decided(step, previous, record, move, mono))
         if d.action in (Action.TERM, Action.KILL):
-            self._commit(case.node)  # a signal leaves right after its decision, as ever
-
-    def _commit(self, node: str) -> None:
-        """The node's decided steps so far: their audit records fsync'd together, their
-        states committed together (fenced by the lease), then each carried out in turn.
-        Nothing is carried out that is not both recorded and committed."""
-        batch = self._decided.pop(node, [])
-        if not batch:
-            return
-        try:
-            self.audit.write_many([b.record for b in batch])
-        except AuditError as exc:
-            log.error("cases %s: not acting, %s", [b.step.case.id for b in batch], exc)
-            return
-        try:
-            made = self.store.transition_many([b.move for b in batch], self.fence())
-        except LeaseLost as exc:
-            for b in batch:
-                self._aborted(b.step.case, b.record["decision_id"], str(exc))
-            raise
-        failed: BaseException | None = None
-        # Signals first: a KILL's escalation never waits on another case's notice.
-        steps = sorted(
-            zip(batch, made, strict=True),
-            key=lambda item: item[0].step.decision.action not in (Action.TERM, Action.KILL),
-        )
-        for b, done in steps:
-            case, d = b.step.case, b.step.decision
-            if not done:
-                self._aborted(
-                    case, b.record["decision_id"], "the case changed meanwhile (snoozed?)"
-                )
-                continue
-            log.info("case %d: %s -> %s (%s)", case.id, b.previous, d.state, d.reason)
-            if d.action == Action.TERM:
-                self._signalled_on(case).add(case)  # before its signal: the pass's next decisions
-            try:
-                self.executor.carry_out(b.step)
-                if d.state == State.RECLAIMED:
-                    self.planner.reclaimed(case, b.mono)
-            except (StoreUnavailable, LeaseLost) as exc:
-                failed = failed or exc  # the batch's other committed steps are still carried out
-            except Exception as exc:  # one broken case never blocks the others
-                self._step_failed(case, exc)
-        if failed is not None:
-            raise failed
-
-    def _aborted(self, case: Case, decision_id: str, why: str) -> None:
-        """The audit must not show a decision that was not carried out as if it was."""
-        log.info("case %d: decision %s not carried out: %s", case.id, decision_id, why)
-        with contextlib.suppress(AuditError):
-            self.audit.write(
-                {
-                    "event": Event.DECISION_ABORTED,
-                    "case": case.id,
-                    "decision_id": decision_id,
-                    "reason": why,
-                }
-            )
-
-    # -- records ------------------------------------------------------------------------
-
-    def _thresholds(self, eff: Effective) -> dict[str, Any]:
-        idle = self.config.idle
-        return {
-            "max_sm_util": self.thresholds.max_sm_util,
-            "max_cpu_cores": self.thresholds.max_cpu_cores,
-            "max_memory_growth_bytes": self.thresholds.max_memory_growth_bytes,
-            "cpu_window": idle.cpu_window,
-            "log_quiet_for": idle.log_quiet_for,
-            **eff.model_dump(),
-        }
+            self.batches.commit(case.node)  # a signal leaves right after its decision, as ever

@@ -1,4 +1,6 @@
-"""Run the actuator under gunicorn (programmatic), one reconciler thread per worker."""
+"""Run the actuator under gunicorn (programmatic), one reconciler thread per worker; the
+build_* functions turn the configuration into the worker's parts (actuator/compose.py
+assembles the reconciler from them)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from actuator.channels import (
     SlackChannel,
     WeComChannel,
 )
+from actuator.compose import build_reconciler, start_components
 from actuator.config import (
     ActuatorConfig,
     NotifierSettings,
@@ -43,7 +46,6 @@ from actuator.node import LocalNode, local_node
 from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
 from actuator.operators import OidcVerifier, Operators
 from actuator.owners import OwnerDirectory
-from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
@@ -341,7 +343,9 @@ class _Worker:
         nodes = build_nodes(config)
         schedulers = build_schedulers(config, nodes, store)
         self.waitlist = build_waitlist(config, nodes, store)
-        self.reconciler = Reconciler(
+        self.schedulers = schedulers
+        self.demand = build_demand(config, schedulers, self.waitlist)
+        self.reconciler = build_reconciler(
             config,
             store,
             audit,
@@ -352,7 +356,7 @@ class _Worker:
             alerts=build_decision_alerts(config),
             mono=store.mono,
             schedulers=schedulers,
-            demand=build_demand(config, schedulers, self.waitlist),
+            demand=self.demand,
         )
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
@@ -363,6 +367,7 @@ class _Worker:
             target=self.reconciler.run, args=(self.stop,), name="reconciler", daemon=True
         )
         self.thread.start()
+        start_components(self.config, self.schedulers, self.demand, self.stop)
         server = self.config.server
         if server.keep_socket:
             keep = KeepSocket(
@@ -372,7 +377,7 @@ class _Worker:
                 max_seconds=self.config.notifier.keep_max,
                 node=self.config.node.name,
                 waitlist=self.waitlist,
-                rule_for=self.reconciler.rule_for_process,
+                rule_for=self.reconciler.rules.for_process,
             )
             threading.Thread(
                 target=keep.run, args=(self.stop,), name="keep-socket", daemon=True

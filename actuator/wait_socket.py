@@ -13,7 +13,8 @@ import socket
 import time
 from typing import Any
 
-from actuator.audit import AuditError, AuditLog, Event
+from actuator.audit import AuditError, AuditLog
+from actuator.audit_records import WaitJoined, WaitServed
 from actuator.demand.model import MAX_GPUS_PER_NODE
 from actuator.store.waiters import EXPIRED, LEFT, SERVED
 from actuator.waitlist import WaitList, user_name
@@ -98,16 +99,7 @@ def serve_wait(
         return
     store, now = waitlist.store, waitlist.clock()
     try:
-        audit.write(
-            {
-                "event": Event.WAIT,
-                "uid": uid,
-                "pid": pid,
-                "gpus": gpus,
-                "memory": memory,
-                "until": now + seconds,
-            }
-        )
+        audit.write(WaitJoined(uid=uid, pid=pid, gpus=gpus, memory=memory, until=now + seconds))
     except AuditError as exc:
         _send(conn, {"ok": False, "error": str(exc), "why": "audit_unavailable"})
         return
@@ -125,14 +117,7 @@ def serve_wait(
                 uuids = tuple(g.uuid for g in given)
                 if store.end_waiter(waiter, SERVED, waitlist.clock(), uuids):
                     with contextlib.suppress(AuditError):
-                        audit.write(
-                            {
-                                "event": Event.WAIT_SERVED,
-                                "waiter": waiter,
-                                "uid": uid,
-                                "gpus": list(uuids),
-                            }
-                        )
+                        audit.write(WaitServed(waiter=waiter, uid=uid, gpus=list(uuids)))
                     _send(
                         conn,
                         {"ok": True, "gpus": [g.to_json() for g in given], "node": waitlist.node},

@@ -27,9 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from actuator.audit import AuditLog  # noqa: E402
+from actuator.audit_records import StepError  # noqa: E402
 from actuator.store import open_store  # noqa: E402
 
-RECORD = {"event": "decision", "case": 1, "reason": "x" * 600}  # about a decision's size
+RECORD = StepError(case=1, state="notified", error="x" * 600)  # about a decision's size
 
 
 def _per_write(write: Callable[[], object], writes: int) -> tuple[float, float]:

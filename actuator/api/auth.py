@@ -16,7 +16,8 @@ import hmac
 from flask import Response, g, request
 
 from actuator.api.responses import error
-from actuator.audit import AuditError, Event
+from actuator.audit import AuditError
+from actuator.audit_records import AuthFailed
 from actuator.operators import AuthError, Principal, Role
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
@@ -125,13 +126,12 @@ class Auth:
             self.rt.store.count("auth_failures", reason)
         with contextlib.suppress(AuditError):
             self.rt.audit.write(
-                {
-                    "event": Event.AUTH_FAILED,
-                    "reason": reason,
-                    "path": request.path,
-                    "method": request.method,
-                    "remote": request.remote_addr,
-                }
+                AuthFailed(
+                    reason=reason,
+                    path=request.path,
+                    method=request.method,
+                    remote=request.remote_addr,
+                )
             )
         resp, status = error(code, message)
         if code == 401:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
-from actuator.audit import AuditError, AuditLog, Event
+from actuator.audit import AuditError, AuditLog
+from actuator.audit_records import DemandSourceChanged, GpuTaken, HandedOff, NeedlessReclaim
 from actuator.config import NEEDLESS_AFTER_S, DemandSettings
 from actuator.decision_alerts import DecisionAlerts
 from actuator.demand.candidates import candidates, on_demand, pids_on
@@ -120,12 +121,7 @@ class DemandPlanner:
         up = {name: name not in demand.down for name in names}
         for name, now_up in up.items():
             if before.get(name, True) != now_up:
-                record = {
-                    "event": Event.DEMAND_SOURCE,
-                    "source": name,
-                    "up": now_up,
-                    "error": demand.down.get(name),
-                }
+                record = DemandSourceChanged(source=name, up=now_up, error=demand.down.get(name))
                 with contextlib.suppress(AuditError):
                     self.audit.write(record)
         waiting = {name: 0 for name in names}
@@ -203,22 +199,24 @@ class DemandPlanner:
                 continue
             if outcome.kind == "needless":
                 self.store.count("needless_reclaims", w.trigger)
-            record = {
-                "event": Event.NEEDLESS_RECLAIM if outcome.kind == "needless" else Event.GPU_TAKEN,
-                "case": w.case,
-                "node": w.node,
-                "uuid": w.gpu,
-                "trigger": w.trigger,
-                "request": w.request,
-                "holders": list(outcome.holders),
-                "seconds": round(outcome.seconds, 3),
-            }
+            why = None
             if outcome.kind == "needless" and outcome.holders:
-                record["why"] = (
+                why = (
                     f"taken by processes that are not {w.claimant.describe()}'s"
                     if w.claimant is not None
                     else "taken by others"
                 )
+            kind = NeedlessReclaim if outcome.kind == "needless" else GpuTaken
+            record = kind(
+                case=w.case,
+                node=w.node,
+                uuid=w.gpu,
+                trigger=w.trigger,
+                request=w.request,
+                holders=list(outcome.holders),
+                seconds=round(outcome.seconds, 3),
+                why=why,
+            )
             with contextlib.suppress(AuditError):
                 self.audit.write(record)
             if outcome.kind == "handed_off":
@@ -227,14 +225,13 @@ class DemandPlanner:
     def _handed_off(self, w: Watched, holders: tuple[int, ...], seconds: float) -> None:
         with contextlib.suppress(AuditError):
             self.audit.write(
-                {
-                    "event": Event.HANDED_OFF,
-                    "case": w.case,
-                    "request": w.request,
-                    "who": w.who,
-                    "holders": list(holders),
-                    "seconds": round(seconds, 3),
-                }
+                HandedOff(
+                    case=w.case,
+                    request=w.request,
+                    who=w.who,
+                    holders=list(holders),
+                    seconds=round(seconds, 3),
+                )
             )
         case = self.store.get_case(w.case) if self.alerts is not None else None
         if case is not None and self.alerts is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from actuator.audit_records import KubeReclaim, KubeVerified, SlurmCancel, SlurmVerified
 from actuator.decisions import Action, Decision, defer, move, wait
-from actuator.models import Case, LiveState, Reason, State
+from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 
 Why = tuple[Reason, str]
 
@@ -18,7 +19,7 @@ class Step:
     name: str  # recorded like a signal: SCANCEL, EVICT, DELETE, ...
     ok: bool
     detail: str
-    record: dict[str, object]  # the audit record's own fields ("event" first)
+    record: KubeReclaim | SlurmCancel  # its audit record (the executor adds the outcome)
 
 
 class Scheduler(Protocol):
@@ -32,8 +33,9 @@ class Scheduler(Protocol):
         """None when the step may go ahead; else why not (refusal or this hold)."""
         ...
 
-    def claim(self, case: Case, live: LiveState) -> None:
-        """At the SIGTERM step: record on the case that the scheduler carries it out."""
+    def claim(self, case: Case, live: LiveState) -> CaseUpdate:
+        """At the SIGTERM step: what to record on the case so that the scheduler carries
+        it out (an empty update: it does not)."""
         ...
 
     def owns(self, case: Case) -> bool: ...
@@ -57,7 +59,7 @@ class Scheduler(Protocol):
         changed, and the Step says what would have been done)."""
         ...
 
-    def verify(self, case: Case) -> dict[str, object]: ...
+    def verify(self, case: Case) -> KubeVerified | SlurmVerified: ...
 
 
 def gate(scheduler: Scheduler, case: Case, live: LiveState, decision: Decision) -> Decision:

@@ -6,9 +6,9 @@ import re
 import time
 from collections.abc import Callable
 
-from actuator.audit import Event
+from actuator.audit_records import KubeReclaim, KubeVerified
 from actuator.config import KubernetesSettings
-from actuator.models import Case, LiveState, Reason
+from actuator.models import Case, CaseUpdate, LiveState, Reason
 from actuator.schedulers.base import Step, Why
 from actuator.schedulers.kube_api import EvictionBlocked, KubeApi, KubeError, Pod
 from actuator.schedulers.kube_policies import NamespacePolicies
@@ -127,15 +127,12 @@ class KubePods:
                 return self.hold, f"the API server would not evict {where}: {exc}"
         return None
 
-    def claim(self, case: Case, live: LiveState) -> None:
+    def claim(self, case: Case, live: LiveState) -> CaseUpdate:
         action = self.action_for(live.namespace)
-        if action != "signal":
-            case.pod = {
-                "namespace": live.namespace,
-                "name": live.pod,
-                "uid": live.pod_uid,
-                "action": action,
-            }
+        if action == "signal":
+            return CaseUpdate()
+        pod = {"namespace": live.namespace, "name": live.pod, "uid": live.pod_uid}
+        return CaseUpdate(pod={**pod, "action": action})
 
     def owns(self, case: Case) -> bool:
         return case.pod is not None
@@ -185,16 +182,16 @@ class KubePods:
             name,
             ok,
             detail,
-            {"event": Event.KUBE_RECLAIM, "pod": dict(case.pod or {}), "step": name},
+            KubeReclaim(pod=dict(case.pod or {}), step=name),
         )
 
-    def verify(self, case: Case) -> dict[str, object]:
+    def verify(self, case: Case) -> KubeVerified:
         assert case.pod is not None
-        record: dict[str, object] = {"event": Event.KUBE_VERIFIED, "pod": dict(case.pod)}
+        pod = dict(case.pod)
         try:
             now = self.api.pod(case.pod["namespace"], case.pod["name"])
         except KubeError as exc:
-            return {**record, "state": "unknown", "error": str(exc)}
+            return KubeVerified(pod=pod, state="unknown", error=str(exc))
         if now is None or now.uid != case.pod["uid"]:
-            return {**record, "state": "gone"}
-        return {**record, "state": "terminating" if now.terminating else now.phase}
+            return KubeVerified(pod=pod, state="gone")
+        return KubeVerified(pod=pod, state="terminating" if now.terminating else now.phase)

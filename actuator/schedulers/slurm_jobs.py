@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from actuator.audit import Event
+from actuator.audit_records import SlurmCancel, SlurmVerified
 from actuator.config import SlurmSettings
 from actuator.fleet.directory import NodeDirectory
-from actuator.models import Case, LiveState, Reason, State, Target
+from actuator.models import Case, CaseUpdate, LiveState, Reason, State, Target
 from actuator.node import NodeUnreachable
 from actuator.schedulers.base import Step, Why
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmError
@@ -84,8 +84,8 @@ class SlurmJobs:
             )
         )
 
-    def claim(self, case: Case, live: LiveState) -> None:
-        case.slurm_job = live.slurm_job
+    def claim(self, case: Case, live: LiveState) -> CaseUpdate:
+        return CaseUpdate(slurm_job=live.slurm_job)
 
     def owner(self, case: Case, live: LiveState) -> dict[str, str] | None:
         return None  # the job's user is the process's user (checked by uid)
@@ -118,40 +118,21 @@ class SlurmJobs:
                 name,
                 True,
                 f"would cancel Slurm job {case.slurm_job}" + (" with SIGKILL" if kill else ""),
-                {
-                    "event": Event.SLURM_CANCEL,
-                    "job": case.slurm_job,
-                    "signal": sig,
-                    "dry_run": True,
-                },
+                SlurmCancel(job=case.slurm_job, signal=sig, dry_run=True),
             )
         try:
             ok, detail = self.cli.cancel(case.slurm_job, signal=sig)
         except SlurmError as exc:
             ok, detail = False, str(exc)
-        record: dict[str, object] = {
-            "event": Event.SLURM_CANCEL,
-            "job": case.slurm_job,
-            "signal": sig,
-        }
-        return Step(name, ok, detail, record)
+        return Step(name, ok, detail, SlurmCancel(job=case.slurm_job, signal=sig))
 
-    def verify(self, case: Case) -> dict[str, object]:
+    def verify(self, case: Case) -> SlurmVerified:
         """The job as the scheduler sees it after the reclaim, and the GPUs it counts."""
         assert case.slurm_job is not None
         try:
             job = self.cli.job(case.slurm_job, fresh=True)
             gpus = {n: self.cli.gpus_allocated(n) for n in (job.nodes if job else ())}
-            return {
-                "event": Event.SLURM_VERIFIED,
-                "job": case.slurm_job,
-                "state": job.state if job else "unknown",
-                "gpus_allocated": gpus,
-            }
+            state = job.state if job else "unknown"
+            return SlurmVerified(job=case.slurm_job, state=state, gpus_allocated=gpus)
         except SlurmError as exc:
-            return {
-                "event": Event.SLURM_VERIFIED,
-                "job": case.slurm_job,
-                "state": "unknown",
-                "error": str(exc),
-            }
+            return SlurmVerified(job=case.slurm_job, state="unknown", error=str(exc))

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actuator.app import create_app
+from actuator.compose import build_reconciler
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
 from actuator.notify import NullNotifier
-from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.helpers.api import AUTH, alert, body, make_runtime
@@ -241,7 +241,7 @@ def test_webhook_never_5xx_and_never_signals(tmp_path_factory, data):
     r = client.post("/api/v1/alerts", data=raw, headers=AUTH, content_type="application/json")
     assert r.status_code < 500, r.json
     assert r.status_code in (200, 400, 422)
-    reconciler = Reconciler(rt.config, rt.store, rt.audit, {"n1": LoudNode()}, NullNotifier())
+    reconciler = build_reconciler(rt.config, rt.store, rt.audit, {"n1": LoudNode()}, NullNotifier())
     assert reconciler.tick()
     assert reconciler.tick()
     assert rt.store.metric_snapshot()["signals"] == {}

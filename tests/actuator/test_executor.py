@@ -4,6 +4,7 @@ behind the narrow Node and Scheduler interfaces and fail loudly on anything unex
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,15 @@ from typing import Any
 import pytest
 
 from actuator.audit import AuditLog
+from actuator.audit_records import KubeReclaim
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
-from actuator.models import Case, Reason, SignalResult, State
+from actuator.models import UNSET, Case, CaseUpdate, Reason, SignalResult, State
 from actuator.notice import ProvenFacts
 from actuator.notify import NullNotifier
 from actuator.policy import Mode, Notice
 from actuator.schedulers import Step as SchedulerStep
-from actuator.store import Store, StoreUnavailable
+from actuator.store.signals import SignalSent
 from tests.helpers.cases import T0, eff, make_case, make_live
 
 
@@ -46,8 +48,8 @@ class Pods:
     def __init__(self) -> None:
         self.steps: list[tuple[bool, bool]] = []
 
-    def claim(self, case: Case, live: Any) -> None:
-        case.pod = {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}
+    def claim(self, case: Case, live: Any) -> CaseUpdate:
+        return CaseUpdate(pod={"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"})
 
     def owns(self, case: Case) -> bool:
         return case.pod is not None
@@ -58,7 +60,7 @@ class Pods:
             "EVICT",
             True,
             "would evict pod ml/yolo-0" if dry_run else "ok",
-            {"event": "kube_reclaim"},
+            KubeReclaim(pod={"namespace": "ml", "name": "yolo-0"}, step="EVICT"),
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -67,10 +69,7 @@ class Pods:
 
 @pytest.fixture
 def executor(tmp_path: Path) -> Executor:
-    store = Store(str(tmp_path / "db"))
-    store.init()
     return Executor(
-        store=store,
         audit=AuditLog(tmp_path / "audit.jsonl"),
         notifier=NullNotifier(),
         gate=Notice(),
@@ -120,42 +119,26 @@ def test_observe_mode_rehearses_the_step_enforcement_would_take(
     assert node.signalled == [("SIGTERM", True)]  # a bare process: its signal, dry
 
 
-def test_what_was_done_is_recorded_together_at_the_end_of_the_nodes_pass(
-    executor: Executor,
-) -> None:
-    """Signals sent and reclaims counted are records of what was done, not decisions: one
-    commit each per node's pass; a store that fails keeps them for the next pass's."""
-    executor.carry_out(_step(Decision(Action.TERM, State.TERMINATING), id=7))
-    pods = Pods()
+def test_what_was_done_comes_back_as_a_value_and_changes_no_case(executor: Executor) -> None:
+    """Signals sent and reclaims counted are records of what was done, not decisions: the
+    executor returns them (the node's batch commits them with its pass) and records
+    nothing in the store itself."""
+    term = _step(Decision(Action.TERM, State.TERMINATING), id=7)
+    before = dataclasses.replace(term.case)
+    done = executor.carry_out(term)
+    assert done.sent == (SignalSent(7, 4242, "SIGTERM", T0),) and done.bumps == ()
+    assert term.case == before  # nothing changed in place
     owned = {"pod": {"namespace": "ml", "name": "yolo-0", "uid": "u", "action": "evict"}}
-    executor.carry_out(_step(Decision(Action.KILL, State.KILLING), pods, id=8, **owned))
+    done = executor.carry_out(_step(Decision(Action.KILL, State.KILLING), Pods(), id=8, **owned))
+    assert done.sent == (SignalSent(8, 4242, "EVICT", T0),)  # the scheduler's step, by name
     handed = {"demand_for": "wait:w1", "demand_who": "carol", "demand_at": T0 - 90.0}
-    executor.carry_out(_step(Decision(Action.MOVE, State.RECLAIMED), id=9, exited_at=T0, **handed))
-    assert executor.store.signals_for(7) == [] and executor.store.signals_for(8) == []
-    assert executor.store.metric_snapshot()["named"] == {}
-
-    real = executor.store.record_signals
-
-    def unavailable(sent: Any) -> None:
-        raise StoreUnavailable("disk full")
-
-    executor.store.record_signals = unavailable  # type: ignore[method-assign]
-    with pytest.raises(StoreUnavailable):
-        executor.save_done("n")
-    executor.store.record_signals = real  # type: ignore[method-assign]
-    executor.save_done("n")
-    assert executor.store.signals_for(7) == [{"ts": T0, "pid": 4242, "signal": "SIGTERM"}]
-    assert [s["signal"] for s in executor.store.signals_for(8)] == ["EVICT"]
-    named = executor.store.metric_snapshot()["named"]
-    assert named["reclaims"] == {"demand": 1}
-    assert named["demand_to_free_count"] == {"": 1} and named["demand_to_free_ms"] == {"": 90000}
-    assert (
-        named["demand_to_free_bucket"]["120.0"] == 1
-        and "60.0" not in named["demand_to_free_bucket"]
+    done = executor.carry_out(
+        _step(Decision(Action.MOVE, State.RECLAIMED), id=9, exited_at=T0, **handed)
     )
-    executor.save_done("n")  # nothing twice
-    assert len(executor.store.signals_for(7)) == 1
-    assert executor.store.metric_snapshot()["named"]["reclaims"] == {"demand": 1}
+    assert done.sent == () and ("reclaims", "demand", 1) in done.bumps
+    assert ("demand_to_free_ms", "", 90000) in done.bumps
+    assert ("demand_to_free_bucket", "120.0", 1) in done.bumps
+    assert ("demand_to_free_bucket", "60.0", 1) not in done.bumps
 
 
 class _RaisingNotifier:
@@ -181,11 +164,12 @@ def test_a_notifier_that_raises_gives_the_notice_an_undelivered_outcome(
     step = _step(Decision(Action.NOTIFY, State.NOTIFIED), id=11)
     assert step.live is not None
     step.case.facts = ProvenFacts.from_live(step.case, step.live).to_json()  # as apply() does
-    executor.carry_out(step)
+    noticed = executor.carry_out(step).noticed
     assert notifier.calls == 1
-    assert step.case.notified_mono is None  # no grace runs: nothing was delivered
-    assert step.case.notice_attempts == 1
-    assert step.case.next_notice_mono == T0 + executor.gate.retry_interval
+    assert noticed is not None  # the outcome, saved with the pass as any other
+    assert noticed.notified_mono is UNSET  # no grace runs: nothing was delivered
+    assert noticed.notice_attempts == 1
+    assert noticed.next_notice_mono == T0 + executor.gate.retry_interval
     (record,) = [r for r in executor.audit.tail(10) if r["event"] == "notice"]
     assert record["delivered"] is False and "raised RuntimeError" in record["detail"]
-    assert executor.notified("n") == [step.case]  # saved with the pass, as any outcome
+    assert record["attempt"] == 1 and step.case.notice_attempts == 0  # the case: unchanged

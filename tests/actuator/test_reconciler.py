@@ -16,6 +16,8 @@ import pytest
 from actuator import operations
 from actuator.app import create_app
 from actuator.audit import AuditLog
+from actuator.audit_records import DecisionMade
+from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notify import NoticeResult
@@ -195,7 +197,7 @@ class Harness:
         self.client = create_app(self.runtime).test_client()
 
     def reconciler(self, holder: str = "r1") -> Reconciler:
-        return Reconciler(
+        return build_reconciler(
             self.config,
             self.store,
             self.audit,
@@ -467,9 +469,9 @@ def test_a_pass_s_decisions_are_synced_and_committed_together_before_any_is_carr
     committed: list[int] = []  # notices already sent at each commit of decisions
     write_many, transition_many = h.audit.write_many, h.store.transition_many
 
-    def audit_write(records: list[dict[str, Any]], *, sync: bool = True) -> Any:
+    def audit_write(records: list[Any], *, sync: bool = True) -> Any:
         if sync:
-            synced.append([str(x.get("to")) for x in records if x["event"] == "decision"])
+            synced.append([str(x.to) for x in records if isinstance(x, DecisionMade)])
         return write_many(records, sync=sync)
 
     def commit(moves: Any, fence: Any = None) -> list[bool]:
@@ -624,7 +626,7 @@ def test_a_node_slow_to_answer_does_not_hold_the_other_nodes_up(
     on_slow = alert(labels={**labels(102), "node": "a-slow-node"}, fingerprint="fp102")
     assert h.client.post("/api/v1/alerts", json=body(on_slow), headers=AUTH).status_code == 200
     h.fire(101)  # after the slow node's case: in turn, it would wait behind it
-    r = Reconciler(
+    r = build_reconciler(
         h.config,
         h.store,
         h.audit,
