@@ -25,7 +25,7 @@ from actuator.intake import Intake
 from actuator.keeplinks import KeepLinks
 from actuator.node import Node
 from actuator.node_batch import NodeBatches
-from actuator.notify import Notifier
+from actuator.notifications.notify import Notifier
 from actuator.reconciler import Reconciler, step_failed
 from actuator.rulebook import RuleBook
 from actuator.schedulers import Schedulers

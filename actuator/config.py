@@ -161,7 +161,9 @@ class EvidenceSettings(Strict):
 class NotifierSettings(Strict):
     webhook: WebhookSettings | None = None
     ldap: LdapSettings | None = Field(None, description="people from LDAP (over the file's)")
-    directory: str | None = Field(None, description="owner directory (YAML, actuator/owners.py)")
+    directory: str | None = Field(
+        None, description="owner directory (YAML, actuator/notifications/owners.py)"
+    )
     templates_dir: str | None = Field(None, description="site templates, searched first")
     sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
     public_url: str | None = Field(

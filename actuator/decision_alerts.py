@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from actuator import untrusted
 from actuator.endpoints import Endpoint, EndpointError
 from actuator.models import Case
-from actuator.notice import Notice, ProvenFacts
+from actuator.notifications import untrusted
+from actuator.notifications.notice import Notice, ProvenFacts
 
 log = logging.getLogger(__name__)
 HOLD_S = 3600.0  # how long an info alert stays active in Alertmanager

@@ -27,8 +27,8 @@ from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
-from actuator.notice import Kind, Notice, OwnerHint, ProvenFacts
-from actuator.notify import NoticeResult, Notifier
+from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts
+from actuator.notifications.notify import NoticeResult, Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler

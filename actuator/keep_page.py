@@ -12,15 +12,16 @@ from typing import Any
 import jinja2
 from flask import Blueprint, Response, request
 
-from actuator import owner_actions, untrusted
+from actuator import owner_actions
 from actuator.audit import AuditError
 from actuator.audit_records import KeepLinkUsed
 from actuator.evidence.links import PictureRef
 from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.keeplinks import KeepLinks, LinkError
-from actuator.messages import BUILTIN_TEMPLATES, size
 from actuator.models import Case, State
-from actuator.notice import ProvenFacts
+from actuator.notifications import untrusted
+from actuator.notifications.messages import BUILTIN_TEMPLATES, size
+from actuator.notifications.notice import ProvenFacts
 from actuator.operations import HTTP_STATUS, Refused
 from actuator.owner_actions import Owner
 from actuator.runtime import Runtime

@@ -33,14 +33,14 @@ from typing import Any
 
 from actuator import owner_actions
 from actuator.audit_records import KeepSocketAsked
+from actuator.demand.wait_socket import queue, serve_wait
+from actuator.demand.waitlist import WaitList
 from actuator.keep_bounds import recorded_rule
 from actuator.models import LIVE_STATES, Case
 from actuator.operations import Refused
 from actuator.owner_actions import Kept, Owner, Process, Released
 from actuator.policy import Effective
 from actuator.runtime import Runtime
-from actuator.wait_socket import queue, serve_wait
-from actuator.waitlist import WaitList
 from exporter import procfs
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ class KeepSocket:
 
     @staticmethod
     def _wait_request(raw: bytes) -> dict[str, Any] | None:
-        """The request, when it is `gpu-reclaimer wait` (served by actuator/wait_socket.py)."""
+        """The request, when it is `gpu-reclaimer wait` (served by demand/wait_socket.py)."""
         with contextlib.suppress(ValueError):
             request = json.loads(raw)
             if isinstance(request, dict) and request.get("action") == "wait":

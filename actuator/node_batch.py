@@ -25,7 +25,7 @@ from actuator.decisions import Action, Decision
 from actuator.demand.planner import DemandPlanner
 from actuator.executor import Executor, Outcome, Step
 from actuator.models import Case, CaseUpdate, LiveState, State
-from actuator.notice import ProvenFacts, disagreements
+from actuator.notifications.notice import ProvenFacts, disagreements
 from actuator.policy import Effective
 from actuator.schedulers import Scheduler
 from actuator.signalled import SignalledTrees

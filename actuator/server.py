@@ -18,14 +18,6 @@ from gunicorn.app.base import BaseApplication
 from actuator.app import create_app
 from actuator.asgi import asgi_app
 from actuator.audit import AuditLog
-from actuator.channels import (
-    Channel,
-    DingTalkChannel,
-    EmailChannel,
-    FeishuChannel,
-    SlackChannel,
-    WeComChannel,
-)
 from actuator.compose import build_reconciler, start_components
 from actuator.config import (
     ActuatorConfig,
@@ -36,27 +28,35 @@ from actuator.demand import DemandSource
 from actuator.demand.promql_queue import PromqlQueue
 from actuator.demand.reader import DemandReader
 from actuator.demand.slurm_queue import SlurmQueue
+from actuator.demand.waitlist import WaitList, WaitListDemand
 from actuator.evidence.links import PictureLinks
 from actuator.evidence.pictures import EvidencePictures
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
-from actuator.messages import Price, Renderer
 from actuator.node import LocalNode, local_node
-from actuator.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
+from actuator.notifications.channels import (
+    Channel,
+    DingTalkChannel,
+    EmailChannel,
+    FeishuChannel,
+    SlackChannel,
+    WeComChannel,
+)
+from actuator.notifications.messages import Price, Renderer
+from actuator.notifications.notify import Notifier, NullNotifier, OwnerNotifier, WebhookNotifier
+from actuator.notifications.owners import OwnerDirectory
 from actuator.operators import OidcVerifier, Operators
-from actuator.owners import OwnerDirectory
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
 from actuator.startup import idle_thresholds, load_node_projects
 from actuator.store import Store, StoreUnavailable, open_store
-from actuator.waitlist import WaitList, WaitListDemand
 from exporter import ownprocs
 from exporter.logs import gunicorn_logconfig
 
 if TYPE_CHECKING:
-    from actuator.ldap_owners import LdapOwners
+    from actuator.notifications.ldap_owners import LdapOwners
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def build_channels(settings: NotifierSettings) -> dict[str, Channel]:
 def build_ldap(settings: NotifierSettings) -> LdapOwners | None:
     if settings.ldap is None:
         return None
-    from actuator.ldap_owners import LdapOwners
+    from actuator.notifications.ldap_owners import LdapOwners
 
     s = settings.ldap
     return LdapOwners(

@@ -105,7 +105,7 @@ def check_kubernetes(config: ActuatorConfig) -> None:
 def check_notifier(config: ActuatorConfig) -> None:
     """At start, not at the first notice: the owner directory parses, secrets and the site's
     templates are readable."""
-    from actuator.owners import DirectoryError, OwnerDirectory
+    from actuator.notifications.owners import DirectoryError, OwnerDirectory
 
     settings = config.notifier
     if settings.directory:

@@ -14,8 +14,8 @@ from typing import Any
 
 from actuator.keep_bounds import owner_allowance
 from actuator.models import Case
+from actuator.notifications.untrusted import plain
 from actuator.policy import Effective
-from actuator.untrusted import plain
 from exporter.units import format_duration
 
 GiB = 1024**3

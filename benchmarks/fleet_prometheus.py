@@ -65,7 +65,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from exporter_scrape import start_exporter  # noqa: E402
 from simnode import GiB, start_node  # noqa: E402
 
-from actuator.backtest import RuleSet  # noqa: E402
+from actuator.tools.backtest import RuleSet  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"

@@ -4,7 +4,7 @@ speaks) and posting it through a chat robot channel to a robot stand-in on loopb
     python benchmarks/notice_cost.py [--notices 2000] [--rounds 3]
 
 Each round renders NOTICES notices (English and Chinese in turn) and posts NOTICES/4 of
-them through the WeCom channel (`actuator/channels.py`) to the demo's chat stand-in
+them through the WeCom channel (`actuator/notifications/channels.py`) to the demo's chat stand-in
 (`actuator/demo/sink.py`, answering `errcode 0` as the robot does, one connection per post,
 as in `benchmarks/actuator_cases.py`). It runs in a thread of this process; only the calling
 thread's CPU is counted (`time.thread_time`). A case's life has two notices (the warning
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from actuator.channels import WeComChannel  # noqa: E402
 from actuator.demo.sink import Sink  # noqa: E402
-from actuator.messages import Renderer  # noqa: E402
+from actuator.notifications.channels import WeComChannel  # noqa: E402
+from actuator.notifications.messages import Renderer  # noqa: E402
 from tests.helpers.notices import BOB, LILEI, NOW, notice  # noqa: E402
 
 

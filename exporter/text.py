@@ -3,7 +3,7 @@ Unicode bidi controls removed (a right-to-left override makes a reviewer read an
 name), one line, capped; and, for a label that chat templates render unescaped downstream
 (the rules' summaries in Alertmanager's Slack or WeCom templates), no character that starts
 a tag, a mention or a Markdown link. The actuator escapes the same text per channel
-(actuator/untrusted.py)."""
+(actuator/notifications/untrusted.py)."""
 
 from __future__ import annotations
 

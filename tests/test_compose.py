@@ -490,7 +490,7 @@ def test_every_path_a_unit_writes_is_writable_under_its_settings() -> None:
     assert re.search(r"^d /run/gpu-reclaimer/self 0755 root root", tmpfiles, re.MULTILINE)
     actuator_yml = yaml.safe_load((REPO / "deploy" / "actuator.yml").read_text())
     agent_yml = yaml.safe_load((REPO / "deploy" / "agent.yml").read_text())
-    from actuator.keep_cli import DEFAULT_SOCKET
+    from actuator.tools.keep_cli import DEFAULT_SOCKET
     from exporter.ownprocs import DEFAULT_RUNTIME_DIR
 
     writes = {

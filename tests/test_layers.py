@@ -120,8 +120,8 @@ CENTRAL = (
     "actuator.api",
     "actuator.store",
     "actuator.server",
-    "actuator.notify",
-    "actuator.channels",
+    "actuator.notifications.notify",
+    "actuator.notifications.channels",
     "actuator.schedulers",
     "flask",
     "psycopg",
@@ -221,3 +221,43 @@ def test_the_node_does_not_reach_back_to_start_up() -> None:
     graph = _module_graph()
     assert "actuator.startup" not in graph["actuator.node"]
     assert "actuator.startup" not in graph["actuator.live"]
+
+
+def _served() -> set[str]:
+    """The project modules the service loads: everything the composition root and the
+    HTTP app reach."""
+    graph = _module_graph()
+    seen: set[str] = set()
+    todo = ["actuator.server", "actuator.app", "actuator.compose"]
+    while todo:
+        here = todo.pop()
+        if here not in seen:
+            seen.add(here)
+            todo.extend(graph.get(here, ()))
+    return seen
+
+
+def test_the_service_loads_none_of_the_offline_tools() -> None:
+    """report, backtest, tune and the command-line clients run apart from the service."""
+    served = _served()
+    assert "actuator.reconciler" in served and "actuator.notifications.notify" in served
+    assert not {m for m in served if m.startswith(("actuator.tools", "actuator.demo"))}
+
+
+def test_the_service_floor_stays_sorted() -> None:
+    """No module the service runs grows past 700 lines, the reconciler stays the loop and
+    one step's composition (500), and create_app stays assembly (80)."""
+    graph = _module_graph()
+    sizes = {
+        m: len((REPO / (m.replace(".", "/") + ".py")).read_text(encoding="utf-8").splitlines())
+        for m in _served()
+        if m in graph and (REPO / (m.replace(".", "/") + ".py")).is_file()
+    }
+    assert {m: n for m, n in sizes.items() if n > 700} == {}
+    assert sizes["actuator.reconciler"] <= 500
+    app = ast.parse((REPO / "actuator" / "app.py").read_text(encoding="utf-8"))
+    (create_app,) = [
+        n for n in ast.walk(app) if isinstance(n, ast.FunctionDef) and n.name == "create_app"
+    ]
+    assert create_app.end_lineno is not None
+    assert create_app.end_lineno - create_app.lineno + 1 <= 80

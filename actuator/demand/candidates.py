@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from actuator.demand.fit import Candidate
 from actuator.models import SIGNALLED_STATES, Case, State
-from actuator.notice import ProvenFacts
+from actuator.notifications.notice import ProvenFacts
 from actuator.policy import ReclaimWhen
 
 CHOOSABLE = frozenset({State.NOTIFIED, State.DEFERRED})

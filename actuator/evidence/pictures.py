@@ -17,7 +17,7 @@ from actuator.evidence.fetch import FetchError, fetch
 from actuator.evidence.links import PictureLinks, PictureRef
 from actuator.evidence.queries import Subject, idle_query, panels, step_for, window
 from actuator.models import Case
-from actuator.notice import ProvenFacts
+from actuator.notifications.notice import ProvenFacts
 from actuator.prometheus_api import RangeQueries
 from exporter.thresholds import Thresholds
 

@@ -15,7 +15,7 @@ from actuator.app import create_app
 from actuator.compose import build_reconciler
 from actuator.models import Case, State, Target
 from actuator.node import LiveState
-from actuator.notify import NullNotifier
+from actuator.notifications.notify import NullNotifier
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.helpers.api import AUTH, alert, body, make_runtime

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from actuator.backtest import BacktestError, RuleSet
-from actuator.backtest_cli import SHIPPED_RULES
+from actuator.tools.backtest import BacktestError, RuleSet
+from actuator.tools.backtest_cli import SHIPPED_RULES
 from tests.helpers.history import M, backfilled_history
 from tests.helpers.prom import Server
 from tests.support import gpu_reclaimer_command

@@ -1,4 +1,4 @@
-"""The candidate thresholds and holds `backtest` is given (actuator/backtest_cli.py), as an
+"""The candidate thresholds and holds `backtest` is given (actuator/tools/backtest_cli.py), as an
 SRE types them: SERIES=NUMBER and [RULE=]DURATION in Prometheus's grammar; anything else
 refused with what is wrong. (The backtest over a real Prometheus: test_backtest.py.)"""
 
@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from actuator.backtest_cli import hold, threshold
+from actuator.tools.backtest_cli import hold, threshold
 
 
 def test_a_threshold_is_a_series_and_a_number() -> None:

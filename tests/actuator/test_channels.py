@@ -18,14 +18,14 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from actuator.channels import (
+from actuator.notifications.channels import (
     DingTalkChannel,
     EmailChannel,
     FeishuChannel,
     SlackChannel,
     WeComChannel,
 )
-from actuator.messages import Renderer
+from actuator.notifications.messages import Renderer
 from tests.helpers.notices import BOB, LILEI, NOW, notice
 from tests.helpers.robots import robot
 from tests.support import free_port

@@ -16,7 +16,7 @@ import pytest
 from actuator.decision_alerts import DecisionAlerts
 from actuator.demo.ruleset import render_deploy
 from actuator.models import State
-from actuator.notice import Notice, ProvenFacts
+from actuator.notifications.notice import Notice, ProvenFacts
 from tests.helpers.cases import make_case
 from tests.helpers.prom import Server, start_alertmanager
 from tests.support import REPO, wait_until

@@ -10,13 +10,14 @@ from tests.helpers.cases import T0, make_case
 
 def test_a_created_case_names_the_state_it_starts_in_a_step_the_state_it_left() -> None:
     case = make_case(id=7, state=State.NOTIFIED)
-    created = decision_record(case, None, "created", "alert received", T0, {})
-    step = decision_record(case, State.PENDING, "notify", "idle", T0, {"code": "idle"})
-    assert created["event"] == Event.DECISION and created["case"] == 7
-    assert (created["from"], created["to"]) == (None, "notified")
-    assert (step["from"], step["to"], step["code"]) == ("pending", None, "idle")
-    assert created["decision_id"] != step["decision_id"]  # each decision its own id
-    assert created["timings"]["episode_age"] == T0 - case.starts_ts
-    assert (
-        make_case(id=0) and decision_record(make_case(id=0), None, "x", "", T0, {})["case"] is None
-    )
+    created = decision_record(case, None, "created", "alert received", T0)
+    step = decision_record(case, State.PENDING, "notify", "idle", T0, code="idle")
+    assert created.event == Event.DECISION and created.case == 7
+    assert (created.from_state, created.to) == (None, "notified")
+    assert (step.from_state, step.to, step.code) == ("pending", None, "idle")
+    assert created.decision_id != step.decision_id  # each decision its own id
+    assert created.timings["episode_age"] == T0 - case.starts_ts
+    assert decision_record(make_case(id=0), None, "x", "", T0).case is None
+    line = step.to_json()  # the log's keys, as readers have always read them
+    assert (line["event"], line["from"], line["code"]) == ("decision", "pending", "idle")
+    assert "rearmed_from" not in line and "from_state" not in line

@@ -16,8 +16,8 @@ from actuator.audit_records import KubeReclaim
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
 from actuator.models import UNSET, Case, CaseUpdate, Reason, SignalResult, State
-from actuator.notice import ProvenFacts
-from actuator.notify import NullNotifier
+from actuator.notifications.notice import ProvenFacts
+from actuator.notifications.notify import NullNotifier
 from actuator.policy import Mode, Notice
 from actuator.schedulers import Step as SchedulerStep
 from actuator.store.signals import SignalSent

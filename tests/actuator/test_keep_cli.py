@@ -1,4 +1,4 @@
-"""`gpu-reclaimer keep` as an owner runs it (actuator/keep_cli.py), against a Unix socket
+"""`gpu-reclaimer keep` as an owner runs it (actuator/tools/keep_cli.py), against a Unix socket
 that answers as a scripted actuator would: what is asked for each form of the command,
 what is printed, and each failure as one line (exit 2)."""
 

@@ -13,7 +13,7 @@ import pytest
 from actuator.app import create_app
 from actuator.keeplinks import KeepLinks, LinkError, link_key
 from actuator.models import State
-from actuator.notice import ProvenFacts
+from actuator.notifications.notice import ProvenFacts
 from actuator.runtime import Runtime
 from actuator.store.cases import insert_case
 from tests.helpers.api import TOKEN, make_runtime

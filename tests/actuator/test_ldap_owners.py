@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from actuator.messages import Renderer
-from actuator.notify import OwnerNotifier
-from actuator.owners import Contact, OwnerDirectory
+from actuator.notifications.messages import Renderer
+from actuator.notifications.notify import OwnerNotifier
+from actuator.notifications.owners import Contact, OwnerDirectory
 from tests.helpers.notices import NOW, notice
 
 
@@ -35,7 +35,7 @@ def ldap_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def _ldap_owners(url: str, **over: Any) -> Any:
-    from actuator.ldap_owners import LdapOwners
+    from actuator.notifications.ldap_owners import LdapOwners
     from tests.helpers.slapd import PEOPLE, READER_DN, READER_PASSWORD
 
     settings: dict[str, Any] = dict(
@@ -82,7 +82,7 @@ def test_an_unreachable_ldap_falls_back_to_the_sre_route_and_says_why(tmp_path: 
         to: list[str] = []
 
         def send(self, message: Any, contact: Contact) -> Any:
-            from actuator.channels import Delivery
+            from actuator.notifications.channels import Delivery
 
             self.to.append(contact.email or "")
             return Delivery(True, "accepted")

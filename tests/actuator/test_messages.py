@@ -12,7 +12,15 @@ import jinja2
 import pytest
 
 from actuator.live import power_share
-from actuator.messages import Message, Price, Renderer, duration, idle_energy, size, span
+from actuator.notifications.messages import (
+    Message,
+    Price,
+    Renderer,
+    duration,
+    idle_energy,
+    size,
+    span,
+)
 from exporter.nvml_reader import GpuProcessReading, GpuReading
 from tests.helpers.notices import BOB, LILEI, NOW, GiB, notice
 

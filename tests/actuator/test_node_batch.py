@@ -15,7 +15,7 @@ from actuator.demand.planner import DemandPlanner
 from actuator.executor import Executor, Outcome
 from actuator.models import UNSET, Case, CaseUpdate, Member, State
 from actuator.node_batch import NodeBatches, state_change
-from actuator.notify import NullNotifier
+from actuator.notifications.notify import NullNotifier
 from actuator.policy import Notice
 from actuator.store import Fence, Store, StoreUnavailable
 from actuator.store.signals import SignalSent

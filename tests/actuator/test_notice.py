@@ -1,9 +1,9 @@
-"""The typed notice (actuator/notice.py): facts from the live re-check, kept on the case,
-and the alert's claims compared with them."""
+"""The typed notice (actuator/notifications/notice.py): facts from the live re-check, kept
+on the case, and the alert's claims compared with them."""
 
 from __future__ import annotations
 
-from actuator.notice import Notice, OwnerHint, ProvenFacts, disagreements
+from actuator.notifications.notice import Notice, OwnerHint, ProvenFacts, disagreements
 from tests.helpers.cases import T0, make_case, make_live
 
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from actuator import untrusted
-from actuator.channels import (
+from actuator.notifications import untrusted
+from actuator.notifications.channels import (
     FeishuChannel,
     SlackChannel,
     WeComChannel,
 )
-from actuator.messages import Renderer
-from actuator.notice import Notice
-from actuator.owners import Contact
+from actuator.notifications.messages import Renderer
+from actuator.notifications.notice import Notice
+from actuator.notifications.owners import Contact
 from tests.helpers.notices import BOB, LILEI, NOW, notice
 from tests.helpers.robots import robot
 

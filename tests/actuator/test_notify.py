@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from actuator.channels import (
+from actuator.config import ConfigError, load_config
+from actuator.notifications.channels import (
     DingTalkChannel,
     WeComChannel,
 )
-from actuator.config import ConfigError, load_config
-from actuator.messages import Renderer
-from actuator.notify import OwnerNotifier
-from actuator.owners import Contact, OwnerDirectory
+from actuator.notifications.messages import Renderer
+from actuator.notifications.notify import OwnerNotifier
+from actuator.notifications.owners import Contact, OwnerDirectory
 from tests.helpers.notices import LILEI, NOW, notice
 from tests.helpers.robots import robot
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.owners import Contact, DirectoryError, OwnerDirectory
+from actuator.notifications.owners import Contact, DirectoryError, OwnerDirectory
 from tests.helpers.notices import LILEI
 
 DIRECTORY = """

@@ -20,7 +20,7 @@ from actuator.audit_records import DecisionMade
 from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
-from actuator.notify import NoticeResult
+from actuator.notifications.notify import NoticeResult
 from actuator.reconciler import Reconciler
 from actuator.runtime import Runtime
 from actuator.store import database as database_module

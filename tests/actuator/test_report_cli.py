@@ -1,4 +1,4 @@
-"""The period every history command reads (actuator/report_cli.py: report, backtest, tune):
+"""The period every history command reads (actuator/tools/report_cli.py: report, backtest, tune):
 a duration back from now in Prometheus's grammar or an ISO time, in order, and a mistake
 named in one line. (The report itself over a real Prometheus: test_report.py.)"""
 
@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from actuator.report_cli import parse_time, period
+from actuator.tools.report_cli import parse_time, period
 from exporter.argtypes import CommandError
 
 NOW = 1_800_000_000.0

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from actuator.backtest import RuleSet
-from actuator.tune import Candidate, Verdict, propose
+from actuator.tools.backtest import RuleSet
+from actuator.tools.tune import Candidate, Verdict, propose
 from tests.helpers.history import M, backfilled_history
 from tests.helpers.prom import Server
 from tests.support import gpu_reclaimer_command

@@ -1,4 +1,4 @@
-"""The utilisation thresholds `tune` tries (actuator/tune_cli.py): ratios from 0 to 1, as the
+"""The utilisation thresholds `tune` tries (actuator/tools/tune_cli.py): ratios from 0 to 1, as the
 rules compare them; a percentage or a word is refused with what it should be. (The tuning
 itself over a real Prometheus: test_tune.py.)"""
 
@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from actuator.tune_cli import _ratio
+from actuator.tools.tune_cli import _ratio
 
 
 @pytest.mark.parametrize(

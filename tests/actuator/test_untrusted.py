@@ -1,9 +1,9 @@
-"""Text people wrote, cleaned and escaped (actuator/untrusted.py); the whole hostile corpus
-through every channel is in test_notifications.py."""
+"""Text people wrote, cleaned and escaped (actuator/notifications/untrusted.py); the whole
+hostile corpus through every channel is in test_notifications.py."""
 
 from __future__ import annotations
 
-from actuator import untrusted
+from actuator.notifications import untrusted
 
 
 def test_cleaning_removes_what_makes_a_reviewer_read_another_name() -> None:

@@ -1,4 +1,4 @@
-"""`gpu-reclaimer wait` as a user runs it (actuator/wait_cli.py), against a Unix socket that
+"""`gpu-reclaimer wait` as a user runs it (actuator/tools/wait_cli.py), against a Unix socket that
 answers as a scripted actuator would: served, refused, listing, and the ways a socket can
 fail (none there, closed mid-wait, not the actuator's JSON); each failure one line, exit 2."""
 

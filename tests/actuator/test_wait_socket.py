@@ -1,4 +1,4 @@
-"""One `gpu-reclaimer wait` on the keep socket (actuator/wait_socket.py), over a real socket
+"""One `gpu-reclaimer wait` on the keep socket (actuator/demand/wait_socket.py), over a real socket
 pair, a real store and audit log: a request that makes no sense is refused and queues
 nothing; a caller is answered with its place, then with GPUs, its time being up, or, when
 it hangs up, nothing; an audit log that cannot be written refuses the wait."""
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from actuator.audit import AuditLog
+from actuator.demand.wait_socket import hung_up, parse_wait, serve_wait
+from actuator.demand.waitlist import WaitList
 from actuator.store import Store
-from actuator.wait_socket import hung_up, parse_wait, serve_wait
-from actuator.waitlist import WaitList
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 
 GIB = 1 << 30

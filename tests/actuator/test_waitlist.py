@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.store import Store
-from actuator.store.cases import insert_case
-from actuator.store.waiters import SERVED, Waiter
-from actuator.waitlist import (
+from actuator.demand.waitlist import (
     SEEN_SETTLE_S,
     FreeGpu,
     WaitList,
@@ -27,6 +24,9 @@ from actuator.waitlist import (
     assign,
     free_gpus,
 )
+from actuator.store import Store
+from actuator.store.cases import insert_case
+from actuator.store.waiters import SERVED, Waiter
 from exporter import procfs
 from exporter.nvml_reader import GpuProcessReading, GpuReading, NvmlReading
 from exporter.sim.state import init_node

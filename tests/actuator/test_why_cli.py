@@ -1,4 +1,4 @@
-"""`gpu-reclaimer why`'s client (actuator/why_cli.py) against a loopback HTTP server that
+"""`gpu-reclaimer why`'s client (actuator/tools/why_cli.py) against a loopback HTTP server that
 answers as a broken or a healthy actuator would: every failure is one line naming the
 problem (a CommandError, exit 2), and the token goes where the API expects it."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.why_cli import TOKEN_ENV, _token, fetch
+from actuator.tools.why_cli import TOKEN_ENV, _token, fetch
 from exporter.argtypes import CommandError
 from tests.support import free_port
 

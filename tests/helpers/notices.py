@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from actuator.notice import Notice, ProvenFacts
-from actuator.owners import Contact
+from actuator.notifications.notice import Notice, ProvenFacts
+from actuator.notifications.owners import Contact
 
 NOW = datetime(2026, 12, 1, 6, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # 14:00 in Shanghai
 GiB = 1024**3

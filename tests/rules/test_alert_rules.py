@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from actuator.backtest import RuleSet
 from actuator.demo.ruleset import format_promql_duration, parse_promql_duration, render_rules
 from actuator.runbook import DEFAULT_BASE
+from actuator.tools.backtest import RuleSet
 from tests.helpers.prom import require_binary
 from tests.support import REPO
 

@@ -1,4 +1,4 @@
-"""What the owner reads: a notice (actuator/notice.py) rendered from Jinja templates in their
+"""What the owner reads: a notice (notice.py) rendered from Jinja templates in their
 language and time zone, as plain text, chat Markdown, Slack mrkdwn and HTML (e-mail).
 
 Every string a template prints is untrusted unless the actuator wrote it (`Trusted`): it is
@@ -27,9 +27,9 @@ from zoneinfo import ZoneInfo
 import jinja2
 import markdown
 
-from actuator import untrusted
-from actuator.notice import Notice
-from actuator.owners import Contact
+from actuator.notifications import untrusted
+from actuator.notifications.notice import Notice
+from actuator.notifications.owners import Contact
 
 BUILTIN_TEMPLATES = Path(str(files("actuator").joinpath("templates")))
 
@@ -37,7 +37,7 @@ BUILTIN_TEMPLATES = Path(str(files("actuator").joinpath("templates")))
 @dataclass(frozen=True)
 class Message:
     """One notice in each syntax a channel speaks; every one is built from the same template
-    with untrusted values escaped for that syntax (actuator/untrusted.py)."""
+    with untrusted values escaped for that syntax (actuator/notifications/untrusted.py)."""
 
     language: str
     subject: str  # plain text: a mail header, a plain_text title

@@ -24,7 +24,7 @@ Kind = Literal["idle", "warning", "reclaimed"]
 @dataclass(frozen=True)
 class ProvenFacts:
     """The target as the node saw it at its last live re-check (untrusted text included:
-    a user chose the command line; escaping is the renderer's job, actuator/untrusted.py)."""
+    a user chose the command line; escaping is the renderer's job, untrusted.py)."""
 
     node: str
     pid: int

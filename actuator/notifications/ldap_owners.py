@@ -18,7 +18,7 @@ from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from pydantic import ValidationError
 
-from actuator.owners import Contact
+from actuator.notifications.owners import Contact
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from actuator.keep_cli import DEFAULT_SOCKET
+from actuator.tools.keep_cli import DEFAULT_SOCKET
 from exporter import argtypes
 from exporter.argtypes import CommandError
 from exporter.units import format_duration

@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from actuator.backtest import (
+from actuator.prometheus_api import RangeQueries
+from actuator.promql_duration import format_promql_duration
+from actuator.tools.backtest import (
     PROCESS_KEY,
     AlertOutcome,
     Flagged,
@@ -32,8 +34,6 @@ from actuator.backtest import (
     evaluate,
     step_for,
 )
-from actuator.prometheus_api import RangeQueries
-from actuator.promql_duration import format_promql_duration
 
 UTIL_SERIES = "gpu_process:sm_utilization_ratio:max_window"
 DEFAULT_UTILS = (0.02, 0.05, 0.1, 0.2)

@@ -1,5 +1,5 @@
 """`gpu-reclaimer tune --since 30d [--project P]`: thresholds fitted to each project's own
-history (actuator/tune.py), proposed as a reviewable diff of the rules."""
+history (actuator/tools/tune.py), proposed as a reviewable diff of the rules."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from actuator.backtest_cli import SHIPPED_RULES
-from actuator.report_cli import add_history_arguments, connect, period
-from actuator.tune import Needs
+from actuator.tools.backtest_cli import SHIPPED_RULES
+from actuator.tools.report_cli import add_history_arguments, connect, period
+from actuator.tools.tune import Needs
 from exporter import argtypes
 from exporter.argtypes import CommandError
 
@@ -97,8 +97,8 @@ def run_tune(args: argparse.Namespace) -> int:
     from prometheus_api_client import PrometheusApiClientException
     from requests import RequestException
 
-    from actuator.backtest import BacktestError, RuleSet
-    from actuator.tune import DEFAULT_HOLDS, DEFAULT_UTILS, grid, render, rules_diff, tune
+    from actuator.tools.backtest import BacktestError, RuleSet
+    from actuator.tools.tune import DEFAULT_HOLDS, DEFAULT_UTILS, grid, render, rules_diff, tune
 
     start, end = period(args)
     if args.write is not None and args.project is None:

@@ -26,10 +26,10 @@ from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
 from typing import Any, Protocol
 
-from actuator import untrusted
 from actuator.endpoints import Answer, Endpoint, EndpointError
-from actuator.messages import Message
-from actuator.owners import Contact
+from actuator.notifications import untrusted
+from actuator.notifications.messages import Message
+from actuator.notifications.owners import Contact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 5.0

@@ -16,8 +16,8 @@ from typing import Any
 from actuator.audit import AuditError, AuditLog
 from actuator.audit_records import WaitJoined, WaitServed
 from actuator.demand.model import MAX_GPUS_PER_NODE
+from actuator.demand.waitlist import WaitList, user_name
 from actuator.store.waiters import EXPIRED, LEFT, SERVED
-from actuator.waitlist import WaitList, user_name
 from exporter import procfs
 from exporter.units import format_duration
 

@@ -10,14 +10,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from actuator.channels import Channel, Delivery
 from actuator.endpoints import Endpoint, EndpointError
-from actuator.messages import Message, Renderer
-from actuator.notice import Notice
-from actuator.owners import Contact, OwnerDirectory
+from actuator.notifications.channels import Channel, Delivery
+from actuator.notifications.messages import Message, Renderer
+from actuator.notifications.notice import Notice
+from actuator.notifications.owners import Contact, OwnerDirectory
 
 if TYPE_CHECKING:  # ldap3 loads only where LDAP is configured (actuator/server.py)
-    from actuator.ldap_owners import LdapOwners
+    from actuator.notifications.ldap_owners import LdapOwners
 
 log = logging.getLogger(__name__)
 

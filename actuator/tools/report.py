@@ -17,7 +17,7 @@ Figures come from the series the exporter, the rules and the actuator already re
 - cost: idle GPU-hours x the price per GPU-hour given, and idle kWh x the price per kWh.
 
 `build()` takes any object with prometheus-api-client's `custom_query` and
-`custom_query_range`; the command (actuator/report_cli.py) passes a `PrometheusConnect`.
+`custom_query_range`; the command (actuator/tools/report_cli.py) passes a `PrometheusConnect`.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actuator.report_cli import add_history_arguments, connect, period
+from actuator.tools.report_cli import add_history_arguments, connect, period
 from exporter import argtypes
 from exporter.argtypes import CommandError
 
-SHIPPED_RULES = Path(__file__).resolve().parents[1] / "alert-rules" / "gpu-reclaimer.rules.yml"
+SHIPPED_RULES = Path(__file__).resolve().parents[2] / "alert-rules" / "gpu-reclaimer.rules.yml"
 _THRESHOLD = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)=(.+)$")
 
 
@@ -100,7 +100,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     from prometheus_api_client import PrometheusApiClientException
     from requests import RequestException
 
-    from actuator.backtest import BacktestError, RuleSet, compare, reclaim_alerts, render
+    from actuator.tools.backtest import BacktestError, RuleSet, compare, reclaim_alerts, render
 
     start, end = period(args)
     if args.step <= 0:

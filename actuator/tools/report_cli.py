@@ -114,7 +114,7 @@ def run_report(args: argparse.Namespace) -> int:
     from prometheus_api_client import PrometheusApiClientException
     from requests import RequestException
 
-    from actuator.report import NoData, Price, build, render
+    from actuator.tools.report import NoData, Price, build, render
 
     start, end = period(args)
     if args.price_per_gpu_hour is not None and not 0 <= args.price_per_gpu_hour < math.inf:
