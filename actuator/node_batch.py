@@ -20,7 +20,7 @@ from typing import Any
 
 from actuator.audit import AuditError, AuditLog
 from actuator.audit_records import DecisionAborted, DecisionMade
-from actuator.decision_record import decision_record
+from actuator.decision_record import StepEvidence, decision_record
 from actuator.decisions import Action, Decision
 from actuator.demand.planner import DemandPlanner
 from actuator.executor import Executor, Outcome, Step
@@ -130,15 +130,14 @@ def decided(
         thresholds=thresholds,
         alert_disagrees=disagree,  # the node won
     )
-    stored: dict[str, Any] = {
-        "action": str(d.action),
-        "code": d.code,
-        "decision_id": record.decision_id,
-    }
-    if evidence is not None:
-        stored["live"] = evidence
-        stored["thresholds"] = thresholds  # what `why` judges it against
-    return record, stored
+    stored = StepEvidence(
+        action=str(d.action),
+        code=d.code,
+        decision_id=record.decision_id,
+        live=evidence,
+        thresholds=thresholds if evidence is not None else None,  # what `why` judges by
+    )
+    return record, stored.to_json()
 
 
 class NodeBatches:

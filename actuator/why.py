@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from actuator.decision_record import StepEvidence
 from actuator.keep_bounds import owner_allowance
 from actuator.models import Case
 from actuator.notifications.untrusted import plain
@@ -79,13 +80,13 @@ def explain(case: Case, timeline: list[dict[str, Any]]) -> Explanation:
     steps = []
     previous: tuple[float, float] | None = None  # (time, CPU seconds) of the last re-check
     for entry in timeline:
-        evidence = entry.get("evidence") or {}
-        live = evidence.get("live") if isinstance(evidence, dict) else None
-        thresholds = evidence.get("thresholds") if isinstance(evidence, dict) else None
+        evidence = StepEvidence.from_json(entry.get("evidence"))
+        live = evidence.live if evidence is not None else None
         at = float(entry["ts"])
         facts: list[str] = []
-        if isinstance(live, dict):
-            facts = _facts(live, thresholds if isinstance(thresholds, dict) else {}, at, previous)
+        if live is not None:
+            assert evidence is not None
+            facts = _facts(live, evidence.thresholds or {}, at, previous)
             cpu = live.get("cpu_seconds")
             if isinstance(cpu, int | float):
                 previous = (at, float(cpu))

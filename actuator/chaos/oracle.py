@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actuator.audit import Event
 from actuator.chaos.plan import NEVER_IDLE, Kind
 from actuator.chaos.truth import Timeline, Truth
 
@@ -125,11 +126,11 @@ def judge(
     signalled: set[tuple[int, int]] = set()
     for record in sorted(records, key=lambda r: float(r.get("ts", 0.0))):
         event, case, ts = record.get("event"), record.get("case"), float(record.get("ts", 0.0))
-        if event == "decision" and isinstance(case, int):
+        if event == Event.DECISION and isinstance(case, int):
             decisions[case].append(record)
-        elif event == "notice" and isinstance(case, int) and record.get("delivered"):
+        elif event == Event.NOTICE and isinstance(case, int) and record.get("delivered"):
             delivered.setdefault(case, ts)
-        elif event == "signals" and isinstance(case, int):
+        elif event == Event.SIGNALS and isinstance(case, int):
             for result in record.get("results") or []:
                 if result.get("sent"):
                     verdict.signals += 1
@@ -302,7 +303,7 @@ def unrecorded(
 ) -> list[Violation]:
     """Every firing alert the actuator acknowledged `within` seconds before the end has
     reached a case with a recorded decision (the stale and the resolved need none)."""
-    decided = {r.get("case") for r in records if r.get("event") == "decision"}
+    decided = {r.get("case") for r in records if r.get("event") == Event.DECISION}
     found = []
     for ep in acknowledged:
         if ep.status != "firing" or ep.first_seen > end - within:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
+from actuator.audit import Event
 from actuator.demo.accounts import owner_of
 from actuator.promql_duration import format_promql_duration
 from exporter.sim.state import load_node
@@ -358,7 +359,7 @@ def demand_to_free(stack: Stack, scheduler: Scheduler) -> float | None:
     with contextlib.suppress(OSError):
         for line in stack.audit_log.read_text().splitlines():
             record = json.loads(line)
-            if record.get("event") == "freed_for_request":
+            if record.get("event") == Event.FREED_FOR_REQUEST:
                 waits.append(record["seconds_from_demand"] / scheduler.scale / 3600)
     return statistics.median(waits) if waits else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from actuator.audit import Event
 from actuator.demo.cast import Role, Verdict
 from actuator.demo.observe import Snapshot
 from actuator.demo.stack import Stack, Workload
@@ -153,7 +154,7 @@ def _event_line(event: dict, labels: dict[int, str], started: float) -> str:
     at = f"+{event.get('ts', started) - started:5.1f}s"
     case_id = f"#{event['case']} " if event.get("case") else ""
     who = f"{case_id}{labels.get(event.get('pid', -1), '')}".rstrip()
-    if event.get("event") == "signals":
+    if event.get("event") == Event.SIGNALS:
         sent = [r for r in event.get("results", []) if r.get("sent")]
         return f"  {at}  case #{event.get('case')}: sent {event.get('signal')} to " + (
             ", ".join(f"pid {r['pid']}" for r in sent) or "nothing"
