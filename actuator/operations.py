@@ -214,6 +214,8 @@ def receive_alerts(rt: Runtime, payload: AlertmanagerPayload) -> Ingest:
 def reset_repeats(rt: Runtime, user: str, by: str, reason: str) -> int | Refused:
     """Repeat habits: count `user`'s reclaims afresh from now (audited first); the count
     it had within the window is returned."""
+    if not rt.store.knows_user(user):  # a typo would reset nobody and answer as if done
+        return Refused(Why.NOT_FOUND, f"no case has named the user {user!r}")
     window = rt.config.repeat.window if rt.config.repeat else 0.0
     had = rt.store.reclaims_since(user, rt.clock() - window) if window else 0
     try:

@@ -8,6 +8,7 @@ is loaded, so `gpu-reclaimer exporter` never imports the actuator or the demo.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -81,7 +82,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a reader gone is handled below
+        return code
+    except BrokenPipeError:
+        # The reader went away (`... | head`): what it did not read is not an error of ours.
+        # Python's own advice: point stdout at devnull so the exit's flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a shell reports a command ended by SIGPIPE
     except ModuleNotFoundError as error:
         missing = missing_extra(error)
         if missing is None:

@@ -16,10 +16,18 @@ AUDIT_ARGS = frozenset({"limit", "case", "before"})
 
 
 class BreakerReset(BaseModel):
-    """A reset's why and who (the breaker's and a repeat count's)."""
+    """The breaker reset's why and who."""
 
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500)
+    by: str = Field("", max_length=100)
+
+
+class RepeatReset(BaseModel):
+    """A repeat count's reset: an SRE's decision about one owner, so its why is required."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500)
     by: str = Field("", max_length=100)
 
 
@@ -61,7 +69,7 @@ def admin_blueprint(rt: Runtime, auth: Auth) -> Blueprint:
     def repeat_reset(user: str) -> tuple[Response, int]:
         data = request.get_json(silent=True) if request.content_length else {}
         try:
-            body = BreakerReset.model_validate(data or {})  # the same {reason, by}
+            body = RepeatReset.model_validate(data or {})
         except ValidationError as exc:
             return error(422, "invalid reset request", details=validation_details(exc))
         if not user or len(user) > 64:

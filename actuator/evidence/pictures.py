@@ -97,6 +97,10 @@ class EvidencePictures:
 
 
 def _span(seconds: float) -> str:
+    """The history a picture covers, in the unit people would say it in (never more than
+    there is: half a minute is 30 s, not 1 min)."""
     if seconds >= 5400:
         return f"{seconds / 3600:.1f} h"
-    return f"{max(1, round(seconds / 60))} min"
+    if seconds >= 90:
+        return f"{round(seconds / 60)} min"
+    return f"{max(1, round(seconds))} s"

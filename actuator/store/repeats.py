@@ -16,6 +16,11 @@ class RepeatQueries(Database):
         )
         return int(rows[0]["n"]) if rows else 0
 
+    def knows_user(self, user: str) -> bool:
+        """Whether any case (kept for storage.retention) has named this owner."""
+        rows = self._read('SELECT 1 AS known FROM cases WHERE "user" = ? LIMIT 1', (user,))
+        return bool(rows)
+
     def repeat_reset_at(self, user: str) -> float:
         rows = self._read(
             "SELECT value FROM counters WHERE name = 'repeat_reset' AND label = ?", (user,)

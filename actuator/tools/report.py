@@ -254,7 +254,7 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
             ),
         ),
         ("GPUs", str(f.gpus)),
-        ("GPU-hours in the period", f"{f.gpus * f.hours:.1f}"),
+        ("GPU-hours in the period", f"{f.gpus * f.hours:.2f}"),  # as precise as the idle ones
         ("average GPU utilisation", util),
         ("idle GPU-hours", f"{f.total.idle_gpu_hours:.2f}"),
         ("idle process-hours", f"{f.total.idle_process_hours:.2f}"),

@@ -142,3 +142,9 @@ def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
         mine.subject == "Site: case 42"
         and mine.text == "Ours: python train_yolo.py until 2026-12-01 07:10\n"
     )
+
+
+@pytest.mark.parametrize(("prior", "said"), [(1, "reclaimed once in"), (2, "reclaimed 2 times in")])
+def test_the_repeat_line_counts_in_words_people_write(prior: int, said: str) -> None:
+    repeat = notice(repeat_prior=prior, repeat_window=30 * 86400, grace=120.0)
+    assert said in Renderer().render(repeat, BOB, NOW).text

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from actuator.tools.report import Figures, Price, Usage, summary_rows
 from tests.helpers.prom import Server, backfilled_prometheus
 from tests.support import gpu_reclaimer_command
 
@@ -286,3 +287,12 @@ def test_a_period_shorter_than_one_step_is_reported_over_one_step(
     assert got["end"] - got["start"] == got["step_seconds"] == 60
     assert got["asked"] == {"start": start + 3600, "end": start + 3630}
     assert got["gpus"] == 2 and got["gpu_hours"] == pytest.approx(2 / 60, abs=1e-3)
+
+
+def test_the_period_s_gpu_hours_are_never_printed_below_its_idle_gpu_hours() -> None:
+    """Two GPUs for 72 s, one of them idle throughout: 0.04 GPU-hours in all, 0.02 idle; at
+    one decimal the total read 0.0 beside an idle 0.02."""
+    idle = Usage(idle_gpu_hours=0.02, idle_process_hours=0.02)
+    rows = dict(summary_rows(Figures(0.0, 72.0, 12.0, 2, 0.5, idle), Price()))
+    assert float(rows["GPU-hours in the period"]) >= float(rows["idle GPU-hours"])
+    assert rows["GPU-hours in the period"] == "0.04"

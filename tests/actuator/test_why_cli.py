@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.server
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from actuator.tools.why_cli import TOKEN_ENV, _token, fetch
 from exporter.argtypes import CommandError
-from tests.support import free_port
+from tests.support import REPO, free_port
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):
@@ -89,3 +91,19 @@ def test_the_token_comes_from_its_file_else_the_environment(
     assert _token(str(tmp_path / "token")) == "from-file"
     with pytest.raises(CommandError, match="cannot read the token file"):
         _token(str(tmp_path / "missing"))
+
+
+def test_a_reader_that_goes_away_ends_it_quietly(server: str) -> None:
+    """`gpu-reclaimer why 7 | head -1`: the reader closes the pipe first; no traceback, and
+    the exit a shell reports for SIGPIPE."""
+    done = subprocess.Popen(
+        [sys.executable, "-m", "exporter.cli", "why", "7", "--actuator", server, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    assert done.stdout is not None and done.stderr is not None
+    done.stdout.close()  # gone before a line was written
+    err = done.stderr.read().decode()
+    assert done.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

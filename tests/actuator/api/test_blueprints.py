@@ -10,12 +10,15 @@ from pathlib import Path
 from flask import Blueprint, Flask
 from flask.testing import FlaskClient
 
+from actuator.api.admin import admin_blueprint
 from actuator.api.alerts import alerts_blueprint
 from actuator.api.auth import ROLES, Auth
 from actuator.api.cases import cases_blueprint
 from actuator.api.health import health_blueprint, not_ready
 from actuator.runtime import Runtime
+from actuator.store.cases import insert_case
 from tests.helpers.api import AUTH, alert, body, make_runtime
+from tests.helpers.cases import make_case
 
 
 def alone(rt: Runtime, make: Callable[[Auth], Blueprint]) -> FlaskClient:
@@ -66,3 +69,25 @@ def test_every_role_names_an_endpoint_that_exists(tmp_path: Path) -> None:
 
     endpoints = set(create_app(make_runtime(tmp_path)).view_functions)
     assert set(ROLES) <= endpoints
+
+
+def test_a_repeat_reset_needs_a_reason_and_an_owner_the_actuator_has_seen(
+    tmp_path: Path,
+) -> None:
+    """An empty body, or a user no case ever named (a typo), changes nothing and says so;
+    the reset of a known owner is audited with its why."""
+    rt = make_runtime(tmp_path)
+    client = alone(rt, lambda auth: admin_blueprint(rt, auth))
+    url = "/api/v1/owners/{}/repeat-reset"
+    empty = client.post(url.format("alice"), headers=AUTH)
+    assert empty.status_code == 422 and "reason" in str(empty.json)
+    why = {"reason": "talked it through", "by": "sre-ana"}
+    unknown = client.post(url.format("alcie"), json=why, headers=AUTH)
+    assert unknown.status_code == 404 and "alcie" in unknown.json["error"]
+    assert not [r for r in rt.audit.tail(10) if r["event"] == "repeat_reset"]
+    with rt.store._tx() as conn:
+        insert_case(conn, make_case(id=0, user="alice"), {})
+    done = client.post(url.format("alice"), json=why, headers=AUTH)
+    assert done.status_code == 200, done.json
+    (audited,) = [r for r in rt.audit.tail(10) if r["event"] == "repeat_reset"]
+    assert audited["user"] == "alice" and audited["reason"] == "talked it through"

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actuator.evidence.pictures import EvidencePictures
+import pytest
+
+from actuator.evidence.pictures import EvidencePictures, _span
 from actuator.store import Store, open_store
 from exporter.thresholds import SHIPPED
 from tests.helpers.cases import make_case
@@ -106,3 +108,13 @@ def test_a_slow_prometheus_holds_a_notice_at_most_one_budget_for_all_queries(
     assert 1.4 <= took < 4.0, took
     assert len(asked) == 2, asked
     assert all("timeout=" in path for path in asked), asked  # Prometheus is told, too
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(30.0, "30 s"), (89.0, "89 s"), (90.0, "2 min"), (1800.0, "30 min"), (7200.0, "2.0 h")],
+)
+def test_the_title_never_claims_more_history_than_the_picture_has(
+    seconds: float, said: str
+) -> None:
+    assert _span(seconds) == said
