@@ -93,6 +93,10 @@ def serve_wait(
         _send(conn, {"ok": False, "error": parsed})
         return
     gpus, memory, seconds = parsed
+    impossible = waitlist.never_met(gpus, memory)
+    if impossible is not None:  # said at once, not after --for of waiting
+        _send(conn, {"ok": False, "error": impossible, "why": "never_met"})
+        return
     ticks = procfs.start_ticks(pid)
     if ticks is None:
         _send(conn, {"ok": False, "error": "the caller's process cannot be read"})
@@ -125,7 +129,11 @@ def serve_wait(
                 return
             time.sleep(poll)
         store.end_waiter(waiter, EXPIRED, waitlist.clock())
-        _send(conn, {"ok": False, "error": f"no GPU was free within {format_duration(seconds)}"})
+        why = waitlist.unserved_because()
+        _send(
+            conn,
+            {"ok": False, "error": f"no GPU was free within {format_duration(seconds)}: {why}"},
+        )
     except BaseException:
         with contextlib.suppress(Exception):
             store.end_waiter(waiter, LEFT, waitlist.clock())

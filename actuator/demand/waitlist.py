@@ -25,6 +25,7 @@ from actuator.demand.model import Claimant, DemandError, Reading, Request
 from actuator.store import Store, Waiter
 from exporter import procfs
 from exporter.nvml_reader import NvmlReading
+from exporter.units import format_size
 
 RESERVE_S = 60.0  # at most: the promise ends as soon as a process appears on the GPU
 # Once its job was seen, a GPU still counts as given for this long: another worker's
@@ -114,6 +115,36 @@ class WaitList:
 
     def pending(self) -> list[Waiter]:
         return [w for w in self.store.waiters(self.node, self.clock()) if self._alive(w)]
+
+    def never_met(self, gpus: int, memory: int) -> str | None:
+        """Why this node can never meet the request (more GPUs than it has, more memory
+        than its largest card), or None: it can, or NVML cannot say now (then it waits)."""
+        reading = self.reading(float("-inf"))
+        if reading is None or not reading.up or reading.failed_gpus or not reading.gpus:
+            return None
+        have = len(reading.gpus)
+        if gpus > have:
+            return f"{self.node} has {have} GPU{'s' if have != 1 else ''}, not {gpus}"
+        sizes = [g.memory_total for g in reading.gpus]
+        if memory and all(size is not None for size in sizes):
+            largest = max(size for size in sizes if size is not None)
+            if memory > largest:
+                return (
+                    f"no GPU on {self.node} has {format_size(memory)}: the largest has "
+                    f"{format_size(largest)}"
+                )
+        return None
+
+    def unserved_because(self) -> str:
+        """What the node's GPUs hold now, for a waiter whose time ran out."""
+        reading = self.reading(float("-inf"))
+        if reading is None or not reading.up or reading.failed_gpus:
+            return "NVML could not say which GPUs are free"
+        held = sum(1 for g in reading.gpus if g.processes or (g.memory_used or 0) > 0)
+        return (
+            f"{held} of {len(reading.gpus)} GPUs held by processes the actuator did not "
+            "reclaim (working, kept or protected, or demand is not enabled for them)"
+        )
 
     def free(self) -> list[FreeGpu] | None:
         promised = self.store.promised(self.node, self.clock() - RESERVE_S)

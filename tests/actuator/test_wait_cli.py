@@ -1,73 +1,65 @@
-"""`gpu-reclaimer wait` as a user runs it (actuator/tools/wait_cli.py), against a Unix socket that
-answers as a scripted actuator would: served, refused, listing, and the ways a socket can
-fail (none there, closed mid-wait, not the actuator's JSON); each failure one line, exit 2."""
+"""`gpu-reclaimer wait`'s client (actuator/tools/wait_cli.py) against the real server half
+(actuator/demand/wait_socket.py) behind a UNIX socket: a request the node can never meet
+ends at once with exit 2 and the reason, not after --for of waiting."""
 
 from __future__ import annotations
 
-import subprocess
+import json
+import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.sockets import ScriptedSocket, json_line
+from actuator.audit import AuditLog
+from actuator.demand.wait_socket import serve_wait
+from actuator.demand.waitlist import WaitList
+from actuator.keep_socket import read_line
+from actuator.store import Store
+from exporter.nvml_reader import GpuReading, NvmlReading
 from tests.support import gpu_reclaimer
+
+GIB = 1 << 30
+
+
+def _two_gpus(_not_before: float) -> NvmlReading:
+    gpus = tuple(GpuReading(i, f"GPU-{i}", "H100", 80 * GIB, 0, 0.0, True, ()) for i in (0, 1))
+    return NvmlReading(True, gpus=gpus)
 
 
 @pytest.fixture
-def sock(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path / "keep.sock"
+def wait_socket(tmp_path: Path) -> Iterator[Path]:
+    """One connection served as the keep socket serves a `wait` (the caller's credentials
+    from SO_PEERCRED, as there)."""
+    store = Store(tmp_path / "db")
+    store.init()
+    waitlist = WaitList(store, "n1", _two_gpus, time.time)
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    path = tmp_path / "k.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
 
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            caller = struct.unpack("3i", creds)
+            request = json.loads(read_line(conn, time.monotonic() + 10))
+            serve_wait(conn, waitlist, audit, caller, request, poll=0.05)
 
-def wait(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return gpu_reclaimer("wait", *args, "--socket", str(sock))
-
-
-QUEUED = json_line(ok=True, queued=3, position=2, node="gpu-01")
-
-
-def test_a_served_wait_ends_with_the_devices_to_use(sock: Path) -> None:
-    gpus = [{"index": 1, "uuid": "GPU-b", "memory_free": None}, {"index": 3, "uuid": "GPU-d"}]
-    server = ScriptedSocket(sock, QUEUED, json_line(ok=True, gpus=gpus, node="gpu-01"))
-    done = wait(sock, "--gpus", "2", "--for", "1h")
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield path
     server.close()
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "CUDA_VISIBLE_DEVICES=1,3\n"
-    assert "waiting on gpu-01 (position 2; up to 1h)" in done.stderr
-    assert "GPU 3 (GPU-d) on gpu-01 is yours" in done.stderr
-    assert server.requests == [{"action": "wait", "gpus": 2, "memory": 0, "seconds": 3600.0}]
 
 
-def test_the_queue_is_listed(sock: Path) -> None:
-    waiter = {"position": 1, "user": "alice", "uid": 1001, "gpus": 1, "memory": 0, "since": 0}
-    server = ScriptedSocket(sock, json_line(ok=True, waiters=[waiter]))
-    done = wait(sock, "--list")
-    server.close()
-    assert done.returncode == 0 and "  1. alice (uid 1001) wants 1 GPU(s), waiting" in done.stdout
-    empty = ScriptedSocket(sock.with_name("empty.sock"), json_line(ok=True, waiters=[]))
-    assert wait(sock.with_name("empty.sock"), "--list").stdout == "nobody is waiting on this node\n"
-    empty.close()
-
-
-@pytest.mark.parametrize(
-    ("answers", "message"),
-    [
-        ((json_line(ok=False, error="wait for at most 7d"),), "wait for at most 7d"),
-        ((QUEUED,), "the actuator closed the connection (restarted?): wait again"),
-        ((b"HTTP/1.1 400 Bad Request\r\n",), "did not answer as the actuator does"),
-        ((b"[1, 2]\n",), "did not answer as the actuator does"),
-        ((QUEUED, json_line(ok=True, gpus="all")), "the actuator's answer names no GPUs"),
-    ],
-)
-def test_each_failure_is_one_line(sock: Path, answers: tuple[bytes, ...], message: str) -> None:
-    server = ScriptedSocket(sock, *answers)
-    done = wait(sock, "--gpus", "1")
-    server.close()
-    assert (done.returncode, done.stdout) == (2, ""), done
-    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
-    assert len(done.stderr.strip().splitlines()) <= 2  # the one line, after "waiting on"
-
-
-def test_no_socket_says_what_to_check(sock: Path) -> None:
-    done = wait(sock, "--memory", "20GiB")
-    assert done.returncode == 2 and "is the actuator running on this node" in done.stderr
+def test_a_request_the_node_can_never_meet_ends_at_once_with_exit_2(wait_socket: Path) -> None:
+    began = time.monotonic()
+    done = gpu_reclaimer("wait", "--gpus", "4", "--socket", str(wait_socket), timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "n1 has 2 GPUs, not 4" in done.stderr and "Traceback" not in done.stderr
+    assert time.monotonic() - began < 20  # not --for (24 h by default)

@@ -130,7 +130,11 @@ def test_a_waiter_whose_time_is_up_is_told_so_and_leaves_the_list(
     conn, thread = _serve(waitlist, audit, {"gpus": 1, "seconds": 0.2})
     queued, expired = _answers(conn)
     thread.join(10)
-    assert queued["ok"] and expired == {"ok": False, "error": "no GPU was free within 200ms"}
+    assert queued["ok"] and expired["ok"] is False
+    assert expired["error"] == (
+        "no GPU was free within 200ms: 1 of 1 GPUs held by processes the actuator did not "
+        "reclaim (working, kept or protected, or demand is not enabled for them)"
+    )
     assert store.waiters(NODE, 100.0) == [] and store.promised(NODE, 0.0) == []
 
 
@@ -180,3 +184,33 @@ def test_a_gpu_whose_memory_someone_unlisted_holds_is_not_given_away(
     thread.join(10)
     assert queued["ok"] and expired["ok"] is False, expired
     assert store.promised(NODE, 0.0) == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "said"),
+    [
+        ({"gpus": 3}, "n1 has 2 GPUs, not 3"),
+        ({"memory": 96 * GIB}, "no GPU on n1 has 96.0 GiB: the largest has 80.0 GiB"),
+    ],
+)
+def test_a_request_this_node_can_never_meet_is_refused_at_once(
+    request_: dict[str, Any], said: str, parts: tuple[Store, AuditLog]
+) -> None:
+    """Not after --for (24 h by default) of waiting: at once, naming what the node has."""
+    store, audit = parts
+    waitlist = WaitList(store, NODE, _Node(0, 0).reading, lambda: 100.0)
+    conn, thread = _serve(waitlist, audit, request_)
+    (answer,) = _answers(conn)
+    thread.join(10)
+    assert answer == {"ok": False, "error": said, "why": "never_met"}
+    assert store.waiters(NODE, 100.0) == [] and _events(audit) == []
+
+
+def test_a_node_whose_gpus_nvml_cannot_read_lets_the_request_wait(
+    parts: tuple[Store, AuditLog],
+) -> None:
+    """Unknown is not impossible: the request waits and is asked again."""
+    store, _ = parts
+    down = WaitList(store, NODE, lambda _: NvmlReading(False), lambda: 100.0)
+    assert down.never_met(64, 0) is None
+    assert down.unserved_because() == "NVML could not say which GPUs are free"
