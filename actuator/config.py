@@ -362,6 +362,19 @@ class PromqlPool(Strict):
     nodes: tuple[str, ...] = Field(min_length=1, description="node name globs of the pool")
     query: str = Field(min_length=1, description="PromQL: GPUs waiting (a scalar or a vector)")
 
+    @field_validator("query")
+    @classmethod
+    def _query_is_promql(cls, query: str) -> str:
+        """Parsed when the config loads: a query Prometheus would refuse reads as unknown
+        demand at every pass, for ever, so it is refused at start instead."""
+        import promql_parser  # the actuator extra's; not loaded by the exporter
+
+        try:
+            promql_parser.parse(query)
+        except ValueError as exc:
+            raise ValueError(f"not PromQL: {exc}") from None
+        return query
+
 
 class DemandSettings(Strict):
     """Where waiting requests are read, for rules with `reclaim_when: demand`
@@ -371,7 +384,11 @@ class DemandSettings(Strict):
     kubernetes: bool = Field(
         False, description="unschedulable Pending pods that request nvidia.com/gpu"
     )
-    prometheus: str | None = Field(None, description="Prometheus for `pools` (a base URL)")
+    prometheus: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Prometheus for `pools` (a base URL)",
+    )
     pools: tuple[PromqlPool, ...] = ()
     wait_list: bool = Field(
         False, description="callers of `gpu-reclaimer wait` on this node (server.keep_socket)"

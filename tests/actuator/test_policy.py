@@ -255,6 +255,13 @@ def test_min_runtime_per_rule_and_claims_only_lengthen_it(tmp_path: Path):
         ("demand: {wait_list: true}\n", "server.keep_socket"),
         ("demand: {pools: [{pool: 'a b', nodes: [n], query: up}]}\nprometheus: x\n", "pool"),
         ("server: {keep_socket: /" + "x" * 120 + "}\n", "at most 107 bytes"),
+        # Read as unknown demand at every pass, for ever, had they been let through:
+        ("demand: {prometheus: 'prometheus:9090', pools: []}\n", "demand.prometheus"),
+        (
+            "demand: {prometheus: 'http://p:9090',\n"
+            "         pools: [{pool: a, nodes: [n], query: 'sum(x'}]}\n",
+            "not PromQL",
+        ),
         ("defaults: {reclaim_when: sometimes}\n", "reclaim_when"),
     ],
 )
