@@ -174,6 +174,7 @@ class Executor:
             case=case.id,
             facts=facts,
             waiting=case.demand_who or "",
+            waiting_through=(case.demand_for or "").split(":", 1)[0],
             alertname=case.alertname,
             since=case.starts_ts,
             deadline=sigterm_at,

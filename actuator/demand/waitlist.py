@@ -232,7 +232,7 @@ class WaitListDemand:
         return Request(
             source=self.name,
             key=str(w.id),
-            who=f"{user_name(w.uid)}'s `gpu-reclaimer wait`",
+            who=user_name(w.uid),  # how they wait is the notice template's to say
             gpus=w.gpus,
             memory_bytes=w.memory_bytes or None,
             nodes=(self.waitlist.node,),

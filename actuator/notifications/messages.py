@@ -205,6 +205,7 @@ class Renderer:
             "term_timeout": Trusted(duration(notice.term_timeout, language)),
             "grace": Trusted(duration(notice.grace, language)),
             "waiting": notice.waiting,
+            "waiting_through": notice.waiting_through,
             "repeat_prior": notice.repeat_prior,
             "repeat_window": Trusted(span(notice.repeat_window, language)),
             "copy_project": notice.copy_project,

@@ -133,6 +133,9 @@ class Notice:
     owner: OwnerHint = OwnerHint()
     thresholds: tuple[tuple[str, float], ...] = ()
     waiting: str = ""  # who waits for this GPU (reclaim_when: demand); untrusted text
+    # The demand source that reads them ("wait", "slurm", "kubernetes", "pool"): the product's
+    # own words about how they wait belong in the template, never in the untrusted text.
+    waiting_through: str = ""
     # Repeat habits: the owner's earlier reclaims within `repeat_window` when a step
     # applies (0: none); `copy_project`: the project's contact is told too.
     repeat_prior: int = 0
@@ -178,6 +181,7 @@ class Notice:
             "owner_language": self.owner.language,
             "thresholds": dict(self.thresholds),
             "waiting": self.waiting,
+            "waiting_through": self.waiting_through,
             "picture_url": self.picture_url,
             "message": self.message(),
         }

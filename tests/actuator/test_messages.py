@@ -21,6 +21,7 @@ from actuator.notifications.messages import (
     size,
     span,
 )
+from actuator.notifications.owners import Contact
 from exporter.nvml_reader import GpuProcessReading, GpuReading
 from tests.helpers.notices import BOB, LILEI, NOW, GiB, notice
 
@@ -148,3 +149,22 @@ def test_the_english_warning_and_the_follow_up(tmp_path: Path) -> None:
 def test_the_repeat_line_counts_in_words_people_write(prior: int, said: str) -> None:
     repeat = notice(repeat_prior=prior, repeat_window=30 * 86400, grace=120.0)
     assert said in Renderer().render(repeat, BOB, NOW).text
+
+
+@pytest.mark.parametrize("contact", [BOB, LILEI], ids=["en", "zh-CN"])
+def test_the_products_own_words_keep_their_markup_only_the_users_are_neutralised(
+    contact: Contact,
+) -> None:
+    """A waiter's name is the user's text; how they wait is the template's. The product's
+    backticks stay backticks (code in chat), the name's become look-alikes."""
+    demand = notice(waiting="carol`s <@all>", waiting_through="wait")
+    message = Renderer().render(demand, contact, NOW)
+    assert "`gpu-reclaimer wait`" in message.markdown and "`gpu-reclaimer wait`" in message.slack
+    assert "\u02b9gpu-reclaimer wait" not in message.markdown
+    assert "`carol\u02b9s \u2039@all\u203a`" in message.markdown  # the user's: one inert span
+    assert (
+        "gpu-reclaimer wait"
+        not in Renderer()
+        .render(notice(waiting="Slurm job 42 of carol", waiting_through="slurm"), contact, NOW)
+        .text
+    )
