@@ -168,8 +168,11 @@ class Renderer:
         )
         self.sre = sre
 
-    def values(self, notice: Notice, contact: Contact, now: float) -> dict[str, Any]:
-        """What a template may print; strings not marked Trusted are escaped."""
+    def values(
+        self, notice: Notice, contact: Contact, now: float, copy_for: str = ""
+    ) -> dict[str, Any]:
+        """What a template may print; strings not marked Trusted are escaped. `copy_for`:
+        the owner whose notice this is a copy of (the project's contact reads it)."""
         language, facts = contact.language, notice.facts
         zone = ZoneInfo(contact.timezone)
 
@@ -206,6 +209,7 @@ class Renderer:
             "grace": Trusted(duration(notice.grace, language)),
             "waiting": notice.waiting,
             "waiting_through": notice.waiting_through,
+            "copy_for": copy_for,
             "repeat_prior": notice.repeat_prior,
             "repeat_window": Trusted(span(notice.repeat_window, language)),
             "copy_project": notice.copy_project,
@@ -223,9 +227,11 @@ class Renderer:
             ),
         }
 
-    def render(self, notice: Notice, contact: Contact, now: float) -> Message:
+    def render(
+        self, notice: Notice, contact: Contact, now: float, *, copy_for: str = ""
+    ) -> Message:
         template = self.env.get_template(f"{notice.kind}.{contact.language}.md.j2")
-        values = self.values(notice, contact, now)
+        values = self.values(notice, contact, now, copy_for)
         # One run of the template serves every dialect: what it prints does not depend on
         # the dialect (untrusted values wait in slots), only the markup and escaping after.
         token = _slots.set([])

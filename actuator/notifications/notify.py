@@ -149,7 +149,10 @@ class OwnerNotifier:
         channels = contact.reachable(set(self.channels)) if contact else []
         if contact is None or not channels:
             return f"; project {project or '(none)'}'s contact not copied: no address"
-        message = self.renderer.render(notice, contact, self.clock())
+        # Addressed to the contact, about the owner's process (never as if theirs).
+        message = self.renderer.render(
+            notice, contact, self.clock(), copy_for=notice.user or "its owner"
+        )
         copied = [(name, self._send_on(name, message, contact)) for name in channels]
         return f"; copied to project {contact.name or project}: " + ", ".join(
             f"{name} {'delivered' if r.delivered else 'failed'}" for name, r in copied

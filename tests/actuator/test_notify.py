@@ -62,7 +62,27 @@ def test_a_repeat_step_copies_the_project_contact_and_the_notice_says_why() -> N
     owner, copy, _ = wecom.received
     told = "您的任务在最近 30 天内已被回收 3 次：宽限期为 2 分钟，并抄送项目负责人；"
     assert told + "保留任务需经运维团队批准。" in owner["markdown"]["content"]
-    assert "Your jobs were reclaimed 3 times in the last 30 days" in copy["markdown"]["content"]
+    copied = copy["markdown"]["content"]
+    # Addressed to the contact about the owner's process, never as if it were theirs.
+    assert "lilei's jobs were reclaimed 3 times in the last 30 days" in copied
+    assert "lilei's process" in copied and "Your process" not in copied
+    assert "you get this copy as the project's contact" in copied
+
+
+def test_the_first_notice_under_demand_is_copied_with_the_line_that_says_why() -> None:
+    vision = Contact(name="Vision on-call", wecom="vision-oncall", language="en")
+    directory = OwnerDirectory(users={"lilei": LILEI}, projects={"vision": vision})
+    first = notice(
+        kind="idle", repeat_prior=2, repeat_window=30 * 86400, copy_project=True, grace=120.0
+    )
+    with robot("wecom") as wecom:
+        notifier = OwnerNotifier(
+            directory, {"wecom": WeComChannel(wecom.url)}, Renderer(), clock=lambda: NOW
+        )
+        assert notifier.send(first, dry_run=False).delivered
+    owner, copy = wecom.received
+    assert "最近 30 天内已被回收 2 次" in owner["markdown"]["content"]
+    assert "lilei's jobs were reclaimed 2 times in the last 30 days" in copy["markdown"]["content"]
 
 
 def test_config_names_what_is_missing(tmp_path: Path) -> None:
