@@ -48,6 +48,7 @@ TEXT: dict[str, dict[str, Any]] = {
         "states": {
             "pending": "已标记，正在复核",
             "notified": "已通知，宽限期中",
+            "idle_until_demand": "已通知：空闲，有人需要这块 GPU 时才会回收",
             "snoozed": "已保留",
             "deferred": "暂缓处理",
             "terminating": "正在停止（已发送 SIGTERM）",
@@ -89,6 +90,7 @@ TEXT: dict[str, dict[str, Any]] = {
         "states": {
             "pending": "flagged, being re-checked",
             "notified": "warned: in its grace period",
+            "idle_until_demand": "told: idle, kept until someone needs the GPU",
             "snoozed": "kept",
             "deferred": "held back for now",
             "terminating": "being stopped (SIGTERM sent)",
@@ -164,7 +166,8 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
             deadline = ""
             on_demand = (case.effective or {}).get("reclaim_when") == "demand"
             start = case.demand_at if on_demand else case.notified_at
-            if case.state == State.NOTIFIED and on_demand and start is None:
+            waits_for_demand = case.state == State.NOTIFIED and on_demand and start is None
+            if waits_for_demand:
                 deadline = t["on_demand"]
             elif case.state == State.NOTIFIED and case.term_at is None and start:
                 grace = (case.effective or {}).get("grace", 0) + case.notice_extra_grace
@@ -185,7 +188,10 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "deadline": deadline,
                 "csrf": links.csrf(token),
                 "keep_hours": offered(case),
-                "state": t["states"].get(str(case.state), str(case.state)),
+                # No grace runs until someone waits: the State row says what the page says.
+                "state": t["states"]["idle_until_demand"]
+                if waits_for_demand
+                else t["states"].get(str(case.state), str(case.state)),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
                 "picture": picture_src(case.id),

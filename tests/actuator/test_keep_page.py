@@ -212,3 +212,14 @@ def test_after_repeated_reclaims_the_owners_keep_waits_for_an_sre(rt, client):
     assert forged.status_code == 422
     assert "after 5 reclaims of your jobs, keeping needs an SRE" in forged.get_data(as_text=True)
     assert rt.store.get_case(case_id).state == State.NOTIFIED
+
+
+def test_under_demand_before_any_demand_the_state_row_says_what_the_page_says(rt, client):
+    """Told, idle, no grace running: not "in its grace period" beside "nothing happens yet"."""
+    effective = {"effective": eff(grace=600.0, reclaim_when="demand").model_dump()}
+    case_id = notified_case(rt, **effective)
+    html = client.get(path_of(rt.links.url(case_id)) + "?lang=en").get_data(as_text=True)
+    assert "Nothing happens yet" in html
+    assert "kept until someone needs the GPU" in html and "grace period" not in html
+    zh = client.get(path_of(rt.links.url(case_id)) + "?lang=zh-CN").get_data(as_text=True)
+    assert "有人需要这块 GPU 时才会回收" in zh and "宽限期中" not in zh
