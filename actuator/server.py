@@ -31,6 +31,7 @@ from actuator.demand.slurm_queue import SlurmQueue
 from actuator.demand.waitlist import WaitList, WaitListDemand
 from actuator.evidence.links import PictureLinks
 from actuator.evidence.pictures import EvidencePictures
+from actuator.evidence.rules import EvaluatedThresholds, rules_api
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
@@ -50,7 +51,7 @@ from actuator.operators import OidcVerifier, Operators
 from actuator.runtime import Runtime
 from actuator.schedulers import KubePods, Scheduler, Schedulers, SlurmJobs
 from actuator.schedulers.slurm_cli import SlurmApi, SlurmCli
-from actuator.startup import idle_thresholds, load_node_projects
+from actuator.startup import load_node_projects
 from actuator.store import Store, StoreUnavailable, open_store
 from exporter import ownprocs
 from exporter.logs import gunicorn_logconfig
@@ -187,10 +188,11 @@ def build_pictures(
 
     # No retries: a notice waits for its picture at most `timeout`, all queries together.
     prom = PrometheusConnect(url=settings.prometheus, timeout=settings.timeout, retry=Retry(0))
+    evaluated = EvaluatedThresholds(rules_api(settings.prometheus, settings.timeout))
     return EvidencePictures(
         prom,
         store,
-        idle_thresholds(config),
+        evaluated.current,  # the rules Prometheus runs, not idle.rules_file
         span=settings.span,
         budget=settings.timeout,
         links=links,

@@ -16,6 +16,7 @@ from actuator.evidence import chart
 from actuator.evidence.fetch import FetchError, fetch
 from actuator.evidence.links import PictureLinks, PictureRef
 from actuator.evidence.queries import Subject, idle_query, panels, step_for, window
+from actuator.evidence.rules import ThresholdsUnknown
 from actuator.models import Case
 from actuator.notifications.notice import ProvenFacts
 from actuator.prometheus_api import RangeQueries
@@ -43,7 +44,7 @@ class EvidencePictures:
         self,
         prom: RangeQueries,
         store: PictureStore,
-        thresholds: Thresholds,
+        thresholds: Thresholds | Callable[[], Thresholds],
         *,
         span: float,
         budget: float = 5.0,
@@ -64,9 +65,16 @@ class EvidencePictures:
             return None
         start, end = window(subject, now, self.span)
         try:
+            # The values the rules Prometheus evaluates (evidence/rules.py), or no picture:
+            # shading by other values could show a busy process as idle.
+            thresholds = self.thresholds() if callable(self.thresholds) else self.thresholds
+        except ThresholdsUnknown as exc:
+            log.warning("case %d: no evidence picture: %s", case.id, exc)
+            return None
+        try:
             evidence = fetch(
                 self.prom,
-                panels(subject, self.thresholds),
+                panels(subject, thresholds),
                 idle_query(subject),
                 start,
                 end,
