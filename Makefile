@@ -10,7 +10,7 @@ DEMO_PACKAGES := prometheus prometheus-alertmanager
 TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze victoria-metrics
 TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd victoria-metrics
 
-.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak churn-soak chaos clean protos check-ultralytics check-bare
+.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak churn-soak chaos clean protos check-ultralytics check-bare compose-deps compose-test
 
 # Everything `make test` needs (the Python venv and every Debian package the tests start).
 setup: $(VENV)/.installed test-deps
@@ -64,6 +64,9 @@ secrets: deploy/secrets/actuator-token deploy/secrets/grafana-admin-password
 deploy/secrets/actuator-token deploy/secrets/grafana-admin-password:
 	mkdir -p deploy/secrets
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
+	@# Alertmanager's container runs as nobody (65534) and sends the token: it reads it as
+	@# its owner; the actuator (root) refuses a token file group or others can read.
+	@if [ "$@" = deploy/secrets/actuator-token ]; then $(SUDO) chown 65534:65534 $@; fi
 	@echo "wrote $@ (keep it secret; see docs/deployment.md)"
 
 rules: setup
@@ -115,6 +118,17 @@ bench-nvitop: setup
 # an extra names it. CI runs it after `make test` (it installs from PyPI, about 20 s).
 check-bare:
 	$(PYTHON) checks/bare_install.py
+
+# docker-compose.yml really run (CI runs it after `make test`; about 9 minutes, most of it
+# the rules' 5-minute hold): Debian's podman as root serves the Docker API Compose speaks;
+# stand-in images are built locally (checks/compose_stack.py, deploy/standins/).
+COMPOSE_TOOLS := podman mmdebstrap docker-compose
+COMPOSE_PACKAGES := podman mmdebstrap docker-compose
+compose-deps:
+	$(call apt_install,$(COMPOSE_TOOLS),$(COMPOSE_PACKAGES))
+
+compose-test: $(VENV)/.installed compose-deps
+	$(SUDO) $(BIN)/python checks/compose_stack.py
 
 # Opt-in, not part of `make test`: the heartbeat's lifecycle with the real Ultralytics package
 # (tiny models trained on the CPU on synthetic data; a throwaway venv of several GB).

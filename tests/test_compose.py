@@ -16,6 +16,7 @@ import glob
 import posixpath
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -545,3 +546,23 @@ def test_the_file_is_valid_for_compose_1_and_2() -> None:
         "configs",
     }
     assert "COMPOSE_PROJECT_NAME=gpu-reclaimer" in (REPO / ".env").read_text()
+
+
+def test_make_secrets_writes_a_token_both_alertmanager_and_the_actuator_accept(
+    tmp_path: Path,
+) -> None:
+    """Found by the real run (make compose-test): Alertmanager's container runs as nobody
+    and must read the token it sends; the actuator refuses one that group or others can
+    read. Owned by 65534, mode 0600: both (the actuator is root)."""
+    subprocess.run(
+        ["make", "-s", "-f", str(REPO / "Makefile"), "-C", str(tmp_path), "secrets", "SUDO="],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    token = tmp_path / "deploy" / "secrets" / "actuator-token"
+    info = token.stat()
+    assert (info.st_uid, info.st_gid) == (65534, 65534)
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    password = tmp_path / "deploy" / "secrets" / "grafana-admin-password"
+    assert stat.S_IMODE(password.stat().st_mode) == 0o600 and password.stat().st_uid == 0
