@@ -12,7 +12,8 @@ exporter's /metrics lists the host's processes, Prometheus scrapes it by service
 loads the shipped rules, Alertmanager routes to the actuator, the containerised actuator
 warns the idle process's owner and reclaims it (a real signal from a container to a host
 process), the busy one is left alone, and `down` leaves nothing behind. The shipped rules
-hold an alert for 5 minutes: the run takes about 8 minutes, most of it waiting.
+hold an alert for 5 minutes: the run takes about 8 minutes (451 s on a 2-core machine,
+images built from scratch), most of it waiting.
 """
 
 from __future__ import annotations
