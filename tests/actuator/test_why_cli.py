@@ -5,6 +5,7 @@ problem (a CommandError, exit 2), and the token goes where the API expects it.""
 from __future__ import annotations
 
 import http.server
+import os
 import re
 import subprocess
 import sys
@@ -96,14 +97,18 @@ def test_the_token_comes_from_its_file_else_the_environment(
 def test_a_reader_that_goes_away_ends_it_quietly(server: str) -> None:
     """`gpu-reclaimer why 7 | head -1`: the reader closes the pipe first; no traceback, and
     the exit a shell reports for SIGPIPE."""
-    done = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "why", "7", "--actuator", server, "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=REPO,
-    )
-    assert done.stdout is not None and done.stderr is not None
-    done.stdout.close()  # gone before a line was written
-    err = done.stderr.read().decode()
-    assert done.wait(timeout=60) == 141
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before a line is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter.cli", "why", "7", "--actuator", server, "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    err = done.stderr.decode()
+    assert done.returncode == 141
     assert "Traceback" not in err and "BrokenPipe" not in err, err

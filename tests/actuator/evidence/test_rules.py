@@ -20,7 +20,7 @@ from actuator.notifications.notice import ProvenFacts
 from exporter.thresholds import SHIPPED
 from tests.helpers.cases import make_case, make_live
 from tests.helpers.prom import Server, start_prometheus
-from tests.support import REPO, free_port
+from tests.support import REPO, free_port, wait_until
 
 SHIPPED_RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 
@@ -44,8 +44,9 @@ def tuned_prometheus(tmp_path: Path) -> Iterator[Server]:
 def test_the_picture_uses_what_prometheus_evaluates_not_the_actuators_file(
     tuned_prometheus: Server,
 ) -> None:
-    evaluated = EvaluatedThresholds(rules_api(tuned_prometheus.url, 5.0))
-    found = evaluated.current()
+    ask = rules_api(tuned_prometheus.url, 5.0)
+    wait_until(lambda: ask()["data"]["groups"], 30)  # rules load just after /-/ready
+    found = EvaluatedThresholds(ask).current()
     assert found.max_sm_util == 0.2 != SHIPPED.max_sm_util
     assert (found.max_cpu_cores, found.max_memory_growth_bytes) == (
         SHIPPED.max_cpu_cores,
