@@ -4,8 +4,9 @@ The audit log's writer takes these and nothing else, so renaming a field is a ty
 at every site that builds the record, not a silent break in a reader. Each record's JSON is
 its fields by name (a field may name its JSON key, `from` being a keyword), led by its
 `event`; a field that defaults to None leaves its key out while it is None, as the log
-always has (a field that may be None but has no default always states it). The decision
-record's reader is `DecisionMade.from_json`; readers compare `Event` members.
+always has (a field that may be None but has no default always states it). Readers of the
+log compare `Event` members; the evidence a step stores on its case's timeline is read back
+as a `decision_record.StepEvidence`.
 """
 
 from __future__ import annotations
@@ -63,18 +64,6 @@ class DecisionMade(Record):
     live: dict[str, Any] | None = None
     thresholds: dict[str, Any] | None = None
     alert_disagrees: dict[str, dict[str, str]] | None = None
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> DecisionMade | None:
-        """The record read back from the log (None: not a decision, or not one this version
-        can read)."""
-        if raw.get("event") != Event.DECISION:
-            return None
-        known = {f.metadata.get("key", f.name): f.name for f in fields(cls)}
-        try:
-            return cls(**{known[k]: v for k, v in raw.items() if k in known})
-        except TypeError:
-            return None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -169,9 +169,6 @@ class NodeBatches:
             batch.signalled = SignalledTrees(self.store.signalled_trees)
         return batch
 
-    def of(self, node: str) -> NodeBatch | None:
-        return self._open.get(node)
-
     def signalled_on(self, node: str) -> SignalledTrees:
         batch = self._open.get(node)  # outside a node's pass: read afresh
         return batch.signalled if batch else SignalledTrees(self.store.signalled_trees)

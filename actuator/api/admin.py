@@ -15,7 +15,7 @@ from actuator.runtime import Runtime
 AUDIT_ARGS = frozenset({"limit", "case", "before"})
 
 
-class BreakerReset(BaseModel):
+class BreakerResetRequest(BaseModel):
     """The breaker reset's why and who."""
 
     model_config = ConfigDict(extra="forbid")
@@ -23,7 +23,7 @@ class BreakerReset(BaseModel):
     by: str = Field("", max_length=100)
 
 
-class RepeatReset(BaseModel):
+class RepeatResetRequest(BaseModel):
     """A repeat count's reset: an SRE's decision about one owner, so its why is required."""
 
     model_config = ConfigDict(extra="forbid")
@@ -57,7 +57,7 @@ def admin_blueprint(rt: Runtime, auth: Auth) -> Blueprint:
     def breaker_reset() -> tuple[Response, int]:
         data = request.get_json(silent=True) if request.content_length else {}
         try:
-            body = BreakerReset.model_validate(data or {})
+            body = BreakerResetRequest.model_validate(data or {})
         except ValidationError as exc:
             return error(422, "invalid reset request", details=validation_details(exc))
         result = operations.reset_breaker(rt, auth.actor(body.by), body.reason)
@@ -69,7 +69,7 @@ def admin_blueprint(rt: Runtime, auth: Auth) -> Blueprint:
     def repeat_reset(user: str) -> tuple[Response, int]:
         data = request.get_json(silent=True) if request.content_length else {}
         try:
-            body = RepeatReset.model_validate(data or {})
+            body = RepeatResetRequest.model_validate(data or {})
         except ValidationError as exc:
             return error(422, "invalid reset request", details=validation_details(exc))
         if not user or len(user) > 64:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from pathlib import Path
 
 import pytest
 
 from actuator import audit_records
 from actuator.audit import AuditLog, Event
-from actuator.audit_records import DecisionMade, NeedlessReclaim, Record, Snoozed
+from actuator.audit_records import NeedlessReclaim, Record, Snoozed
 from actuator.decision_record import decision_record
 from actuator.models import State
 from tests.helpers.cases import T0, make_case
@@ -46,7 +47,7 @@ def test_an_optional_field_is_left_out_while_none_a_stated_one_is_kept() -> None
     assert line["request"] is None  # may be None, always stated
 
 
-def test_a_decision_record_reads_back_as_written(tmp_path: Path) -> None:
+def test_a_decision_record_is_written_with_the_logs_own_keys(tmp_path: Path) -> None:
     case = make_case(id=7, state=State.NOTIFIED)
     written = dataclasses.replace(
         decision_record(case, State.PENDING, "notify", "idle for 5m", T0, code="idle"),
@@ -56,6 +57,4 @@ def test_a_decision_record_reads_back_as_written(tmp_path: Path) -> None:
     log.write(written)
     (raw,) = log.tail(1)
     assert raw["from"] == "pending" and "live" not in raw  # the log's own keys
-    assert DecisionMade.from_json(raw) == written
-    assert DecisionMade.from_json({"event": "snooze", "case": 7}) is None
-    assert DecisionMade.from_json({"event": "decision", "case": 7}) is None  # not readable
+    assert {k: v for k, v in raw.items() if k != "ts"} == json.loads(json.dumps(written.to_json()))

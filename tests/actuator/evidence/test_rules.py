@@ -63,6 +63,19 @@ def test_rules_that_do_not_state_the_thresholds_are_unknown() -> None:
         thresholds_of({"status": "error"})
 
 
+def test_rules_that_state_two_values_are_unknown_not_one_of_them() -> None:
+    """Two rule files in one Prometheus, two SM thresholds: which one the alert used cannot
+    be told, so neither is drawn."""
+    rules = SHIPPED_RULES.read_text()
+    expression = next(line for line in rules.splitlines() if "max_window <= 0.05" in line)
+    groups = [
+        {"rules": [{"query": rules}]},
+        {"rules": [{"query": expression.replace("0.05", "0.2")}]},
+    ]
+    with pytest.raises(ThresholdsUnknown, match="max_sm_util"):
+        thresholds_of({"status": "success", "data": {"groups": groups}})
+
+
 class _NoQueries:
     def custom_query_range(self, *args: object, **kwargs: object) -> object:
         raise AssertionError("no picture may be asked for without its thresholds")
