@@ -23,6 +23,8 @@ from exporter.guard import BoundedCall
 from exporter.heartbeat_reader import HeartbeatReader, ProcessRef
 from exporter.identity import IdentityCache, ProcessIdentity
 from exporter.logactivity import log_write_timestamp
+from exporter.netactivity import DEFAULT_FLOOR, NetworkMeter, NetworkReading
+from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
 from exporter.proctree import HostProcesses
 from exporter.selfmetrics import own_families
@@ -56,6 +58,8 @@ class ExporterSettings:
     log_globs: Sequence[str] = ()
     nvml_timeout: float = 1.5
     proc_root: Path = procfs.PROC
+    network: bool = True  # each GPU process tree's TCP sockets (exporter/netactivity.py)
+    network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute that are not work
 
 
 @dataclass
@@ -77,6 +81,9 @@ class _Families:
     p_cpu: Family = field(init=False)
     p_heartbeat: Family = field(init=False)
     p_log: Family = field(init=False)
+    p_listening: Family = field(init=False)
+    p_net_activity: Family = field(init=False)
+    p_net_unknown: Family = field(init=False)
     p_info: Family = field(init=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +148,24 @@ class _Families:
             "Last write to the process's stdout/stderr file or matching logs.",
             process,
         )
+        self.p_listening = g(
+            "gpu_process_listening_sockets",
+            "TCP sockets the process tree listens on; scope=loopback: bound to a loopback "
+            "address only (reachable from this host alone), external: any other address.",
+            (*process, "scope"),
+        )
+        self.p_net_activity = g(
+            "gpu_process_network_last_activity_timestamp_seconds",
+            "When data last moved on the process tree's TCP connections by more than "
+            "keep-alive traffic, unix seconds; absent until it has (or when unknown).",
+            process,
+        )
+        self.p_net_unknown = g(
+            "gpu_exporter_process_network_unknown",
+            "1 with the reason the process tree's sockets could not be read (no permission, "
+            "namespace gone): its network evidence is unknown, not absent.",
+            (*process, "reason"),
+        )
         self.p_info = g(
             "gpu_process_info",
             "Identity of a process holding GPU memory.",
@@ -167,6 +192,10 @@ class GpuCollector(Collector):
         self._boot_id = procfs.boot_id(settings.proc_root)
         self._host = HostProcesses(settings.proc_root)
         self._heartbeats = HeartbeatReader(settings.proc_root)
+        self._sockets = SocketTables(str(settings.proc_root)) if settings.network else None
+        self._network = (
+            NetworkMeter(self._sockets, floor=settings.network_floor) if self._sockets else None
+        )
         self._exposition = Exposition()
         # The state kept between scrapes (process tree, info labels, rendered lines) is
         # changed under this lock, whichever path (/metrics, the library) scrapes.
@@ -242,6 +271,9 @@ class GpuCollector(Collector):
             else {}
         )
         cpu_seconds: dict[int, float] = {}
+        network: dict[int, NetworkReading | str] = {}
+        if self._sockets is not None:
+            self._sockets.begin()
         info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
         live_keys: set[tuple[int, int]] = set()
         for index in reading.failed_gpus:
@@ -266,6 +298,11 @@ class GpuCollector(Collector):
                 families.p_cpu.add(labels, cpu)
                 if process.pid in heartbeats:
                     families.p_heartbeat.add(labels, heartbeats[process.pid])
+                if self._network is not None:
+                    net = network.get(process.pid)
+                    if net is None:
+                        net = network[process.pid] = self._read_network(process.pid, stat)
+                    _add_network(families, labels, net)
                 written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
                 if written is not None:
                     families.p_log.add(labels, written)
@@ -279,6 +316,17 @@ class GpuCollector(Collector):
                     families.p_info.add(known[1], 1)
         self._info = info  # kept while the series lives
         self.identities.prune(live_keys)
+        if self._sockets is not None and self._network is not None:
+            self._sockets.end()
+            self._network.prune(live_keys)
+
+    def _read_network(self, pid: int, stat: procfs.ProcStat) -> NetworkReading | str:
+        """The tree's network reading, or why it is unknown."""
+        assert self._network is not None
+        try:
+            return self._network.read((pid, stat.start_ticks), [pid, *self._host.descendants(pid)])
+        except SocketsUnknown as exc:
+            return _unknown_reason(str(exc))
 
     def _info_values(
         self,
@@ -321,3 +369,22 @@ class GpuCollector(Collector):
         families.util_supported.add(labels, 1 if gpu.process_util_supported else 0)
         if gpu.util_unknown_reason:
             families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)
+
+
+def _unknown_reason(detail: str) -> str:
+    """A short, bounded label value for why the network is unknown."""
+    if "ermission" in detail or "not permitted" in detail:
+        return "no_permission"
+    if "No such file" in detail:
+        return "gone"
+    return "error"
+
+
+def _add_network(families: _Families, labels: tuple[str, ...], net: NetworkReading | str) -> None:
+    if isinstance(net, str):
+        families.p_net_unknown.add((*labels, net), 1)
+        return
+    families.p_listening.add((*labels, "loopback"), net.listening_loopback)
+    families.p_listening.add((*labels, "external"), net.listening_external)
+    if net.last_activity is not None:
+        families.p_net_activity.add(labels, net.last_activity)

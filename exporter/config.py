@@ -34,6 +34,10 @@ class ExporterConfig(BaseModel):
     # Prometheus always asks for gzip; level 1 costs a tenth of level 9 for a body ~15 %
     # larger (benchmarks/exporter_scrape.py).
     gzip_level: int = Field(default=1, ge=1, le=9)
+    # Each GPU process tree's TCP sockets (listeners, data moved): exporter/netactivity.py.
+    network: bool = True
+    # Bytes per minute on a tree's connections that are keep-alive, not work (docs/metrics.md).
+    network_keepalive_bytes: int = Field(default=16 * 1024, ge=0)
 
 
 class ConfigError(Exception):

@@ -72,6 +72,20 @@ def add_commands(commands: Any) -> None:
     parser.add_argument(
         "--gzip-level", type=int, metavar="1-9", help="gzip level when a scraper asks (default 1)"
     )
+    parser.add_argument(
+        "--no-network",
+        dest="network",
+        action="store_const",
+        const=False,
+        help="do not read the GPU processes' TCP sockets (listeners, data moved)",
+    )
+    parser.add_argument(
+        "--network-keepalive-bytes",
+        type=int,
+        metavar="BYTES",
+        help="bytes per minute on a process tree's connections that count as keep-alive, "
+        "not work (default 16384)",
+    )
     parser.set_defaults(func=run_exporter)
 
 
@@ -86,6 +100,8 @@ _FLAGS = {
     "projects_file": ("--projects", "projects"),
     "gzip_level": ("--gzip-level", "gzip_level"),
     "pod_resources_socket": ("--pod-resources-socket", "pod_resources_socket"),
+    "network": ("--no-network", "network"),
+    "network_keepalive_bytes": ("--network-keepalive-bytes", "network_keepalive_bytes"),
 }
 
 
@@ -136,6 +152,8 @@ def run_exporter(args: argparse.Namespace) -> int:
         heartbeat_dir=config.heartbeat_dir,
         log_globs=tuple(config.log_globs),
         nvml_timeout=config.nvml_timeout_seconds,
+        network=config.network,
+        network_floor=config.network_keepalive_bytes,
     )
     registry = CollectorRegistry(auto_describe=False)
     pods = None

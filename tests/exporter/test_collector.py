@@ -336,3 +336,19 @@ def test_board_power_and_energy_as_the_card_draws_them(sim_node: Path, spawn_wor
     assert power(0) == model.context_w  # idle: the context alone
     assert model.context_w < power(1) <= model.limit_w  # busy
     assert energy(1) - first >= model.context_w * 0.9  # about a second of its draw
+
+
+def test_network_evidence_per_process_tree(sim_node: Path, spawn_workload) -> None:
+    """The tree's sockets are read: a job with none lists 0 listeners and no activity; with
+    network evidence off, neither series exists."""
+    job = spawn_workload(memory="2GiB", phases="idle")
+    scraper = Scraper(sim_node)
+    scraper.samples()
+    uuid = scraper.uuids[0]
+    labels = {"gpu": 0, "uuid": uuid, "pid": job.pid}
+    assert scraper.value("gpu_process_listening_sockets", **labels, scope="loopback") == 0
+    assert scraper.value("gpu_process_listening_sockets", **labels, scope="external") == 0
+    assert scraper.process("gpu_process_network_last_activity_timestamp_seconds", job.pid) is None
+    off = Scraper(sim_node, network=False)
+    off.samples()
+    assert off.value("gpu_process_listening_sockets", **labels, scope="loopback") is None

@@ -1,0 +1,133 @@
+"""A process tree's network evidence: what it listens on, and when data last moved on its
+connections by more than keep-alive traffic.
+
+The tree's sockets are the ones its processes hold open (``socket:[INODE]`` in
+/proc/PID/fd), looked up in the kernel's list for the tree's network namespace
+(exporter/netdiag.py). Bytes are the kernel's per-connection counters (received, and sent
+and acknowledged).
+
+Keep-alive is not work: a Jupyter kernel's server, a training's metrics client and an
+idle HTTP keep-alive move a few bytes every few seconds. Data counts as moved only when
+the tree's connections moved more than `floor` bytes within the last `window` seconds; the
+activity timestamp is then the kernel's time of the latest data on the connections that
+moved. Below the floor the timestamp stays where it was (absent if data never moved).
+
+A connection opened and closed between two readings is not seen (its counters go with
+it); one open at a reading counts with everything it moved since it opened.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from exporter.netdiag import SocketsUnknown, SocketTables, TcpSocket
+
+# Bytes per window that keep-alive traffic stays under (docs/metrics.md: measured against
+# an idle ipykernel with jupyter_server, tests/exporter/test_jupyter_keepalive.py).
+DEFAULT_FLOOR = 16 * 1024
+DEFAULT_WINDOW = 60.0
+_SOCKET_PREFIX = "socket:["
+
+
+@dataclass(frozen=True)
+class NetworkReading:
+    listening_loopback: int
+    listening_external: int
+    ports: frozenset[int]  # the ports it listens on
+    connections: int
+    last_activity: float | None  # unix seconds; None: no data above the floor seen yet
+
+
+@dataclass
+class _Meter:
+    counters: dict[int, int] = field(default_factory=dict)  # inode -> bytes moved
+    moves: deque[tuple[float, int]] = field(default_factory=deque)  # (mono, bytes)
+    last_activity: float | None = None
+
+
+def socket_inodes(pids: Iterable[int], proc_root: str = "/proc") -> set[int]:
+    """Inodes of the sockets the processes hold open (raises SocketsUnknown)."""
+    inodes: set[int] = set()
+    for pid in pids:
+        fd_dir = f"{proc_root}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except FileNotFoundError:
+            continue  # exited meanwhile: it holds nothing
+        except OSError as exc:
+            why = f"cannot list the open files of pid {pid}: {exc.strerror}"
+            raise SocketsUnknown(why) from None
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue  # closed meanwhile
+            if target.startswith(_SOCKET_PREFIX) and target.endswith("]"):
+                inodes.add(int(target[len(_SOCKET_PREFIX) : -1]))
+    return inodes
+
+
+class NetworkMeter:
+    """Network readings of process trees, metered between readings (one per process)."""
+
+    def __init__(
+        self,
+        tables: SocketTables,
+        *,
+        floor: int = DEFAULT_FLOOR,
+        window: float = DEFAULT_WINDOW,
+        clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tables, self.floor, self.window = tables, floor, window
+        self.clock, self.mono = clock, mono
+        self._meters: dict[tuple[int, int], _Meter] = {}
+
+    def read(self, key: tuple[int, int], pids: list[int]) -> NetworkReading:
+        """The tree of `pids` (the root first), metered under `key` (pid, start ticks).
+        Raises SocketsUnknown when its sockets cannot be read."""
+        table = self.tables.of(pids[0])
+        inodes = socket_inodes(pids, self.tables.proc_root)
+        mine = [table[i] for i in inodes if i in table]
+        meter = self._meters.setdefault(key, _Meter())
+        return self._measure(meter, mine)
+
+    def _measure(self, meter: _Meter, sockets: list[TcpSocket]) -> NetworkReading:
+        now, mono = self.clock(), self.mono()
+        moved, newest_ms = 0, None
+        counters: dict[int, int] = {}
+        for s in sockets:
+            if s.listening:
+                continue
+            counters[s.inode] = s.moved
+            delta = s.moved - meter.counters.get(s.inode, 0)
+            if delta > 0:
+                moved += delta
+                ago = s.data_ms_ago
+                if ago is not None:
+                    newest_ms = ago if newest_ms is None else min(newest_ms, ago)
+        meter.counters = counters
+        if moved:
+            meter.moves.append((mono, moved))
+        while meter.moves and meter.moves[0][0] < mono - self.window:
+            meter.moves.popleft()
+        if moved and sum(b for _, b in meter.moves) > self.floor:
+            at = now - (newest_ms or 0) / 1000
+            if meter.last_activity is None or at > meter.last_activity:
+                meter.last_activity = at
+        listeners = [s for s in sockets if s.listening]
+        return NetworkReading(
+            listening_loopback=sum(1 for s in listeners if s.loopback),
+            listening_external=sum(1 for s in listeners if not s.loopback),
+            ports=frozenset(s.port for s in listeners),
+            connections=len(counters),
+            last_activity=meter.last_activity,
+        )
+
+    def prune(self, live: set[tuple[int, int]]) -> None:
+        """Forget the processes no longer seen."""
+        self._meters = {k: m for k, m in self._meters.items() if k in live}

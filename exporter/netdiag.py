@@ -1,0 +1,229 @@
+"""TCP sockets as the kernel lists them: sock_diag (inet_diag) dumps, one per network
+namespace and pass, encoded and parsed by pyroute2.
+
+A dump answers for the namespace its netlink socket was opened in. For a namespace other
+than the exporter's own, the socket is opened by a short-lived thread that enters the
+namespace (setns acts on the calling thread only) and then ends; the socket stays in that
+namespace and is kept while the namespace is seen. Entering needs CAP_SYS_ADMIN: without
+it, the namespace's sockets are unknown, never "none".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from ipaddress import ip_address
+from typing import Any
+
+from pyroute2.netlink import (
+    NETLINK_SOCK_DIAG,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+)
+from pyroute2.netlink.diag import (
+    SOCK_DIAG_BY_FAMILY,
+    SS_CLOSE,
+    SS_LISTEN,
+    SS_MAX,
+    SS_SYN_RECV,
+    SS_TIME_WAIT,
+    MarshalDiag,
+    inet_diag_req,
+)
+
+CLONE_NEWNET = 0x40000000
+INET_DIAG_INFO = 2  # the tcp_info extension (bit INET_DIAG_INFO - 1 of idiag_ext)
+# Sockets an inode can name: TIME_WAIT and SYN_RECV entries belong to no open file.
+_STATES = ((1 << SS_MAX) - 1) & ~((1 << SS_TIME_WAIT) | (1 << SS_SYN_RECV) | (1 << SS_CLOSE))
+_RECV = 1 << 16
+_MAX_MESSAGES = 200_000  # a dump longer than this is not believed (and not read on)
+
+
+class SocketsUnknown(Exception):
+    """The kernel's socket list for a namespace could not be read (the reason says why)."""
+
+
+@dataclass(frozen=True)
+class TcpSocket:
+    inode: int
+    listening: bool
+    loopback: bool  # bound to a loopback address: reachable from this host only
+    port: int  # the local port
+    moved: int  # bytes received plus bytes sent and acknowledged, since it opened
+    # Milliseconds since data last went either way (None for a listener).
+    data_ms_ago: int | None
+
+
+def namespace_of(pid: int, proc_root: str = "/proc") -> int:
+    """The network namespace's inode number (raises OSError: gone, or no permission)."""
+    return os.stat(f"{proc_root}/{pid}/ns/net").st_ino
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool((mapped or ip).is_loopback)
+
+
+def _decode(msg: Any) -> TcpSocket | None:
+    get = msg.__getitem__
+    inode = int(get("idiag_inode"))
+    if inode == 0:
+        return None
+    listening = get("idiag_state") == SS_LISTEN
+    info = msg.get_attr("INET_DIAG_INFO") or {}
+    moved = int(info.get("tcpi_bytes_received", 0)) + int(info.get("tcpi_bytes_acked", 0))
+    ago = None
+    if not listening and info:
+        ago = min(int(info.get("tcpi_last_data_sent", 0)), int(info.get("tcpi_last_data_recv", 0)))
+    return TcpSocket(
+        inode=inode,
+        listening=listening,
+        loopback=_is_loopback(str(get("idiag_src"))),
+        port=int(get("idiag_sport")),
+        moved=0 if listening else moved,
+        data_ms_ago=ago,
+    )
+
+
+def dump(sock: socket.socket) -> dict[int, TcpSocket]:
+    """Every TCP socket (IPv4 and IPv6) of the socket's namespace, by inode."""
+    found: dict[int, TcpSocket] = {}
+    for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
+        req = inet_diag_req()
+        req["header"]["type"] = SOCK_DIAG_BY_FAMILY
+        req["header"]["flags"] = NLM_F_REQUEST | NLM_F_DUMP
+        req["header"]["sequence_number"] = seq
+        req["sdiag_family"] = family
+        req["sdiag_protocol"] = socket.IPPROTO_TCP
+        req["idiag_states"] = _STATES
+        req["idiag_ext"] = 1 << (INET_DIAG_INFO - 1)
+        req.encode()
+        try:
+            sock.send(req.data)
+            _read_dump(sock, found)
+        except OSError as exc:
+            raise SocketsUnknown(f"the kernel's socket list failed: {exc}") from None
+    return found
+
+
+def _read_dump(sock: socket.socket, found: dict[int, TcpSocket]) -> None:
+    marshal = MarshalDiag()
+    seen = 0
+    while True:
+        data = sock.recv(_RECV)
+        if not data:
+            raise SocketsUnknown("the kernel's socket list ended early")
+        for msg in marshal.parse(data):
+            kind = msg["header"]["type"]
+            if kind == NLMSG_DONE:
+                return
+            if kind == NLMSG_ERROR:
+                raise SocketsUnknown("the kernel refused the socket list")
+            seen += 1
+            if seen > _MAX_MESSAGES:
+                raise SocketsUnknown(f"more than {_MAX_MESSAGES} sockets in one namespace")
+            decoded = _decode(msg)
+            if decoded is not None:
+                found[decoded.inode] = decoded
+
+
+def _diag_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+    sock.settimeout(2.0)  # the kernel answers at once; never block a scrape for ever
+    return sock
+
+
+def open_in_namespace(pid: int, proc_root: str = "/proc") -> socket.socket:
+    """A sock_diag socket inside `pid`'s network namespace (raises SocketsUnknown)."""
+    result: list[socket.socket | str] = []
+
+    def enter_and_open() -> None:  # this thread ends in the other namespace: nothing leaks
+        libc = ctypes.CDLL(None, use_errno=True)
+        try:
+            fd = os.open(f"{proc_root}/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            result.append(f"cannot open its network namespace: {exc.strerror}")
+            return
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                result.append(
+                    f"cannot enter its network namespace: {os.strerror(ctypes.get_errno())}"
+                )
+                return
+        finally:
+            os.close(fd)
+        result.append(_diag_socket())
+
+    thread = threading.Thread(target=enter_and_open, name="netns-open", daemon=True)
+    thread.start()
+    thread.join()
+    got = result[0] if result else "the namespace thread failed"
+    if isinstance(got, str):
+        raise SocketsUnknown(got)
+    return got
+
+
+class SocketTables:
+    """The TCP sockets of each network namespace, dumped at most once per pass."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._own = os.stat("/proc/thread-self/ns/net").st_ino
+        self._sockets: dict[int, socket.socket] = {}
+        self._tables: dict[int, dict[int, TcpSocket] | SocketsUnknown] = {}
+        self._lock = threading.Lock()
+        self.dumps = 0  # for tests and benchmarks
+
+    def begin(self) -> None:
+        """A new pass: every namespace is dumped afresh when next asked for."""
+        with self._lock:
+            self._tables = {}
+
+    def end(self) -> None:
+        """Close the sockets of namespaces this pass did not ask for."""
+        with self._lock:
+            for ns in set(self._sockets) - set(self._tables):
+                self._sockets.pop(ns).close()
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._sockets.values():
+                sock.close()
+            self._sockets = {}
+
+    def of(self, pid: int) -> dict[int, TcpSocket]:
+        """The sockets of `pid`'s network namespace (raises SocketsUnknown)."""
+        try:
+            ns = namespace_of(pid, self.proc_root)
+        except OSError as exc:
+            raise SocketsUnknown(f"cannot see its network namespace: {exc.strerror}") from None
+        with self._lock:
+            table = self._tables.get(ns)
+            if table is None:
+                table = self._tables[ns] = self._dump(ns, pid)
+        if isinstance(table, SocketsUnknown):
+            raise table
+        return table
+
+    def _dump(self, ns: int, pid: int) -> dict[int, TcpSocket] | SocketsUnknown:
+        try:
+            sock = self._sockets.get(ns)
+            if sock is None:
+                sock = _diag_socket() if ns == self._own else open_in_namespace(pid, self.proc_root)
+                self._sockets[ns] = sock
+            self.dumps += 1
+            return dump(sock)
+        except SocketsUnknown as exc:
+            broken = self._sockets.pop(ns, None)
+            if broken is not None:
+                broken.close()
+            return exc
