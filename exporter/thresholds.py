@@ -48,14 +48,15 @@ class ThresholdsError(ValueError):
 
 
 def from_rules(text: str, source: str = "rules") -> Thresholds:
-    """The thresholds in the `gpu_process:idle_condition` rule of a rules file's text."""
+    """The thresholds in the `gpu_process:quiet_condition` rule of a rules file's text (the
+    condition GpuProcessIdle and GpuServiceIdle share; `idle_condition` in older files)."""
     values: dict[str, float] = {}
     for name, pattern in _IN_IDLE_CONDITION.items():
         found = pattern.findall(text)
         if len(set(found)) != 1:
             raise ThresholdsError(
                 f"{source}: expected one value for {name} ({pattern.pattern.split(chr(92))[0]}"
-                f" <= N) in gpu_process:idle_condition, found {found or 'none'}"
+                f" <= N) in gpu_process:quiet_condition, found {found or 'none'}"
             )
         values[name] = float(found[0])
     windows = set(_SAMPLE_WINDOW.findall(text))

@@ -81,7 +81,7 @@ def test_a_projects_proposal_is_a_diff_of_the_rules_and_can_be_written(
     assert "-            gpu_process:sm_utilization_ratio:max_window <= 0.05" in done.stdout
     assert "+            gpu_process:sm_utilization_ratio:max_window <= 0.2" in done.stdout
     rules = RuleSet.load(written)
-    assert "<= 0.2" in rules.records["gpu_process:idle_condition"]
+    assert "<= 0.2" in rules.records["gpu_process:quiet_condition"]
     assert rules.alerts["GpuProcessIdle"].hold_s == 300
     refused = tune(prom, start, "--write", str(written))
     assert refused.returncode == 2 and "--write needs --project" in refused.stderr
