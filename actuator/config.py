@@ -92,6 +92,12 @@ class NodeConfig(Strict):
         description="the kubelet's pod-resources socket: names the pod of a process "
         "(/var/lib/kubelet/pod-resources/kubelet.sock on a Kubernetes node)",
     )
+    network: bool = Field(
+        True, description="read the trees' TCP sockets (listeners, data beyond keep-alive)"
+    )
+    network_keepalive_bytes: int = Field(
+        16 * 1024, ge=0, description="bytes per minute that are keep-alive, as the exporter's"
+    )
 
 
 class WebhookSettings(Strict):

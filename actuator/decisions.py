@@ -163,6 +163,20 @@ def check_idle(
             Reason.ACTIVITY,
             f"GPU memory grew from {baseline} to {live.gpu_memory_bytes} bytes",
         )
+    if live.network_unknown:
+        return move(
+            State.REFUSED,
+            Reason.UNKNOWN_EVIDENCE,
+            f"its network is unknown: {live.network_unknown}"[:500],
+        )
+    moved = live.network_activity
+    if moved is not None and now - moved < idle.log_quiet_for:
+        return move(
+            State.CANCELLED,
+            Reason.ACTIVITY,
+            f"data moved on its connections {now - moved:.1f}s ago, beyond keep-alive "
+            f"(quiet for {idle.log_quiet_for:g}s required)",
+        )
     last = live.last_activity
     if last is not None and now - last < idle.log_quiet_for:
         source = "heartbeat" if last == live.heartbeat else "log"

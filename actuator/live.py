@@ -22,6 +22,8 @@ from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import ProjectMapping, command_name, group_name, user_name
 from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.logactivity import log_write_timestamp
+from exporter.netactivity import DEFAULT_FLOOR, NetworkMeter, NetworkReading
+from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
 from exporter.slurm import slurm_job_of
@@ -31,6 +33,8 @@ POD_LIST_MAX_AGE = 0.25  # as the shared NVML reading (actuator/node.py)
 # re-checked within this long (one tick's run through a node's cases); it only says who
 # descends from whom, and every member's CPU and state are read fresh at each re-check.
 TABLE_MAX_AGE = 0.1
+# A process not re-checked for this long starts its network metering afresh.
+NETWORK_METER_MAX_AGE = 3600.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Evidence:
     projects: ProjectMapping | None = None
     proc_root: Path = procfs.PROC
     pods: PodLocator | None = None  # the kubelet's pod-resources API
+    network: bool = True  # the trees' TCP sockets (listeners, data beyond keep-alive)
+    network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute, as the exporter's
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,14 @@ class Inspector:
         root = evidence.proc_root
         self._boot_time = procfs.boot_time(root)
         self._boot_id = procfs.boot_id(root)
+        # One meter for every re-check on this node: a tree's first reading is its baseline,
+        # and data moved after it (a served request during the grace) is activity.
+        self._network_lock = threading.Lock()
+        self._network = (
+            NetworkMeter(SocketTables(str(root)), floor=evidence.network_floor, clock=clock)
+            if evidence.network
+            else None
+        )
 
     @property
     def proc_root(self) -> Path:
@@ -240,6 +254,7 @@ class Inspector:
                 util_unknown = gpu.util_unknown_reason
             elif held and None not in utils:
                 util = max(u for u in utils if u is not None)
+        net, net_unknown = self._network_of(target, [m.pid for m in tree.members])
         logs = [log_write_timestamp(m.pid, self.evidence.log_globs, root_dir) for m in tree.members]
         written = [t for t in logs if t is not None]
         heartbeat = None
@@ -267,11 +282,31 @@ class Inspector:
             log_mtime=max(written) if written else None,
             heartbeat=heartbeat,
             power_share_watts=power_share(gpu, mem),
+            listening_external=net.listening_external if net is not None else None,
+            listen_ports=tuple(sorted(net.ports)) if net is not None else (),
+            network_activity=net.last_activity if net is not None else None,
+            network_unknown=net_unknown,
             keep_asked=_keep_asked(procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir)),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),
         )
+
+    def _network_of(self, target: Target, pids: list[int]) -> tuple[NetworkReading | None, str]:
+        """The tree's network reading, metered across re-checks; (None, why) when unknown,
+        (None, "") when this node does not read networks."""
+        if self._network is None:
+            return None, ""
+        with self._network_lock:
+            tables = self._network.tables
+            tables.begin()
+            try:
+                return self._network.read((target.pid, target.start_ticks), pids), ""
+            except SocketsUnknown as exc:
+                return None, str(exc)
+            finally:
+                tables.end()
+                self._network.forget_unread(NETWORK_METER_MAX_AGE)
 
 
 def _keep_asked(value: str | None) -> str | None:

@@ -312,6 +312,13 @@ class LiveState:
     # The GPU's board power now, shared by the memory each process on it holds (as the
     # rules' gpu_process:power_share_watts); None where the driver reports no power.
     power_share_watts: float | None = None
+    # The tree's TCP sockets (exporter/netactivity.py), read by the node's own meter: the
+    # listeners other hosts can reach (None: not read), every listening port, and when data
+    # last moved beyond keep-alive since the node's first reading of it (None: not since).
+    listening_external: int | None = None
+    listen_ports: tuple[int, ...] = ()
+    network_activity: float | None = None
+    network_unknown: str = ""  # why the sockets could not be read ("" when they were)
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
@@ -355,6 +362,10 @@ class LiveState:
             "cpu_seconds": self.cpu_seconds,
             "log_mtime": self.log_mtime,
             "heartbeat": self.heartbeat,
+            "listening_external": self.listening_external,
+            "listen_ports": list(self.listen_ports),
+            "network_activity": self.network_activity,
+            "network_unknown": self.network_unknown or None,
             "keep_asked": self.keep_asked,
             "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],

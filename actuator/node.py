@@ -264,6 +264,8 @@ def local_node(
         log_globs=settings.log_globs,
         projects=projects,
         pods=_pod_resources(settings.pod_resources_socket),
+        network=settings.network,
+        network_floor=settings.network_keepalive_bytes,
     )
     return LocalNode(
         settings.name,

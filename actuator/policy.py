@@ -14,6 +14,7 @@ from exporter.units import parse_duration, parse_size
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+Port = Annotated[int, Field(ge=1, le=65535)]
 
 # Long-running services that hold a GPU on purpose. Matched (re.fullmatch) against the
 # executable's name, argv[0]'s name, the Python module of `python -m MOD` and the name of a
@@ -59,6 +60,9 @@ class Timing(Strict):
     grace: Duration | None = None
     term_timeout: Duration | None = None
     kill_timeout: Duration | None = None
+    service_window: Duration | None = None
+    service_reclaim_when: ReclaimWhen | None = None
+    service_ports: tuple[Port, ...] | None = None
 
     @model_validator(mode="after")
     def _keep_bounds_in_order(self) -> Timing:
@@ -94,6 +98,19 @@ class Defaults(Strict):
         ReclaimWhen.IDLE,
         description="idle: after the grace; demand: only when a waiting "
         "request this GPU can serve appears (the grace starts then)",
+    )
+    # Services (a process tree listening on a port other hosts can reach, or on a port
+    # named here): idle between bursts of requests is what they do (docs/actuator.md).
+    service_window: Duration = Field(
+        3600.0, ge=0, description="a service is not warned before it was quiet this long"
+    )
+    service_reclaim_when: ReclaimWhen = Field(
+        ReclaimWhen.DEMAND,
+        description="when a quiet service is reclaimed (demand: only when "
+        "someone waits for its GPU)",
+    )
+    service_ports: tuple[Port, ...] = Field(
+        (), description="ports that make a process a service even where it listens on loopback"
     )
 
     @model_validator(mode="after")
@@ -324,6 +341,12 @@ class Effective(Strict):
     kill_timeout: float
     release_timeout: float
     reclaim_when: ReclaimWhen = ReclaimWhen.IDLE
+    # The service class: set when the node (or, only ever to be safer, the alert) says the
+    # process is a service; the three service_* values are the rule's, applied when it is.
+    service: bool = False
+    service_window: float = 3600.0
+    service_reclaim_when: ReclaimWhen = ReclaimWhen.DEMAND
+    service_ports: tuple[int, ...] = ()
     # Repeat habits (`repeat`): the owner's earlier reclaims within the window when a step
     # applies (0: none), the window, and whether the project's contact is copied.
     repeat_prior: int = 0
@@ -343,6 +366,13 @@ class Facts:
     node: str = ""  # the node whose agent (or this host) answered the re-check
     partition: str = ""  # the scheduler's word: a Slurm job's partition and account
     account: str = ""
+    # What the process tree listens on, as the node read it: a port other hosts can reach
+    # (`listens_external`), and every port (which the rule's `service_ports` may name).
+    listens_external: bool = False
+    listen_ports: tuple[int, ...] = ()
+
+    def is_service(self, eff: Effective) -> bool:
+        return self.listens_external or bool(set(self.listen_ports) & set(eff.service_ports))
 
 
 @dataclass(frozen=True)
@@ -351,6 +381,7 @@ class Claims:
 
     project: str = ""
     namespace: str = ""
+    service: bool = False  # the alert's class is `service` (it can only make a rule safer)
 
 
 _MODE_ORDER = {Mode.OBSERVE: 0, Mode.NOTIFY: 1, Mode.ENFORCE: 2}
@@ -377,6 +408,9 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             kill_timeout=d.kill_timeout,
             release_timeout=d.release_timeout,
             reclaim_when=d.reclaim_when,
+            service_window=d.service_window,
+            service_reclaim_when=d.service_reclaim_when,
+            service_ports=d.service_ports,
         )
     rule = policy.projects[index]
     return Effective(
@@ -392,6 +426,29 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
         release_timeout=d.release_timeout,
         reclaim_when=rule.reclaim_when or d.reclaim_when,
+        service_window=d.service_window if rule.service_window is None else rule.service_window,
+        service_reclaim_when=rule.service_reclaim_when or d.service_reclaim_when,
+        service_ports=d.service_ports if rule.service_ports is None else rule.service_ports,
+    )
+
+
+def _safer_when(one: ReclaimWhen, other: ReclaimWhen) -> ReclaimWhen:
+    # demand reclaims a subset of what idle reclaims: the safer of the two
+    return ReclaimWhen.DEMAND if ReclaimWhen.DEMAND in (one, other) else ReclaimWhen.IDLE
+
+
+def as_service(eff: Effective) -> Effective:
+    """The rule as it applies to a service: reclaimed only as `service_reclaim_when` says
+    (by default when someone waits for its GPU), never before `service_window` of quiet."""
+    if eff.service:
+        return eff
+    return eff.model_copy(
+        update={
+            "service": True,
+            # never harsher than the rule's own (a claim may only make it safer)
+            "reclaim_when": _safer_when(eff.reclaim_when, eff.service_reclaim_when),
+            "idle_for": max(eff.idle_for, eff.service_window),
+        }
     )
 
 
@@ -411,9 +468,12 @@ def safer(base: Effective, other: Effective) -> Effective:
             "term_timeout": max(base.term_timeout, other.term_timeout),
             "kill_timeout": max(base.kill_timeout, other.kill_timeout),
             # demand reclaims a subset of what idle reclaims: the safer of the two
-            "reclaim_when": ReclaimWhen.DEMAND
-            if ReclaimWhen.DEMAND in (base.reclaim_when, other.reclaim_when)
-            else ReclaimWhen.IDLE,
+            "reclaim_when": _safer_when(base.reclaim_when, other.reclaim_when),
+            "service_window": max(base.service_window, other.service_window),
+            "service_reclaim_when": _safer_when(
+                base.service_reclaim_when, other.service_reclaim_when
+            ),
+            "service_ports": tuple(sorted({*base.service_ports, *other.service_ports})),
         }
     )
     if merged == base:
@@ -423,7 +483,8 @@ def safer(base: Effective, other: Effective) -> Effective:
 
 def resolve(policy: Policy, facts: Facts, claims: Claims = Claims()) -> Effective:
     """The first project rule the node's facts match, merged over the defaults; a rule the
-    alert's labels match can only make it safer (pure)."""
+    alert's labels match can only make it safer; a service (the node's listeners, or the
+    alert's class) gets the rule's service class (pure)."""
     by_facts = next(
         (i for i, rule in enumerate(policy.projects) if rule.match.matches_facts(facts)), None
     )
@@ -432,4 +493,6 @@ def resolve(policy: Policy, facts: Facts, claims: Claims = Claims()) -> Effectiv
         if index != by_facts and rule.match.matches_claims(claims):
             eff = safer(eff, _effective(policy, index))
             break
+    if facts.is_service(eff) or claims.service:
+        eff = as_service(eff)
     return eff

@@ -98,9 +98,15 @@ class RuleBook:
             namespace=live.namespace if live else "",
             project=live.project if live else "",
             node=node if live and live.exists else "",
+            listens_external=bool(live and live.listening_external),
+            listen_ports=live.listen_ports if live else (),
             **said,
         )
-        claims = Claims(project=labels.get("project", ""), namespace=labels.get("namespace", ""))
+        claims = Claims(
+            project=labels.get("project", ""),
+            namespace=labels.get("namespace", ""),
+            service=labels.get("class") == "service",
+        )
         policy = self.namespaces.policy(self.config) if self.namespaces else self.config
         eff = resolve(policy, facts, claims)
         if self.config.repeat is None or not facts.user:

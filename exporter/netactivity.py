@@ -11,6 +11,7 @@ idle HTTP keep-alive move a few bytes every few seconds. Data counts as moved on
 the tree's connections moved more than `floor` bytes within the last `window` seconds; the
 activity timestamp is then the kernel's time of the latest data on the connections that
 moved. Below the floor the timestamp stays where it was (absent if data never moved).
+A tree's first reading is its baseline: only what moves after it counts.
 
 A connection opened and closed between two readings is not seen (its counters go with
 it); one open at a reading counts with everything it moved since it opened.
@@ -47,6 +48,7 @@ class _Meter:
     counters: dict[int, int] = field(default_factory=dict)  # inode -> bytes moved
     moves: deque[tuple[float, int]] = field(default_factory=deque)  # (mono, bytes)
     last_activity: float | None = None
+    read_at: float | None = None  # mono; None until the first reading (the baseline)
 
 
 def socket_inodes(pids: Iterable[int], proc_root: str = "/proc") -> set[int]:
@@ -98,12 +100,18 @@ class NetworkMeter:
 
     def _measure(self, meter: _Meter, sockets: list[TcpSocket]) -> NetworkReading:
         now, mono = self.clock(), self.mono()
+        # The first reading is the baseline: what moved before it moved at an unknown time
+        # (a kernel's connections answered a ping a second ago), so it is never activity.
+        first = meter.read_at is None
+        meter.read_at = mono
         moved, newest_ms = 0, None
         counters: dict[int, int] = {}
         for s in sockets:
             if s.listening:
                 continue
             counters[s.inode] = s.moved
+            if first:
+                continue
             delta = s.moved - meter.counters.get(s.inode, 0)
             if delta > 0:
                 moved += delta
@@ -131,3 +139,10 @@ class NetworkMeter:
     def prune(self, live: set[tuple[int, int]]) -> None:
         """Forget the processes no longer seen."""
         self._meters = {k: m for k, m in self._meters.items() if k in live}
+
+    def forget_unread(self, max_age: float) -> None:
+        """Forget the processes not read for `max_age` seconds."""
+        since = self.mono() - max_age
+        self._meters = {
+            k: m for k, m in self._meters.items() if m.read_at is not None and m.read_at >= since
+        }

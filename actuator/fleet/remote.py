@@ -208,6 +208,7 @@ def rebase(live: LiveState, offset: float) -> LiveState:
         sampled_at=live.sampled_at + offset,
         log_mtime=shift(live.log_mtime),
         heartbeat=shift(live.heartbeat),
+        network_activity=shift(live.network_activity),
         start_time=shift(live.start_time),
         clock_offset=offset,
     )

@@ -90,6 +90,26 @@ def test_recent_log_write_cancels():
     assert d.state == State.CANCELLED and "log written" in d.reason
 
 
+def test_data_moved_beyond_keepalive_cancels():
+    """A served request or a download since the node's first reading is work (issue 48)."""
+    live = make_live(network_activity=T0 - 20, listening_external=0)
+    d = decide_live(
+        make_case(cpu_seconds=10.0, cpu_at=T0 - 2), live, eff(), IDLE, LIMITS, GUARD, T0
+    )
+    assert d.state == State.CANCELLED and d.code == Reason.ACTIVITY
+    assert "data moved on its connections 20.0s ago" in d.reason
+    old = make_live(network_activity=T0 - 900, listening_external=0, cpu_seconds=10.01)
+    d = decide_live(make_case(cpu_seconds=10.0, cpu_at=T0 - 2), old, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.NOTIFY
+
+
+def test_unknown_network_is_not_idle():
+    live = make_live(network_unknown="cannot enter its network namespace: Operation not permitted")
+    d = decide_live(make_case(), live, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.state == State.REFUSED and d.code == Reason.UNKNOWN_EVIDENCE
+    assert "network is unknown" in d.reason
+
+
 @pytest.mark.reliability(25)
 def test_identity_mismatch_is_refused():
     reused = make_live(start_ticks=TICKS + 1)

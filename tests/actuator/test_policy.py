@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from actuator.config import ConfigError, load_config
-from actuator.policy import Claims, Facts, Mode, Policy, resolve
+from actuator.policy import Claims, Facts, Mode, Policy, ReclaimWhen, resolve
 from actuator.startup import read_token
 from exporter.units import parse_duration, parse_size
 from tests.support import REPO
@@ -275,3 +275,42 @@ def test_demand_mode_without_a_source_is_warned(tmp_path: Path):
 
     config = load_config(write(tmp_path, "defaults: {reclaim_when: demand}\n"))
     assert any("no demand source is configured" in w for w in config_warnings(config))
+
+
+def test_a_service_is_reclaimed_only_on_demand_after_its_window() -> None:
+    """Services idle between bursts of requests (issue 48): a tree listening where other
+    hosts can reach it, or on a port the rule names, gets the service class."""
+    policy = Policy.model_validate(
+        {
+            "defaults": {"service_ports": [8888]},
+            "projects": [
+                {"name": "serving", "match": {"users": ["sam"]}, "service_window": "2h"},
+                {"name": "eager", "match": {"users": ["eve"]}, "service_reclaim_when": "idle"},
+            ],
+        }
+    )
+    job = resolve(policy, Facts(user="alice"))
+    assert not job.service and job.reclaim_when == ReclaimWhen.IDLE and job.idle_for == 0
+    # Five loopback listeners (a Jupyter kernel) do not make a service.
+    kernel = resolve(policy, Facts(user="alice", listen_ports=(40001, 40002, 40003)))
+    assert not kernel.service
+    service = resolve(policy, Facts(user="alice", listens_external=True))
+    assert service.service and service.reclaim_when == ReclaimWhen.DEMAND
+    assert service.idle_for == 3600
+    named = resolve(policy, Facts(user="alice", listen_ports=(8888,)))
+    assert named.service and named.reclaim_when == ReclaimWhen.DEMAND
+    assert resolve(policy, Facts(user="sam", listens_external=True)).idle_for == 7200
+    eager = resolve(policy, Facts(user="eve", listens_external=True))
+    assert eager.service and eager.reclaim_when == ReclaimWhen.IDLE
+    # The alert's class can only make a rule safer: never idle where the rule says demand.
+    claimed = resolve(policy, Facts(user="alice"), Claims(service=True))
+    assert claimed.service and claimed.reclaim_when == ReclaimWhen.DEMAND
+    demand_rule = Policy.model_validate(
+        {"defaults": {"reclaim_when": "demand", "service_reclaim_when": "idle"}}
+    )
+    assert resolve(demand_rule, Facts(listens_external=True)).reclaim_when == ReclaimWhen.DEMAND
+
+
+def test_service_ports_are_ports(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="less than or equal to 65535"):
+        Policy.model_validate({"defaults": {"service_ports": [70000]}})
