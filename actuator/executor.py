@@ -192,6 +192,8 @@ class Executor:
             repeat_window=eff.repeat_window,
             copy_project=eff.copy_project,
             keep_needs_sre=eff.keep_needs_sre,
+            service=eff.service,
+            service_window=eff.service_window,
             picture_png=drawn.png if drawn else b"",
             picture_url=drawn.url if drawn else "",
         )

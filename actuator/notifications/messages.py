@@ -214,6 +214,8 @@ class Renderer:
             "repeat_window": Trusted(span(notice.repeat_window, language)),
             "copy_project": notice.copy_project,
             "keep_needs_sre": notice.keep_needs_sre,
+            "service": notice.service,
+            "service_window": Trusted(span(notice.service_window, language)),
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits

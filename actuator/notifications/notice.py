@@ -142,6 +142,10 @@ class Notice:
     repeat_window: float = 0.0
     copy_project: bool = False
     keep_needs_sre: bool = False
+    # The service class (a tree other hosts can reach): quiet between requests is what a
+    # service does, so it is reclaimed only as the rule's service class says.
+    service: bool = False
+    service_window: float = 0.0
     # The evidence picture (actuator/evidence/): the PNG for e-mail, its link for chat.
     picture_png: bytes = field(default=b"", repr=False)
     picture_url: str = ""
@@ -182,6 +186,7 @@ class Notice:
             "thresholds": dict(self.thresholds),
             "waiting": self.waiting,
             "waiting_through": self.waiting_through,
+            "service": self.service,
             "picture_url": self.picture_url,
             "message": self.message(),
         }

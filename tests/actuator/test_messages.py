@@ -168,3 +168,19 @@ def test_the_products_own_words_keep_their_markup_only_the_users_are_neutralised
         .render(notice(waiting="Slurm job 42 of carol", waiting_through="slurm"), contact, NOW)
         .text
     )
+
+
+@pytest.mark.parametrize("kind", ["idle", "warning"])
+def test_a_services_notice_says_it_is_a_service_and_what_that_means(kind: str) -> None:
+    contact = BOB
+    said = (
+        Renderer().render(notice(kind=kind, service=True, service_window=3600.0), contact, NOW).text
+    )
+    assert "It is a service: it listens on a port other hosts can reach" in said
+    assert "not reclaimed for being quiet between requests" in said
+    assert "served nothing for 1 h or more" in said
+    zh = Renderer().render(notice(kind=kind, service=True, service_window=3600.0), LILEI, NOW)
+    assert "这是一个服务" in zh.text
+    plain = Renderer().render(notice(kind=kind), contact, NOW).text
+    assert "It is a service" not in plain
+    assert "no data on its connections beyond keep-alive" in plain
