@@ -14,7 +14,11 @@ Figures come from the series the exporter, the rules and the actuator already re
 - idle energy: `gpu_process:idle_power_watts` (the GPU's board power shared among its
   processes by memory held, while the process is idle), integrated step by step like idle
   time, in kWh;
-- cost: idle GPU-hours x the price per GPU-hour given, and idle kWh x the price per kWh.
+- cost: idle GPU-hours x the price per GPU-hour given, and idle kWh x the price per kWh;
+- idle services: `gpu_process:service_idle_condition` (a service that served nothing: no data
+  beyond keep-alive, no SM work), counted like idle time into the GPU-hours services held
+  while serving nothing, per owner. Services are not warned for it (docs/actuator.md): this
+  line is how their owners hear of it.
 
 `build()` takes any object with prometheus-api-client's `custom_query` and
 `custom_query_range`; the command (actuator/tools/report_cli.py) passes a `PrometheusConnect`.
@@ -49,6 +53,9 @@ IDLE_POWER_BY_PROCESS = (
     " max by (instance, gpu, uuid, pid, node, user, project)"
     " (last_over_time(gpu_process_info[{step}s]))"
 )
+SERVICE_IDLE_BY_PROCESS = IDLE_BY_PROCESS.replace(
+    "gpu_process:idle_condition", "gpu_process:service_idle_condition"
+)
 AVG_UTILISATION = "avg(avg_over_time(gpu_utilization_ratio[{range}s]))"
 # The sample times of the GPU series, per step: where in the period data exists at all.
 COVERAGE = "min(timestamp(gpu_info))"
@@ -67,6 +74,8 @@ class Usage:
     idle_gpu_hours: float = 0.0
     idle_memory_gib_hours: float = 0.0
     idle_kwh: float = 0.0  # the energy idle processes' share of their GPUs' draw burned
+    # GPU-hours held by services that served nothing (not counted in idle_gpu_hours)
+    idle_service_gpu_hours: float = 0.0
 
 
 @dataclass
@@ -148,6 +157,14 @@ def build(
         step=f"{int(step)}s",
     )
     _add_energy(figures, power)
+    progress("idle services")
+    services = prom.custom_query_range(
+        SERVICE_IDLE_BY_PROCESS.format(step=int(step)),
+        start_time=datetime.fromtimestamp(start + step),
+        end_time=datetime.fromtimestamp(end),
+        step=f"{int(step)}s",
+    )
+    _add_service_idle(figures, services)
     progress("reclaims")
     figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
     freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
@@ -217,6 +234,27 @@ def _add_energy(figures: Figures, series: list[dict[str, Any]]) -> None:
             groups.setdefault(labels.get(key) or "(none)", Usage()).idle_kwh += kwh
 
 
+def _add_service_idle(figures: Figures, series: list[dict[str, Any]]) -> None:
+    """GPU-hours of steps in which a service on the GPU served nothing, per group."""
+    hours = figures.step / 3600
+    steps: dict[str, dict[str, set[tuple[str, str, str, float]]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
+    for item in series:
+        labels = item["metric"]
+        gpu = (labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", ""))
+        for ts, _ in item["values"]:
+            at = (*gpu, float(ts))
+            steps["total"][""].add(at)
+            for key in ("user", "project", "node"):
+                steps[key][labels.get(key) or "(none)"].add(at)
+    figures.total.idle_service_gpu_hours = len(steps["total"][""]) * hours
+    by = {"user": figures.by_user, "project": figures.by_project, "node": figures.by_node}
+    for key, groups in by.items():
+        for name, held in steps[key].items():
+            groups.setdefault(name, Usage()).idle_service_gpu_hours = len(held) * hours
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="minutes")
 
@@ -262,6 +300,7 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
         ("processes reclaimed", f"{f.reclaims:.0f}"),
         ("memory freed by reclaims", f"{f.freed_gib:.1f} GiB"),
         ("idle energy", f"{f.total.idle_kwh:.2f} kWh"),
+        ("GPU-hours of idle services", f"{f.total.idle_service_gpu_hours:.2f}"),
     ]
     cost = price.cost(f.total.idle_gpu_hours)
     if cost is not None:
@@ -310,6 +349,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                 "idle_gpu_hours",
                 "idle_memory_gib_hours",
                 "idle_kwh",
+                "idle_service_gpu_hours",
                 "cost",
                 "energy_cost",
                 "co2e_kg",
@@ -338,6 +378,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                     "idle process-h",
                     "idle GiB-h",
                     "idle kWh",
+                    "idle service GPU-h",
                     *([f"cost ({price.currency})"] if price.per_gpu_hour is not None else []),
                     *([f"energy cost ({price.currency})"] if price.per_kwh is not None else []),
                     *(["kg CO2e"] if price.grid_g_per_kwh is not None else []),
@@ -350,6 +391,7 @@ def render(f: Figures, fmt: str, price: Price, before: Figures | None = None) ->
                         f"{g['idle_process_hours']:.2f}",
                         f"{g['idle_memory_gib_hours']:.1f}",
                         f"{g['idle_kwh']:.2f}",
+                        f"{g['idle_service_gpu_hours']:.2f}",
                         *([f"{g['cost']:.2f}"] if price.per_gpu_hour is not None else []),
                         *([f"{g['energy_cost']:.2f}"] if price.per_kwh is not None else []),
                         *([f"{g['co2e_kg']:.2f}"] if price.grid_g_per_kwh is not None else []),

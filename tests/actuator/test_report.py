@@ -38,6 +38,7 @@ def _history(s: int) -> str:
         200: ("1", "bob", "nlp"),
         201: ("1", "bob", "nlp"),
         300: ("0", "carol", "speech"),
+        400: ("1", "dave", "serving"),  # a service, quiet for half an hour
     }
     families: dict[str, list[str]] = {
         "gpu_info": [],
@@ -45,6 +46,13 @@ def _history(s: int) -> str:
         "gpu_process_info": [],
         "gpu_process:idle_condition": [],
         "gpu_process:idle_power_watts": [],
+        "gpu_process:service_idle_condition": _series(
+            "gpu_process:service_idle_condition",
+            f'{EXPORTER},gpu="1",uuid="GPU-1",pid="400"',
+            6 * GiB,
+            start + 3600,
+            start + 5400,
+        ),
         "gpu_released_success_total": [],
         "gpu_memory_freed_bytes_total": [],
     }
@@ -181,6 +189,11 @@ def test_figures_are_exact(backfilled: tuple[Server, int]) -> None:
     assert groups[("user", "bob")]["co2e_kg"] == pytest.approx(0.03)
     assert groups[("node", "n1")]["idle_gpu_hours"] == 1.5
     assert ("user", "carol") not in groups  # idle only before the period
+    # A quiet service is not idle time: its owner sees the GPU-hours it held serving nothing.
+    assert got["idle_service_gpu_hours"] == 0.5
+    assert groups[("user", "dave")]["idle_service_gpu_hours"] == 0.5
+    assert groups[("user", "dave")]["idle_gpu_hours"] == 0
+    assert groups[("project", "serving")]["idle_service_gpu_hours"] == 0.5
 
 
 def test_compare_to_the_period_before(backfilled: tuple[Server, int]) -> None:
@@ -246,10 +259,14 @@ def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
     assert "cost of idle GPU time (CNY)  15.00" in table.stdout
     rows = report(prom, *period, "--format", "csv").stdout.splitlines()
     assert rows[0] == (
-        "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,idle_kwh,cost,"
-        "energy_cost,co2e_kg"
+        "by,name,idle_process_hours,idle_gpu_hours,idle_memory_gib_hours,idle_kwh,"
+        "idle_service_gpu_hours,cost,energy_cost,co2e_kg"
     )
-    assert "user,alice,1.0,1.0,4.0,0.12,,," in rows
+    assert "user,alice,1.0,1.0,4.0,0.12,0.0,,," in rows
+    assert "user,dave,0.0,0.0,0.0,0.0,0.5,,," in rows
+    assert any(
+        line.split()[-1:] == ["0.50"] and "GPU-hours of idle services" in line for line in lines
+    ), table.stdout
     carbon = report(prom, *period, "--price-per-kwh", "0.8", "--grid-carbon", "500")
     assert "emissions of idle energy  0.09 kg CO2e" in carbon.stdout, carbon.stdout
     alice = next(line.split() for line in carbon.stdout.splitlines() if "alice" in line)
