@@ -300,7 +300,7 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
         ("processes reclaimed", f"{f.reclaims:.0f}"),
         ("memory freed by reclaims", f"{f.freed_gib:.1f} GiB"),
         ("idle energy", f"{f.total.idle_kwh:.2f} kWh"),
-        ("GPU-hours of idle services", f"{f.total.idle_service_gpu_hours:.2f}"),
+        ("idle service GPU-hours", f"{f.total.idle_service_gpu_hours:.2f}"),
     ]
     cost = price.cost(f.total.idle_gpu_hours)
     if cost is not None:

@@ -265,7 +265,7 @@ def test_table_and_csv(backfilled: tuple[Server, int]) -> None:
     assert "user,alice,1.0,1.0,4.0,0.12,0.0,,," in rows
     assert "user,dave,0.0,0.0,0.0,0.0,0.5,,," in rows
     assert any(
-        line.split()[-1:] == ["0.50"] and "GPU-hours of idle services" in line for line in lines
+        line.split()[-1:] == ["0.50"] and "idle service GPU-hours" in line for line in lines
     ), table.stdout
     carbon = report(prom, *period, "--price-per-kwh", "0.8", "--grid-carbon", "500")
     assert "emissions of idle energy  0.09 kg CO2e" in carbon.stdout, carbon.stdout
