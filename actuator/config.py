@@ -96,7 +96,7 @@ class NodeConfig(Strict):
         True, description="read the trees' TCP sockets (listeners, data beyond keep-alive)"
     )
     network_keepalive_bytes: int = Field(
-        16 * 1024, ge=0, description="bytes per minute that are keep-alive, as the exporter's"
+        4096, ge=0, description="bytes per minute that are keep-alive, as the exporter's"
     )
 
 

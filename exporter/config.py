@@ -37,7 +37,7 @@ class ExporterConfig(BaseModel):
     # Each GPU process tree's TCP sockets (listeners, data moved): exporter/netactivity.py.
     network: bool = True
     # Bytes per minute on a tree's connections that are keep-alive, not work (docs/metrics.md).
-    network_keepalive_bytes: int = Field(default=16 * 1024, ge=0)
+    network_keepalive_bytes: int = Field(default=4096, ge=0)
 
 
 class ConfigError(Exception):

@@ -29,7 +29,7 @@ from exporter.netdiag import SocketsUnknown, SocketTables, TcpSocket
 
 # Bytes per window that keep-alive traffic stays under (docs/metrics.md: measured against
 # an idle ipykernel with jupyter_server, tests/exporter/test_jupyter_keepalive.py).
-DEFAULT_FLOOR = 16 * 1024
+DEFAULT_FLOOR = 4096
 DEFAULT_WINDOW = 60.0
 _SOCKET_PREFIX = "socket:["
 

@@ -84,7 +84,7 @@ def add_commands(commands: Any) -> None:
         type=int,
         metavar="BYTES",
         help="bytes per minute on a process tree's connections that count as keep-alive, "
-        "not work (default 16384)",
+        "not work (default 4096)",
     )
     parser.set_defaults(func=run_exporter)
 
