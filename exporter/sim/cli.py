@@ -122,6 +122,51 @@ def add_commands(commands: Any) -> None:
     status.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
     status.set_defaults(func=_status, command_prog=status.prog)
 
+    replay = sub.add_parser(
+        "replay-requests",
+        help="send requests to a serving workload at a recorded trace's arrival times",
+        description="Send one POST per row of TRACE.csv (the Azure LLM inference trace's "
+        "format: TIMESTAMP,ContextTokens,GeneratedTokens) to a serving workload "
+        "('sim run --serve PORT'), at the rows' arrival times divided by --speed, over a few "
+        "keep-alive connections: the whole stack sees real sockets and real bursts.",
+    )
+    replay.add_argument("trace", type=Path, help="the trace (CSV)")
+    replay.add_argument(
+        "--url", required=True, help="the serving workload, e.g. http://127.0.0.1:8000"
+    )
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="replay N times faster (default 1: real time)"
+    )
+    replay.add_argument("--limit", type=int, help="only the first N requests")
+    replay.add_argument(
+        "--connections", type=int, default=4, help="keep-alive connections (default 4)"
+    )
+    replay.set_defaults(func=_replay, command_prog=replay.prog)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from exporter.sim.replay import TraceError, progress_printer, read_trace, replay
+
+    if args.speed <= 0:
+        raise CommandError("--speed must be above 0")
+    if args.limit is not None and args.limit < 1:
+        raise CommandError("--limit must be 1 or more")
+    try:
+        arrivals = read_trace(args.trace, args.limit)
+        span = arrivals[-1].offset / args.speed
+        print(f"{len(arrivals)} requests over {span:.0f}s", file=sys.stderr, flush=True)
+        tally = replay(
+            arrivals,
+            args.url.rstrip("/") + "/v1/completions",
+            speed=args.speed,
+            connections=args.connections,
+            progress=progress_printer(),
+        )
+    except (TraceError, OSError) as error:
+        raise CommandError(str(error)) from None
+    print(f"sent {tally.sent} requests ({tally.bytes_sent} bytes), {tally.failed} failed")
+    return 1 if tally.failed else 0
+
 
 def _ghost(text: str) -> tuple[int, int, int]:
     try:

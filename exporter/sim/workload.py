@@ -44,6 +44,8 @@ class WorkloadSpec:
     cpu: bool = False
     tick: float = 0.5
     user: str | None = None  # the account it runs as once started (root only)
+    serve: int | None = None  # answer HTTP requests on this port (exporter/sim/serving.py)
+    serve_address: str = "127.0.0.1"
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +86,20 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="burn CPU while GPU-idle, in the children if any (dataloader-bound)",
     )
+    parser.add_argument(
+        "--serve",
+        type=int,
+        metavar="PORT",
+        help='also answer HTTP inference requests on PORT (POST {"max_tokens": N}): SM '
+        "work and CPU follow the requests served; run it with --phases idle for a service",
+    )
+    parser.add_argument(
+        "--serve-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="where --serve listens (default 127.0.0.1: loopback only, not a service to other "
+        "hosts; 0.0.0.0 makes it one)",
+    )
     parser.add_argument("--tick", type=argtypes.duration, default=0.5, help=argparse.SUPPRESS)
     parser.add_argument(
         "--user",
@@ -110,6 +126,8 @@ def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
         cpu=args.cpu,
         tick=args.tick,
         user=args.user,
+        serve=args.serve,
+        serve_address=args.serve_address,
     )
 
 
@@ -146,6 +164,11 @@ class Workload:
         self.last_log = 0.0
         self.cues: list[float] = []  # monotonic times of SIGUSR1
         self.heartbeat = None
+        self.server = None
+        if spec.serve is not None:
+            from exporter.sim.serving import InferenceServer
+
+            self.server = InferenceServer(spec.serve_address, spec.serve)
         if spec.heartbeat:
             from exporter.heartbeat import Heartbeat
 
@@ -191,6 +214,8 @@ class Workload:
         signal.signal(signal.SIGUSR1, lambda signum, frame: self.cues.append(time.monotonic()))
         try:
             self.spawn_children()
+            if self.server is not None:
+                self.server.start()
             while True:
                 now = time.monotonic()
                 cues = tuple(cue - started for cue in self.cues)
@@ -198,7 +223,10 @@ class Workload:
                 name = current.phase.name
                 if name == "done":  # the job finished: exit 0, memory released below
                     return 0
-                if name == "load":
+                if self.server is not None and self.server.busy(spec.tick):
+                    jitter = random.randint(-3, 3)
+                    self.report(spec.memory, max(1, min(100, spec.util + jitter)), "serving")
+                elif name == "load":
                     total = current.phase.seconds or 1.0
                     fraction = min(1.0, 0.05 + 0.95 * current.elapsed_in_phase / total)
                     self.report(int(spec.memory * fraction), 0, name)
@@ -220,6 +248,8 @@ class Workload:
             return 0
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if self.server is not None:
+                self.server.close()
             self.stop_children()
             proc_path(spec.directory, self.pid).unlink(missing_ok=True)
             if self.heartbeat is not None:
@@ -283,6 +313,8 @@ def workload_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--heartbeat-dir", str(args.heartbeat_dir)]
     if args.user:
         argv += ["--user", args.user]
+    if args.serve is not None:
+        argv += ["--serve", str(args.serve), "--serve-address", args.serve_address]
     flags = ("heartbeat", "ignore_sigterm", "orphan_children", "cpu")
     argv += [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag)]
     return argv
