@@ -169,13 +169,15 @@ def check_idle(
             Reason.UNKNOWN_EVIDENCE,
             f"its network is unknown: {live.network_unknown}"[:500],
         )
+    # The node's meter counts only what moved after its first reading of the tree, so any
+    # data since the case opened is work the rules could not yet see (a served request).
     moved = live.network_activity
-    if moved is not None and now - moved < idle.log_quiet_for:
+    if moved is not None and (now - moved < idle.log_quiet_for or moved >= case.created):
         return move(
             State.CANCELLED,
             Reason.ACTIVITY,
             f"data moved on its connections {now - moved:.1f}s ago, beyond keep-alive "
-            f"(quiet for {idle.log_quiet_for:g}s required)",
+            f"(after the case opened, or within the {idle.log_quiet_for:g}s of quiet required)",
         )
     last = live.last_activity
     if last is not None and now - last < idle.log_quiet_for:

@@ -444,6 +444,7 @@ def as_service(eff: Effective) -> Effective:
         return eff
     return eff.model_copy(
         update={
+            "rule": f"{eff.rule}, as a service",
             "service": True,
             # never harsher than the rule's own (a claim may only make it safer)
             "reclaim_when": _safer_when(eff.reclaim_when, eff.service_reclaim_when),
