@@ -78,7 +78,7 @@ def _check_keep_bounds(low: float | None, high: float | None) -> None:
 class Defaults(Strict):
     idle_for: Duration = Field(0.0, description="episode age (since startsAt) before notice")
     min_runtime: Duration = Field(
-        0.0,
+        600.0,
         description="a process younger than this is never judged idle (start-up, data "
         "loading, compilation): no notice before it has run this long",
     )

@@ -166,6 +166,7 @@ def override(work: Path, sim: Path, sink_port: int) -> Path:
     config = (REPO / "deploy" / "actuator.yml").read_text()
     config = config.replace("mode: observe", "mode: enforce", 1)
     config = config.replace("  grace: 10m ", "  grace: 15s ", 1)
+    config = config.replace("  min_runtime: 10m ", "  min_runtime: 0s  ", 1)  # fresh workloads
     config = config.replace(
         "  webhook: null\n",
         f"  webhook: {{url: 'http://host.containers.internal:{sink_port}/notices'}}\n",

@@ -101,7 +101,8 @@ class Backing:
 def _policy(backing: Backing) -> dict[str, Any]:
     policy: dict[str, Any] = {
         "notice": {"required": True},  # no signal without a delivered notice
-        "defaults": {"grace": f"{GRACE:g}s", "term_timeout": "4s"},
+        # min_runtime 0: the hour's workloads start idle on purpose
+        "defaults": {"grace": f"{GRACE:g}s", "term_timeout": "4s", "min_runtime": "0s"},
     }
     storage: dict[str, str] = {}
     if backing.audit_volume is not None:  # the audit log on a volume the run can fill

@@ -625,6 +625,7 @@ class Stack:
             "mode": "enforce",
             "defaults": {
                 "idle_for": "0s",
+                "min_runtime": "0s",  # the demo's workloads start idle on purpose
                 "grace": _seconds(options.grace),
                 "term_timeout": _seconds(options.term_timeout),
                 "kill_timeout": "5s",

@@ -9,6 +9,7 @@ FAST_POLICY: dict[str, Any] = {
     "mode": "enforce",
     "defaults": {
         "grace": "0.5s",
+        "min_runtime": "0s",  # the suite's workloads start idle on purpose
         "term_timeout": "2s",
         "kill_timeout": "3s",
         "release_timeout": "3s",
