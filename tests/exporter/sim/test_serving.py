@@ -15,7 +15,7 @@ import pytest
 
 from exporter.sim.replay import Arrival, TraceError, gaps, read_trace, replay
 from exporter.sim.state import read_procs
-from tests.exporter.test_collector import Scraper
+from tests.helpers.scraper import Scraper
 from tests.support import free_port, gpu_reclaimer_command, http_get, wait_until
 
 TRACE = (
