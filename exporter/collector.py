@@ -151,7 +151,8 @@ class _Families:
         self.p_listening = g(
             "gpu_process_listening_sockets",
             "TCP sockets the process tree listens on; scope=loopback: bound to a loopback "
-            "address only (reachable from this host alone), external: any other address.",
+            "address only (reachable from this host alone), external: any other address. "
+            "Absent when it listens on none.",
             (*process, "scope"),
         )
         self.p_net_activity = g(
@@ -375,7 +376,7 @@ def _unknown_reason(detail: str) -> str:
     """A short, bounded label value for why the network is unknown."""
     if "ermission" in detail or "not permitted" in detail:
         return "no_permission"
-    if "No such file" in detail:
+    if "No such file" in detail or "is gone" in detail:
         return "gone"
     return "error"
 
@@ -384,7 +385,8 @@ def _add_network(families: _Families, labels: tuple[str, ...], net: NetworkReadi
     if isinstance(net, str):
         families.p_net_unknown.add((*labels, net), 1)
         return
-    families.p_listening.add((*labels, "loopback"), net.listening_loopback)
-    families.p_listening.add((*labels, "external"), net.listening_external)
+    if net.listening_loopback or net.listening_external:  # absent: it listens on nothing
+        families.p_listening.add((*labels, "loopback"), net.listening_loopback)
+        families.p_listening.add((*labels, "external"), net.listening_external)
     if net.last_activity is not None:
         families.p_net_activity.add(labels, net.last_activity)

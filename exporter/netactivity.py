@@ -52,14 +52,17 @@ class _Meter:
 
 
 def socket_inodes(pids: Iterable[int], proc_root: str = "/proc") -> set[int]:
-    """Inodes of the sockets the processes hold open (raises SocketsUnknown)."""
+    """Inodes of the sockets the processes (the tree's root first) hold open (raises
+    SocketsUnknown: the root gone, or a listing refused)."""
     inodes: set[int] = set()
-    for pid in pids:
+    for index, pid in enumerate(pids):
         fd_dir = f"{proc_root}/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
         except FileNotFoundError:
-            continue  # exited meanwhile: it holds nothing
+            if index == 0:  # the tree's root is gone: what it held is unknown, not nothing
+                raise SocketsUnknown(f"pid {pid} is gone") from None
+            continue  # a descendant exited meanwhile: it holds nothing
         except OSError as exc:
             why = f"cannot list the open files of pid {pid}: {exc.strerror}"
             raise SocketsUnknown(why) from None
@@ -92,8 +95,10 @@ class NetworkMeter:
     def read(self, key: tuple[int, int], pids: list[int]) -> NetworkReading:
         """The tree of `pids` (the root first), metered under `key` (pid, start ticks).
         Raises SocketsUnknown when its sockets cannot be read."""
-        table = self.tables.of(pids[0])
         inodes = socket_inodes(pids, self.tables.proc_root)
+        # A tree that holds no socket needs no list of its namespace's (the dump walks the
+        # kernel's whole TCP table: about a millisecond a family).
+        table = self.tables.of(pids[0]) if inodes else {}
         mine = [table[i] for i in inodes if i in table]
         meter = self._meters.setdefault(key, _Meter())
         return self._measure(meter, mine)

@@ -15,7 +15,7 @@ from exporter import procfs
 from exporter.sim.nvml import SNAPSHOT_TTL_SECONDS
 from exporter.sim.state import load_faults, load_node, save_faults
 from tests.helpers.scraper import Scraper
-from tests.support import GiB, wait_until
+from tests.support import GiB, free_port, http_get, wait_until
 
 
 def _fault(node: Path, **changes) -> None:
@@ -299,16 +299,26 @@ def test_board_power_and_energy_as_the_card_draws_them(sim_node: Path, spawn_wor
 
 
 def test_network_evidence_per_process_tree(sim_node: Path, spawn_workload) -> None:
-    """The tree's sockets are read: a job with none lists 0 listeners and no activity; with
-    network evidence off, neither series exists."""
+    """The tree's sockets are read: a job that listens on nothing has no listener series and
+    no activity, and is not unknown; a server's listeners are counted; with network
+    evidence off, nothing is read."""
     job = spawn_workload(memory="2GiB", phases="idle")
     scraper = Scraper(sim_node)
     scraper.samples()
     uuid = scraper.uuids[0]
     labels = {"gpu": 0, "uuid": uuid, "pid": job.pid}
-    assert scraper.value("gpu_process_listening_sockets", **labels, scope="loopback") == 0
-    assert scraper.value("gpu_process_listening_sockets", **labels, scope="external") == 0
+    assert scraper.value("gpu_process_listening_sockets", **labels, scope="loopback") is None
     assert scraper.process("gpu_process_network_last_activity_timestamp_seconds", job.pid) is None
+    unknown = [k for k in scraper.samples() if k[0] == "gpu_exporter_process_network_unknown"]
+    assert unknown == []
+    port = free_port()
+    server = spawn_workload("--serve", str(port), memory="2GiB", phases="idle")
+    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/health"))
+    served = {"gpu": 0, "uuid": uuid, "pid": server.pid}
+    listening = "gpu_process_listening_sockets"
+    wait_until(lambda: scraper.samples() and scraper.value(listening, **served, scope="loopback"))
+    assert scraper.value("gpu_process_listening_sockets", **served, scope="loopback") == 1
+    assert scraper.value("gpu_process_listening_sockets", **served, scope="external") == 0
     off = Scraper(sim_node, network=False)
     off.samples()
-    assert off.value("gpu_process_listening_sockets", **labels, scope="loopback") is None
+    assert off.value("gpu_process_listening_sockets", **served, scope="loopback") is None
