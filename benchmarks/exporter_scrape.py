@@ -136,6 +136,7 @@ def run_layout(
     interval: float,
     compare: Path | None,
     heartbeats: bool = False,
+    serve: bool = False,
 ) -> list[Exporter]:
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
     node = workdir / "node"
@@ -143,7 +144,7 @@ def run_layout(
     children: list[subprocess.Popen[bytes]] = []
     with ExitStack() as cleanup:
         cleanup.callback(lambda: [(c.send_signal(signal.SIGKILL), c.wait()) for c in children])
-        children.extend(start_node(workdir, gpus, per_gpu, idle_host))
+        children.extend(start_node(workdir, gpus, per_gpu, idle_host, serve=serve))
         workloads = [c.pid for c in children[idle_host:]]  # after the idle host processes
         if heartbeats:
             write_heartbeats(workdir / "hb", workloads)
@@ -187,6 +188,12 @@ def main() -> int:
         help="heartbeat files: none, or one per workload (repeatable; default none)",
     )
     parser.add_argument("--compare", help="a git revision to run side by side (a worktree)")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="every workload listens on a loopback port (a socket in each tree: network "
+        "evidence lists the kernel's TCP table at each scrape)",
+    )
     parser.add_argument("--scrapes", type=int, default=120)
     parser.add_argument(
         "--interval",
@@ -219,7 +226,14 @@ def main() -> int:
                 args.idle_host or [0], args.heartbeats or ["none"]
             ):
                 found = run_layout(
-                    gpus, per_gpu, idle, args.scrapes, args.interval, compare, beats == "every"
+                    gpus,
+                    per_gpu,
+                    idle,
+                    args.scrapes,
+                    args.interval,
+                    compare,
+                    beats == "every",
+                    serve=args.serve,
                 )
                 for e in found:
                     print(

@@ -17,9 +17,13 @@ GiB = 1024**3
 REPO = Path(__file__).resolve().parents[1]
 
 
-def start_node(workdir: Path, gpus: int, per_gpu: int, idle: int) -> list[subprocess.Popen]:
+def start_node(
+    workdir: Path, gpus: int, per_gpu: int, idle: int, *, serve: bool = False
+) -> list[subprocess.Popen]:
     """`workdir`/node with GPUS x PER_GPU workloads (busy, idle, loading in turn; their
-    stdout on one shared log file, as batch jobs have) and IDLE unrelated processes.
+    stdout on one shared log file, as batch jobs have) and IDLE unrelated processes; with
+    `serve`, each workload also listens on a loopback port (`sim run --serve 0`), so every
+    tree holds a socket and each scrape lists the kernel's TCP table.
     The caller kills the returned processes."""
     node = workdir / "node"
     init_node(node, gpus=gpus, memory_total=80 * GiB, name="NVIDIA H100 80GB HBM3")
@@ -47,6 +51,7 @@ def start_node(workdir: Path, gpus: int, per_gpu: int, idle: int) -> list[subpro
                             phases[i % 3],
                             "--tick",
                             "1",
+                            *(["--serve", "0"] if serve else []),
                         ],
                         stdout=log,
                         stderr=subprocess.STDOUT,

@@ -272,9 +272,7 @@ class GpuCollector(Collector):
             else {}
         )
         cpu_seconds: dict[int, float] = {}
-        network: dict[int, NetworkReading | str] = {}
-        if self._sockets is not None:
-            self._sockets.begin()
+        network = self._read_networks(stats)
         info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
         live_keys: set[tuple[int, int]] = set()
         for index in reading.failed_gpus:
@@ -299,11 +297,8 @@ class GpuCollector(Collector):
                 families.p_cpu.add(labels, cpu)
                 if process.pid in heartbeats:
                     families.p_heartbeat.add(labels, heartbeats[process.pid])
-                if self._network is not None:
-                    net = network.get(process.pid)
-                    if net is None:
-                        net = network[process.pid] = self._read_network(process.pid, stat)
-                    _add_network(families, labels, net)
+                if process.pid in network:
+                    _add_network(families, labels, network[process.pid])
                 written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
                 if written is not None:
                     families.p_log.add(labels, written)
@@ -317,17 +312,26 @@ class GpuCollector(Collector):
                     families.p_info.add(known[1], 1)
         self._info = info  # kept while the series lives
         self.identities.prune(live_keys)
-        if self._sockets is not None and self._network is not None:
-            self._sockets.end()
+        if self._network is not None:
             self._network.prune(live_keys)
 
-    def _read_network(self, pid: int, stat: procfs.ProcStat) -> NetworkReading | str:
-        """The tree's network reading, or why it is unknown."""
-        assert self._network is not None
+    def _read_networks(self, stats: dict[int, procfs.ProcStat]) -> dict[int, NetworkReading | str]:
+        """Each GPU process tree's network reading, or why it is unknown (one pass)."""
+        if self._network is None or self._sockets is None:
+            return {}
+        trees = {
+            (pid, stat.start_ticks): [pid, *self._host.descendants(pid)]
+            for pid, stat in stats.items()
+        }
+        self._sockets.begin()
         try:
-            return self._network.read((pid, stat.start_ticks), [pid, *self._host.descendants(pid)])
-        except SocketsUnknown as exc:
-            return _unknown_reason(str(exc))
+            found = self._network.read_many(trees)
+        finally:
+            self._sockets.end()
+        return {
+            pid: _unknown_reason(str(net)) if isinstance(net, SocketsUnknown) else net
+            for (pid, _), net in found.items()
+        }
 
     def _info_values(
         self,
