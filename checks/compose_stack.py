@@ -8,7 +8,8 @@ image is built from ./Dockerfile by Compose. Grafana has no Debian package: it i
 
 A simulated node (the one stand-in for hardware) runs real workloads on the host as an
 unprivileged user: one idle, one busy. From outside, as an SRE would, it checks that the
-exporter's /metrics lists the host's processes, Prometheus scrapes it by service name and
+exporter's /metrics lists the host's processes (and reads the busy one's socket in the
+host's network namespace), Prometheus scrapes it by service name and
 loads the shipped rules, Alertmanager routes to the actuator, the containerised actuator
 warns the idle process's owner and reclaims it (a real signal from a container to a host
 process), the busy one is left alone, and `down` leaves nothing behind. The shipped rules
@@ -197,7 +198,12 @@ def workloads(sim: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     out = {name: (sim.parent / f"{name}.log").open("wb") for name in ("idle", "busy")}
     programs = {
         "idle": ["--gpu", "0", "--memory", "4GiB", "--phases", "load=5s,idle"],
-        "busy": ["--gpu", "1", "--memory", "6GiB", "--phases", "busy", "--util", "80"],
+        # The busy one also serves on a loopback port: its socket, in the host's network
+        # namespace, is read from inside the exporter's container (setns, SYS_ADMIN).
+        "busy": [
+            *("--gpu", "1", "--memory", "6GiB", "--phases", "busy", "--util", "80"),
+            *("--serve", "0"),
+        ],
     }
     started = {
         name: subprocess.Popen(
@@ -254,6 +260,21 @@ def check_stack(
 
     wait_for("the exporter's /metrics listing the host's processes", listed, 90)
     log(f"exporter: /metrics lists host PIDs {idle} (idle) and {busy} (busy)")
+
+    def sockets_read() -> bool:
+        metrics = get("http://127.0.0.1:9838/metrics")
+        if "gpu_exporter_process_network_unknown{" in metrics:
+            raise SystemExit("FAILED: the exporter cannot read a host process's sockets")
+        return any(
+            line.startswith("gpu_process_listening_sockets{")
+            and f'pid="{busy}"' in line
+            and 'scope="loopback"' in line
+            and line.endswith(" 1")
+            for line in metrics.splitlines()
+        )
+
+    wait_for("the exporter reading the busy process's listening socket", sockets_read, 60)
+    log("exporter: reads the host process's socket in the host's network namespace")
 
     def scraped() -> list[str]:
         targets = get("http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]

@@ -49,6 +49,7 @@ def _stays_pending(actuator: Actuator, w) -> None:  # type: ignore[no-untyped-de
     assert case["signals"] == [] and case["notified_at"] is None and w.alive()
 
 
+@pytest.mark.reliability(65)
 def test_a_request_served_during_the_grace_cancels_the_case(enforce) -> None:
     workloads, actuator = enforce
     w, port = _serving(workloads)
@@ -68,6 +69,7 @@ def test_a_request_served_during_the_grace_cancels_the_case(enforce) -> None:
     assert case["signals"] == [] and w.alive()
 
 
+@pytest.mark.reliability(65)
 def test_a_loopback_server_that_serves_nothing_is_a_job_and_reclaimed(enforce) -> None:
     workloads, actuator = enforce
     w, _ = _serving(workloads)
@@ -77,6 +79,7 @@ def test_a_loopback_server_that_serves_nothing_is_a_job_and_reclaimed(enforce) -
     assert not case["rule"].endswith("as a service")
 
 
+@pytest.mark.reliability(65)
 def test_a_service_is_not_warned_for_being_quiet(enforce) -> None:
     workloads, actuator = enforce
     w, _ = _serving(workloads, "0.0.0.0")
@@ -84,6 +87,7 @@ def test_a_service_is_not_warned_for_being_quiet(enforce) -> None:
     _stays_pending(actuator, w)
 
 
+@pytest.mark.reliability(65)
 def test_a_service_the_alert_calls_a_job_is_still_a_service(enforce) -> None:
     """The node's listeners decide, not the alert's class."""
     workloads, actuator = enforce

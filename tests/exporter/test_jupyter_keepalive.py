@@ -88,6 +88,7 @@ def _up(url: str) -> bool:
     return True
 
 
+@pytest.mark.reliability(65)
 def test_an_idle_notebook_with_its_tab_open_is_network_quiet(notebook) -> None:
     base, kernel, pid, runtime = notebook
     client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel['id']}.json"))

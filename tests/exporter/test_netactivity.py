@@ -87,6 +87,7 @@ def test_listeners_are_counted_by_scope(children: Children, tables: SocketTables
     assert near.last_activity is None and near.connections == 0
 
 
+@pytest.mark.reliability(65)
 def test_a_download_is_data_moving(children: Children, tables: SocketTables) -> None:
     feed = Feed(chunk=64 * 1024)
     try:

@@ -72,7 +72,7 @@ def test_promtool_check_rules() -> None:
     run([promtool, "check", "rules", *map(str, RULE_FILES)])
 
 
-@pytest.mark.reliability(22, 24)
+@pytest.mark.reliability(22, 24, 65)
 def test_promtool_unit_tests() -> None:
     promtool = require_binary("promtool")
     assert TEST_FILES, "no alert-rules/tests/*.test.yml"
