@@ -156,6 +156,7 @@ def _facts(
             facts.append(f"{name} {ago} before{needed}")
         else:
             facts.append(f"no {name.split()[0]} seen")
+    facts.extend(_network_facts(live, at))
     asked = live.get("keep_asked")
     if isinstance(asked, str):
         facts.append(f"its owner asked: {_allowance_note(asked, thresholds)}")
@@ -179,3 +180,23 @@ def _allowance_note(asked: str, thresholds: dict[str, Any]) -> str:
 
 def _limit(value: object, fmt: str) -> str:
     return f" (idle at most {fmt.format(value)})" if isinstance(value, int | float) else ""
+
+
+def _network_facts(live: dict[str, Any], at: float) -> list[str]:
+    """What the re-check read of the tree's sockets (nothing where it read none)."""
+    if live.get("network_unknown"):
+        return [f"its network unknown ({live['network_unknown']})"]
+    external = live.get("listening_external")
+    if not isinstance(external, int):
+        return []
+    ports = live.get("listen_ports") or []
+    facts = []
+    if external:
+        facts.append(f"a service: listens where other hosts reach it (ports {ports})")
+    elif ports:
+        facts.append(f"listens on loopback only (ports {ports}): no service")
+    moved = live.get("network_activity")
+    if isinstance(moved, int | float):
+        ago = format_duration(max(0.0, at - moved))
+        facts.append(f"data beyond keep-alive moved on its connections {ago} before")
+    return facts

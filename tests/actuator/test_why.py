@@ -166,3 +166,45 @@ def test_an_owner_asks_for_runtime_in_the_environment_and_why_says_what_came_of_
     assert "its owner asked: GPU_RECLAIMER_KEEP=48h refused: rule defaults allows 0s to 24h" in (
         notes
     )
+
+
+def test_why_says_what_the_re_check_read_of_the_network() -> None:
+    case = make_case(id=8, state=State.CANCELLED, node="n1", uuid="GPU-1", user="alice")
+    thresholds = {"log_quiet_for": 300.0}
+    base = {"exists": True, "sm_util": 0.0, "gpu_memory_bytes": 1024**3}
+    timeline = [
+        {
+            "ts": 100.0,
+            "state": "pending",
+            "reason": "quiet",
+            "evidence": {
+                "live": {**base, "listening_external": 1, "listen_ports": [8000]},
+                "thresholds": thresholds,
+            },
+        },
+        {
+            "ts": 200.0,
+            "state": "cancelled",
+            "reason": "data moved",
+            "evidence": {
+                "live": {
+                    **base,
+                    "listening_external": 0,
+                    "listen_ports": [40001, 40002],
+                    "network_activity": 190.0,
+                },
+                "thresholds": thresholds,
+            },
+        },
+        {
+            "ts": 210.0,
+            "state": "refused",
+            "reason": "unknown",
+            "evidence": {"live": {**base, "network_unknown": "pid 9 is gone"}},
+        },
+    ]
+    service, kernel, unknown = explain(case, timeline).steps
+    assert "a service: listens where other hosts reach it (ports [8000])" in service.evidence
+    assert "listens on loopback only (ports [40001, 40002]): no service" in kernel.evidence
+    assert "data beyond keep-alive moved on its connections 10s before" in kernel.evidence
+    assert "its network unknown (pid 9 is gone)" in unknown.evidence
