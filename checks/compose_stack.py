@@ -269,7 +269,7 @@ def check_stack(
             line.startswith("gpu_process_listening_sockets{")
             and f'pid="{busy}"' in line
             and 'scope="loopback"' in line
-            and line.endswith(" 1")
+            and float(line.rsplit(" ", 1)[1]) == 1
             for line in metrics.splitlines()
         )
 
