@@ -140,31 +140,22 @@ def build(
         raise NoData(f"no GPU data between {_iso(start)} and {_iso(end)}")
     utilisation = _scalar(prom.custom_query(AVG_UTILISATION.format(range=span), params=at))
     progress(f"idle processes, {int(span // step)} steps of {step:g}s")
-    # Evaluated at step ends: a step (t - step, t] counts when the process was idle in it.
-    series = prom.custom_query_range(
-        IDLE_BY_PROCESS.format(step=int(step)),
-        start_time=datetime.fromtimestamp(start + step),
-        end_time=datetime.fromtimestamp(end),
-        step=f"{int(step)}s",
-    )
+
+    def per_step(template: str) -> list[dict[str, Any]]:
+        # Evaluated at step ends: a step (t - step, t] counts when the condition held in it.
+        return prom.custom_query_range(
+            template.format(step=int(step)),
+            start_time=datetime.fromtimestamp(start + step),
+            end_time=datetime.fromtimestamp(end),
+            step=f"{int(step)}s",
+        )
+
     figures = Figures(start, end, step, int(gpus), utilisation, Usage(), asked=asked)
-    _add_idle(figures, series)
+    _add_idle(figures, per_step(IDLE_BY_PROCESS))
     progress("idle energy")
-    power = prom.custom_query_range(
-        IDLE_POWER_BY_PROCESS.format(step=int(step)),
-        start_time=datetime.fromtimestamp(start + step),
-        end_time=datetime.fromtimestamp(end),
-        step=f"{int(step)}s",
-    )
-    _add_energy(figures, power)
+    _add_energy(figures, per_step(IDLE_POWER_BY_PROCESS))
     progress("idle services")
-    services = prom.custom_query_range(
-        SERVICE_IDLE_BY_PROCESS.format(step=int(step)),
-        start_time=datetime.fromtimestamp(start + step),
-        end_time=datetime.fromtimestamp(end),
-        step=f"{int(step)}s",
-    )
-    _add_service_idle(figures, services)
+    _add_service_idle(figures, per_step(SERVICE_IDLE_BY_PROCESS))
     progress("reclaims")
     figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
     freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
