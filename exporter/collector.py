@@ -329,7 +329,7 @@ class GpuCollector(Collector):
         finally:
             self._sockets.end()
         return {
-            pid: _unknown_reason(str(net)) if isinstance(net, SocketsUnknown) else net
+            pid: net.reason if isinstance(net, SocketsUnknown) else net
             for (pid, _), net in found.items()
         }
 
@@ -374,15 +374,6 @@ class GpuCollector(Collector):
         families.util_supported.add(labels, 1 if gpu.process_util_supported else 0)
         if gpu.util_unknown_reason:
             families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)
-
-
-def _unknown_reason(detail: str) -> str:
-    """A short, bounded label value for why the network is unknown."""
-    if "ermission" in detail or "not permitted" in detail:
-        return "no_permission"
-    if "No such file" in detail or "is gone" in detail:
-        return "gone"
-    return "error"
 
 
 def _add_network(families: _Families, labels: tuple[str, ...], net: NetworkReading | str) -> None:

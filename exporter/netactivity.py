@@ -61,11 +61,12 @@ def socket_inodes(pids: Iterable[int], proc_root: str = "/proc") -> set[int]:
             fds = os.listdir(fd_dir)
         except FileNotFoundError:
             if index == 0:  # the tree's root is gone: what it held is unknown, not nothing
-                raise SocketsUnknown(f"pid {pid} is gone") from None
+                raise SocketsUnknown(f"pid {pid} is gone", "gone") from None
             continue  # a descendant exited meanwhile: it holds nothing
         except OSError as exc:
-            why = f"cannot list the open files of pid {pid}: {exc.strerror}"
-            raise SocketsUnknown(why) from None
+            raise SocketsUnknown.from_os_error(
+                f"cannot list the open files of pid {pid}", exc
+            ) from None
         for fd in fds:
             try:
                 target = os.readlink(f"{fd_dir}/{fd}")
@@ -109,22 +110,25 @@ class NetworkMeter:
                 held[key] = socket_inodes(pids, self.tables.proc_root)
             except SocketsUnknown as exc:
                 held[key] = exc
-        self.tables.wants({i for h in held.values() if isinstance(h, set) for i in h})
+        # One dump per namespace, for every tree's sockets at once.
+        wanted = {i for h in held.values() if isinstance(h, set) for i in h}
         out: dict[tuple[int, int], NetworkReading | SocketsUnknown] = {}
         for key, inodes in held.items():
             if isinstance(inodes, SocketsUnknown):
                 out[key] = inodes
                 continue
             try:
-                out[key] = self._reading(key, trees[key][0], inodes)
+                out[key] = self._reading(key, trees[key][0], inodes, wanted)
             except SocketsUnknown as exc:
                 out[key] = exc
         return out
 
-    def _reading(self, key: tuple[int, int], root: int, inodes: set[int]) -> NetworkReading:
+    def _reading(
+        self, key: tuple[int, int], root: int, inodes: set[int], wanted: set[int] | None = None
+    ) -> NetworkReading:
         # A tree that holds no socket needs no list of its namespace's (the dump walks the
         # kernel's whole TCP table: about a millisecond a family).
-        table = self.tables.of(root, inodes) if inodes else {}
+        table = self.tables.of(root, inodes if wanted is None else wanted) if inodes else {}
         mine = [table[i] for i in inodes if i in table]
         meter = self._meters.setdefault(key, _Meter())
         return self._measure(meter, mine)

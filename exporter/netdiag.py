@@ -20,7 +20,6 @@ import struct
 import threading
 from dataclasses import dataclass
 from ipaddress import ip_address
-from typing import Any
 
 from pyroute2.netlink import (
     NETLINK_SOCK_DIAG,
@@ -36,7 +35,6 @@ from pyroute2.netlink.diag import (
     SS_MAX,
     SS_SYN_RECV,
     SS_TIME_WAIT,
-    inet_diag_msg,
     inet_diag_req,
 )
 
@@ -49,7 +47,20 @@ _MAX_MESSAGES = 200_000  # a dump longer than this is not believed (and not read
 
 
 class SocketsUnknown(Exception):
-    """The kernel's socket list for a namespace could not be read (the reason says why)."""
+    """A tree's sockets could not be read. `reason` is the exported label value:
+    `no_permission` (its open files or namespace refused), `gone` (the process or its
+    namespace ended), `error` (the kernel's list failed); the message says more."""
+
+    def __init__(self, detail: str, reason: str = "error") -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+    @classmethod
+    def from_os_error(cls, what: str, exc: OSError) -> SocketsUnknown:
+        refused = isinstance(exc, PermissionError)
+        gone = isinstance(exc, FileNotFoundError | ProcessLookupError)
+        reason = "no_permission" if refused else "gone" if gone else "error"
+        return cls(f"{what}: {exc.strerror or exc}", reason)
 
 
 @dataclass(frozen=True)
@@ -75,30 +86,6 @@ def _is_loopback(address: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return bool((mapped or ip).is_loopback)
-
-
-def reference_decode(raw: bytes) -> TcpSocket | None:
-    """One inet_diag answer decoded whole by pyroute2: the reference for `fast_decode`."""
-    msg: Any = inet_diag_msg(raw)
-    msg.decode()
-    get = msg.__getitem__
-    inode = int(get("idiag_inode"))
-    if inode == 0:
-        return None
-    listening = get("idiag_state") == SS_LISTEN
-    info = msg.get_attr("INET_DIAG_INFO") or {}
-    moved = int(info.get("tcpi_bytes_received", 0)) + int(info.get("tcpi_bytes_acked", 0))
-    ago = None
-    if not listening and info:
-        ago = min(int(info.get("tcpi_last_data_sent", 0)), int(info.get("tcpi_last_data_recv", 0)))
-    return TcpSocket(
-        inode=inode,
-        listening=listening,
-        loopback=_is_loopback(str(get("idiag_src"))),
-        port=int(get("idiag_sport")),
-        moved=0 if listening else moved,
-        data_ms_ago=ago,
-    )
 
 
 def dump(sock: socket.socket, wanted: set[int] | None = None) -> dict[int, TcpSocket]:
@@ -218,19 +205,23 @@ def _diag_socket() -> socket.socket:
 
 def open_in_namespace(pid: int, proc_root: str = "/proc") -> socket.socket:
     """A sock_diag socket inside `pid`'s network namespace (raises SocketsUnknown)."""
-    result: list[socket.socket | str] = []
+    result: list[socket.socket | SocketsUnknown] = []
 
     def enter_and_open() -> None:  # this thread ends in the other namespace: nothing leaks
         libc = ctypes.CDLL(None, use_errno=True)
         try:
             fd = os.open(f"{proc_root}/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            result.append(f"cannot open its network namespace: {exc.strerror}")
+            result.append(SocketsUnknown.from_os_error("cannot open its network namespace", exc))
             return
         try:
             if libc.setns(fd, CLONE_NEWNET) != 0:
+                errno = ctypes.get_errno()
+                refused = OSError(errno, os.strerror(errno))
+                if errno in (1, 13):  # EPERM, EACCES: no CAP_SYS_ADMIN
+                    refused = PermissionError(errno, os.strerror(errno))
                 result.append(
-                    f"cannot enter its network namespace: {os.strerror(ctypes.get_errno())}"
+                    SocketsUnknown.from_os_error("cannot enter its network namespace", refused)
                 )
                 return
         finally:
@@ -240,21 +231,25 @@ def open_in_namespace(pid: int, proc_root: str = "/proc") -> socket.socket:
     thread = threading.Thread(target=enter_and_open, name="netns-open", daemon=True)
     thread.start()
     thread.join()
-    got = result[0] if result else "the namespace thread failed"
-    if isinstance(got, str):
-        raise SocketsUnknown(got)
+    got = result[0] if result else SocketsUnknown("the namespace thread failed")
+    if isinstance(got, SocketsUnknown):
+        raise got
     return got
 
 
 class SocketTables:
-    """The TCP sockets of each network namespace, dumped at most once per pass."""
+    """The TCP sockets of each network namespace, dumped at most once per pass for the
+    inodes asked: a namespace already dumped for other inodes is dumped again for the
+    union, so an answer never lacks a socket it was asked for."""
 
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = proc_root
         self._own = os.stat("/proc/thread-self/ns/net").st_ino
         self._sockets: dict[int, socket.socket] = {}
-        self._tables: dict[int, dict[int, TcpSocket] | SocketsUnknown] = {}
-        self._wanted: set[int] | None = None
+        # namespace -> (the inodes its dump was asked for, None: all; the dump or why not)
+        self._tables: dict[
+            int, tuple[frozenset[int] | None, dict[int, TcpSocket] | SocketsUnknown]
+        ] = {}
         self._lock = threading.Lock()
         self.dumps = 0  # for tests and benchmarks
 
@@ -262,7 +257,6 @@ class SocketTables:
         """A new pass: every namespace is dumped afresh when next asked for."""
         with self._lock:
             self._tables = {}
-            self._wanted = None
 
     def end(self) -> None:
         """Close the sockets of namespaces this pass did not ask for."""
@@ -277,29 +271,26 @@ class SocketTables:
             self._sockets = {}
 
     def of(self, pid: int, wanted: set[int] | None = None) -> dict[int, TcpSocket]:
-        """The sockets of `pid`'s network namespace (raises SocketsUnknown): dumped once a
-        pass; with `wanted`, only those inodes (ask for every inode of the namespace the
-        pass needs at its first call: see `wants`)."""
+        """The sockets of `pid`'s network namespace (raises SocketsUnknown): every one, or
+        at least those in `wanted` (a pass over many trees asks for all of theirs at once)."""
         try:
             ns = namespace_of(pid, self.proc_root)
         except OSError as exc:
-            raise SocketsUnknown(f"cannot see its network namespace: {exc.strerror}") from None
+            raise SocketsUnknown.from_os_error("cannot see its network namespace", exc) from None
         with self._lock:
-            table = self._tables.get(ns)
-            if table is None:
-                want = self._wanted if self._wanted is not None else wanted
-                table = self._tables[ns] = self._dump(ns, pid, want)
+            cached = self._tables.get(ns)
+            if cached is None or not _covers(cached[0], wanted):
+                asked = None if wanted is None else frozenset(wanted)
+                if cached is not None and asked is not None and cached[0] is not None:
+                    asked |= cached[0]
+                cached = self._tables[ns] = (asked, self._dump(ns, pid, asked))
+        table = cached[1]
         if isinstance(table, SocketsUnknown):
             raise table
         return table
 
-    def wants(self, inodes: set[int] | None) -> None:
-        """The inodes this pass will look up, in any namespace (None: every socket)."""
-        with self._lock:
-            self._wanted = inodes
-
     def _dump(
-        self, ns: int, pid: int, wanted: set[int] | None
+        self, ns: int, pid: int, wanted: frozenset[int] | None
     ) -> dict[int, TcpSocket] | SocketsUnknown:
         try:
             sock = self._sockets.get(ns)
@@ -307,9 +298,15 @@ class SocketTables:
                 sock = _diag_socket() if ns == self._own else open_in_namespace(pid, self.proc_root)
                 self._sockets[ns] = sock
             self.dumps += 1
-            return dump(sock, wanted)
+            return dump(sock, None if wanted is None else set(wanted))
         except SocketsUnknown as exc:
             broken = self._sockets.pop(ns, None)
             if broken is not None:
                 broken.close()
             return exc
+
+
+def _covers(asked: frozenset[int] | None, wanted: set[int] | None) -> bool:
+    if asked is None:
+        return True  # a whole dump answers for everything
+    return wanted is not None and wanted <= asked
