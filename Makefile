@@ -112,7 +112,7 @@ bench: setup
 
 # Side by side with nvitop-exporter (installed into a throwaway venv from PyPI).
 bench-nvitop: setup
-	$(BIN)/python benchmarks/exporter_vs_nvitop.py --install --heartbeats
+	$(BIN)/python benchmarks/exporter_vs_nvitop.py --install --heartbeats --serve
 
 # The bare package (no extras) in a fresh venv: the exporter serves, a command that needs
 # an extra names it. CI runs it after `make test` (it installs from PyPI, about 20 s).

@@ -13,6 +13,10 @@ background: its CPU over the run divided by its collections), RSS and the ratios
 
 `--heartbeats` gives every workload a heartbeat file, rewritten every 10 scrapes as jobs
 beat on (ours reads them; nvitop-exporter has no such signal, so its side is unchanged).
+`--serve` makes every workload listen on a loopback port, so every process tree holds a
+socket and each of our collections reads the kernel's TCP table for network evidence (on by
+default; nvitop-exporter has none). Server p99 is ours as it measures itself
+(`gpu_exporter_scrape_duration_seconds`), without the client's transfer.
 """
 
 from __future__ import annotations
@@ -99,6 +103,9 @@ def main() -> int:
     parser.add_argument(
         "--heartbeats", action="store_true", help="a heartbeat file for every workload"
     )
+    parser.add_argument(
+        "--serve", action="store_true", help="every workload listens on a port (network evidence)"
+    )
     args = parser.parse_args()
     if args.nvitop_venv is None and not args.install:
         parser.error("give --nvitop-venv DIR or --install")
@@ -108,11 +115,12 @@ def main() -> int:
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {memory:.0f} GiB, "
         f"Python {platform.python_version()}, layout {args.layout}, "
-        f"heartbeats {'every process' if args.heartbeats else 'none'}",
+        f"heartbeats {'every process' if args.heartbeats else 'none'}, "
+        f"sockets {'in every tree' if args.serve else 'none'}",
         flush=True,
     )
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-vs-nvitop-"))
-    children = start_node(workdir, gpus, per_gpu, 0)
+    children = start_node(workdir, gpus, per_gpu, 0, serve=args.serve)
     workloads = [c.pid for c in children]
     node = workdir / "node"
     (workdir / "hb").mkdir()
@@ -139,12 +147,19 @@ def main() -> int:
         our_proc = psutil.Process(ours.process.pid)
         nv_cpu0, our_cpu0, t0 = sum(nv.cpu_times()[:2]), sum(our_proc.cpu_times()[:2]), time.time()
         latency: dict[str, list[float]] = {"ours": [], "nvitop": []}
+        server: list[float] = []
         for i in range(args.scrapes):
             order = [("ours", ours.url), ("nvitop", nv_url)]
             for name, url in order if i % 2 == 0 else order[::-1]:
                 started = time.perf_counter()
-                session.get(url, headers=headers, timeout=10).raise_for_status()
+                answer = session.get(url, headers=headers, timeout=10)
+                answer.raise_for_status()
                 latency[name].append(time.perf_counter() - started)
+                if name == "ours":
+                    took = re.search(
+                        r"^gpu_exporter_scrape_duration_seconds (\S+)$", answer.text, re.M
+                    )
+                    server.append(float(took.group(1)) if took else float("nan"))
             if args.heartbeats and i % 10 == 0:
                 write_heartbeats(workdir / "hb", workloads)  # jobs beat on
             time.sleep(args.interval)
@@ -165,6 +180,10 @@ def main() -> int:
             f"| {1000 * percentile(latency[name], 0.99):.1f} ms | {1000 * cpu:.1f} ms "
             f"| {rss[name]:.0f} MB |"
         )
+    print(
+        f"| ours, server p50 / p99 | {1000 * statistics.median(server):.1f} ms "
+        f"| {1000 * percentile(server, 0.99):.1f} ms | | |"
+    )
     print(
         f"| ratio ours/nvitop "
         f"| {statistics.median(latency['ours']) / statistics.median(latency['nvitop']):.2f} "

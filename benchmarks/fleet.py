@@ -90,9 +90,9 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
 
 
 def start_actuator(
-    base: Path, work: Path, database: str, parallel: int
+    base: Path, work: Path, database: str, parallel: int, port: int | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = port or free_port()
     token = work / "token"
     token.write_text(TOKEN)
     token.chmod(0o600)

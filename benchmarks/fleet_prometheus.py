@@ -23,15 +23,19 @@ for the same minutes:
 With several --prometheus binaries (another version, say), every variant runs under each.
 
 States: `live` advances the busy processes' CPU counters and log timestamps every scrape
-(what a working node looks like: a third of its processes idle and flagged), `frozen`
-serves the capture unchanged (a node whose values stopped: every process without
-utilisation turns pending, then firing).
+(what a working node looks like: a third of its processes idle and flagged), `flagged`
+serves every process as idle (the busy ones' utilisation read as 0, nothing advancing: every
+process pending, then firing GpuProcessIdle), `frozen` serves the capture unchanged (a node
+whose values stopped: every process without utilisation turns idle, the busy ones with a
+log stalled).
 
-Per Prometheus and state it reports the `gpu-reclaimer` group's evaluation time (median
-of the last evaluations, from /api/v1/rules), per node, the active alerts, the head series
-per node, and the dearest rules. Prometheus evaluates a group on one core; at the
-evaluation interval the group must finish well inside it, so nodes per Prometheus ~
-interval / (time per node) x a safety factor (docs/deployment.md, "Sizing").
+Per Prometheus and state it reports each rule group's evaluation time (median of the last
+evaluations, from /api/v1/rules) and its interval (the group's `interval:`, else the global
+evaluation interval), and from them the rules' Prometheus CPU per node per second (the sum
+over the groups of evaluation time / interval / nodes: a group is evaluated on one core)
+and the nodes one core carries in that state (1 s / that figure); also the active alerts,
+the head series per node and the dearest rules. Plan with headroom: docs/deployment.md,
+"Sizing".
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from tests.support import free_port  # noqa: E402
 
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 GROUP = "gpu-reclaimer"
+STATES = ("live", "flagged", "frozen")
 VARIANTS = ("shipped", "no-annotations", "lean", "labels-on-alerts")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
 _NODE_LABEL = re.compile(r'node="[^"]*"')
@@ -113,6 +118,12 @@ class Capture:
         lines = []
         for s in self.samples:
             value = s.value
+            if (
+                state == "flagged"
+                and s.name == "gpu_process_sm_utilization_ratio"
+                and _pid(s.labels) in self.busy_pids
+            ):
+                value = 0.0  # every process idle: nothing advances, nothing computes
             if state == "live" and _pid(s.labels) in self.busy_pids:
                 if s.name == "gpu_process_cpu_seconds_total":
                     value += 0.5 * elapsed  # half a core: a working job's DataLoader
@@ -243,13 +254,25 @@ def prometheus_config(directory: Path, rules: Path, port: int, nodes: int, inter
 
 
 @dataclass
+class GroupTimes:
+    """One rule group's evaluations as Prometheus reports them."""
+
+    interval: float
+    seconds: list[float] = field(default_factory=list)
+    last_evaluation: str = ""
+
+    def median(self) -> float:
+        settled = self.seconds[len(self.seconds) // 3 :] or self.seconds
+        return statistics.median(settled) if settled else float("nan")
+
+
+@dataclass
 class Measured:
     variant: str
     url: str
     process: subprocess.Popen[bytes]
-    group_seconds: list[float] = field(default_factory=list)
+    groups: dict[str, GroupTimes] = field(default_factory=dict)
     rules: dict[str, list[float]] = field(default_factory=dict)
-    last_evaluation: str = ""
     alerts: float = 0.0
     series: float = 0.0
     rss: float = 0.0
@@ -280,13 +303,20 @@ class Measured:
     def sample(self) -> None:
         data = requests.get(f"{self.url}/api/v1/rules", timeout=30).json()["data"]
         for group in data["groups"]:
-            if group["name"] != GROUP or group["lastEvaluation"] == self.last_evaluation:
+            times = self.groups.setdefault(group["name"], GroupTimes(float(group["interval"])))
+            if group["lastEvaluation"] == times.last_evaluation:
                 continue
-            self.last_evaluation = group["lastEvaluation"]
-            self.group_seconds.append(group["evaluationTime"])
+            times.last_evaluation = group["lastEvaluation"]
+            if group["lastEvaluation"].startswith("0001-"):
+                continue  # not evaluated yet
+            times.seconds.append(group["evaluationTime"])
             for rule in group["rules"]:
                 name = rule.get("record") or rule.get("name")
                 self.rules.setdefault(name, []).append(rule["evaluationTime"])
+
+    def cpu_per_second(self) -> float:
+        """Seconds of rule evaluation per second of time, all groups together."""
+        return sum(g.median() / g.interval for g in self.groups.values() if g.seconds)
 
     def head_series(self) -> float:
         status = requests.get(f"{self.url}/api/v1/status/tsdb", timeout=30).json()
@@ -385,8 +415,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--layout", default="8x3", help="GPUSxPROCESSES of the captured node")
     parser.add_argument("--minutes", type=float, default=3.0, help="per state (>= 2)")
-    parser.add_argument("--interval", type=int, default=15, help="scrape and evaluation, s")
-    parser.add_argument("--state", action="append", choices=("live", "frozen"))
+    parser.add_argument(
+        "--interval",
+        type=int,
+        default=15,
+        help="scrape and global evaluation, s (a group's own `interval:` overrides)",
+    )
+    parser.add_argument("--state", action="append", choices=STATES)
     parser.add_argument(
         "--rules",
         action="append",
@@ -445,7 +480,7 @@ def main() -> int:
     )
     table: list[str] = []
     operators: list[str] = []
-    for state in args.state or ["live", "frozen"]:
+    for state in args.state or list(STATES):
         variants = (args.rules or ([] if args.rules_file else ["shipped"])) + [
             f"file:{f}" for f in args.rules_file
         ]
@@ -465,8 +500,12 @@ def main() -> int:
                     f"| {state} | {m.variant} | `{expr}` | {1000 * seconds:.2f} ms "
                     f"| {1e6 * seconds / (len(pids) * args.nodes):.2f} µs |"
                 )
-            settled = m.group_seconds[len(m.group_seconds) // 3 :] or m.group_seconds
-            median = statistics.median(settled) if settled else float("nan")
+            per_second = m.cpu_per_second() / args.nodes  # s of CPU per node per s
+            groups = ", ".join(
+                f"{name} {1000 * g.median() / args.nodes:.2f} ms / {g.interval:g} s"
+                for name, g in m.groups.items()
+                if g.seconds
+            )
             dearest = sorted(
                 ((statistics.median(v[len(v) // 3 :] or v), k) for k, v in m.rules.items()),
                 reverse=True,
@@ -474,16 +513,17 @@ def main() -> int:
             table.append(
                 f"| {args.layout} | {state} | {m.variant} | {args.nodes} "
                 f"| {m.series / args.nodes:.0f} | {m.rss / args.nodes / 1e6:.2f} MB "
-                f"| {m.alerts:.0f} "
-                f"| {1000 * median:.0f} ms | {1000 * median / args.nodes:.2f} ms "
+                f"| {m.alerts:.0f} | {groups} "
+                f"| {1000 * per_second:.3f} ms | {1 / per_second:,.0f} "
                 f"| {', '.join(f'{k} {1000 * v:.0f} ms' for v, k in dearest)} "
                 f"| {', '.join(f'{k} {1000 * v:.0f} ms' for k, v in m.expr_seconds.items())} |"
             )
     print(
-        "| node | state | rules | nodes | head series/node | RSS/node | alerts | group eval "
-        "| per node | dearest rules (median) | alert expressions alone |"
+        "| node | state | rules | nodes | head series/node | RSS/node | alerts "
+        "| per node per evaluation / interval | rules CPU per node per s | nodes per core "
+        "| dearest rules (median) | alert expressions alone |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
     if operators:
         processes = len(pids) * args.nodes

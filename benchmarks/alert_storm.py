@@ -1,0 +1,340 @@
+"""An alert storm: a fleet's worth of firing alerts at once (a Prometheus restart, an
+Alertmanager re-send, a fleet back from a partition), decided by one central actuator that
+re-checks every case through its node's agent over mutual TLS, killed and restarted in
+the middle.
+
+    python benchmarks/alert_storm.py [--nodes 1000] [--per-node 24] [--concurrency 32]
+        [--per-request 1] [--restart-at 0.5] [--agents 2] [--deadline 900]
+
+The fleet: NODES simulated nodes of 8 GPUs, each listing PER_NODE processes. The processes
+are PER_NODE real `sleep` processes shared by every node (each node's agent inspects them
+as its own: 24,000 processes would not fit this machine's /proc reads), and the agents are
+the real agent app, one per node on its own port with its own certificate, hosted by
+--agents stand-in processes (a stand-in for 1,000 agent hosts, labelled as such in the
+output). One central actuator (gunicorn, 2 workers, observe mode: every case is re-checked
+live twice a CPU window apart and decided, nothing signalled; the breaker off so every case
+takes the full path) on SQLite.
+
+The alerts are posted as the shipped Alertmanager route sends them: grouped by process, so
+one alert per webhook request (--per-request to try Alertmanager's grouping by node
+instead), from --concurrency connections at once (Alertmanager flushes every group whose
+group_wait ended, in parallel); a request that fails (refused, reset, 5xx) is retried with
+backoff, as Alertmanager retries. When --restart-at of the requests are acknowledged the
+actuator is killed (SIGKILL, its workers with it) and started again on the same database
+and port: requests in flight fail and are retried.
+
+It reports the webhook's acknowledgement latency (p50/p99, answered requests), the retries,
+every alert's case (none lost: one case per alert acknowledged or retried; none doubled),
+how long each case took from its creation to its decision (p50/p99, max) and the whole
+storm from the first request to the last decision, and CPU per case: the actuator's
+processes (both incarnations) and the agents' stand-ins.
+Targets (issue 50): ack p99 <= 100 ms, every case decided within 5 minutes, nothing lost,
+<= 10 ms of actuator CPU per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import queue
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fleet import TOKEN, alert, start_actuator  # noqa: E402
+from measure import percentile  # noqa: E402
+
+from exporter.procfs import start_ticks  # noqa: E402
+from exporter.sim.state import ProcState, init_node, load_node, write_proc  # noqa: E402
+from tests.helpers.fleet import make_certs  # noqa: E402
+from tests.support import free_port  # noqa: E402
+
+GPUS = 8
+
+
+@dataclass
+class Fleet:
+    targets: list[dict[str, Any]]
+    sleepers: list[subprocess.Popen[bytes]]
+    agents: list[subprocess.Popen[str]]
+
+
+def start_fleet(base: Path, nodes: int, per_node: int, hosts: int) -> Fleet:
+    names = [f"gpu-{i:04d}" for i in range(nodes)]
+    print(f"  certificates for {nodes} agents ...", flush=True)
+    make_certs(base / "certs", names)
+    sleepers = [
+        subprocess.Popen(["sleep", "86400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(per_node)
+    ]
+    ticks = {p.pid: start_ticks(p.pid) or 0 for p in sleepers}
+    targets = []
+    for name in names:
+        init_node(base / name, gpus=GPUS, memory_total=80 * 1024**3, name="NVIDIA H100 80GB HBM3")
+        gpus = load_node(base / name).gpus
+        for i, proc in enumerate(sleepers):
+            gpu = gpus[i % GPUS]
+            write_proc(
+                base / name,
+                ProcState(proc.pid, ticks[proc.pid], gpu.index, 4 * 1024**3, 0, time.time()),
+            )
+            targets.append(
+                {"node": name, "pid": proc.pid, "uuid": gpu.uuid, "ticks": ticks[proc.pid]}
+            )
+    print(f"  {nodes} agents in {hosts} stand-in processes ...", flush=True)
+    agents, urls = [], {}
+    for host in range(hosts):
+        share = names[host::hosts]
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *share],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        ready, _, ports = process.stdout.readline().partition(" ")
+        assert ready == "ready", ready
+        agents.append(process)
+        urls.update({n: f"https://127.0.0.1:{p}" for n, p in json.loads(ports).items()})
+    (base / "agents.json").write_text(json.dumps(urls))
+    return Fleet(targets, sleepers, agents)
+
+
+@dataclass
+class Poster:
+    """Alertmanager's side: every request retried until it is acknowledged."""
+
+    port: int
+    acks: list[float] = field(default_factory=list)
+    retries: int = 0
+    acked: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def post(self, body: bytes) -> None:
+        delay = 0.5
+        conn: http.client.HTTPConnection | None = None
+        while True:
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                started = time.monotonic()
+                conn.request(
+                    "POST",
+                    "/api/v1/alerts",
+                    body=body,
+                    headers={
+                        "Authorization": f"Bearer {TOKEN}",
+                        "Content-Type": "application/json",
+                    },
+                )
+                response = conn.getresponse()
+                response.read()
+                if response.status == 200:
+                    with self.lock:
+                        self.acks.append(time.monotonic() - started)
+                        self.acked += 1
+                    conn.close()
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            if conn is not None:
+                conn.close()
+                conn = None
+            with self.lock:
+                self.retries += 1
+            time.sleep(delay)
+            delay = min(5.0, delay * 2)
+
+
+def requests_for(targets: list[dict[str, Any]], per_request: int) -> list[bytes]:
+    starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    bodies = []
+    for i in range(0, len(targets), per_request):
+        group = targets[i : i + per_request]
+        body = {
+            "version": "4",
+            "status": "firing",
+            "receiver": "gpu-reclaimer-actuator",
+            "groupLabels": {},
+            "commonLabels": {},
+            "commonAnnotations": {},
+            "externalURL": "http://alertmanager",
+            "groupKey": f"storm-{i}",
+            "truncatedAlerts": 0,
+            "alerts": [alert(t, starts) for t in group],
+        }
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
+def cpu(process: psutil.Process) -> float:
+    total = 0.0
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    for p in tree:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def counts(database: Path) -> dict[str, int]:
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+            return dict(db.execute("SELECT state, COUNT(*) FROM cases GROUP BY state").fetchall())
+    except sqlite3.Error:
+        return {}
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--per-node", type=int, default=24, help="firing alerts per node")
+    parser.add_argument("--per-request", type=int, default=1, help="alerts per webhook request")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    parser.add_argument(
+        "--restart-at",
+        type=float,
+        default=0.5,
+        help="share of requests acknowledged when the "
+        "actuator is killed and started again (0: no restart)",
+    )
+    parser.add_argument("--agents", type=int, default=2, help="agent stand-in processes")
+    parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
+    parser.add_argument("--deadline", type=float, default=900, help="give up after, s")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-storm-"))
+    base.chmod(0o755)
+    alerts = args.nodes * args.per_node
+    print(
+        f"# alert storm: {args.nodes} nodes x {args.per_node} alerts = {alerts:,}, "
+        f"{args.per_request} per request, {args.concurrency} in flight; machine "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{psutil.virtual_memory().total / 1024**3:.0f} GiB, Python {platform.python_version()}",
+        flush=True,
+    )
+    fleet = start_fleet(base, args.nodes, args.per_node, args.agents)
+    work = base / "actuator"
+    work.mkdir()
+    database = work / "actuator.db"
+    port = free_port()
+    actuator, _ = start_actuator(base, work, str(database), args.parallel, port=port)
+    agents_cpu0 = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents)
+    bodies = requests_for(fleet.targets, args.per_request)
+    todo: queue.Queue[bytes | None] = queue.Queue()
+    for body in bodies:
+        todo.put(body)
+    poster = Poster(port)
+
+    def worker() -> None:
+        while (body := todo.get()) is not None:
+            poster.post(body)
+
+    actuator_cpu = 0.0
+    restarted_after = None
+    try:
+        print(f"  posting {len(bodies):,} requests ...", flush=True)
+        first = time.time()
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.concurrency)]
+        for thread in threads:
+            todo.put(None)
+            thread.start()
+        restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
+        while any(t.is_alive() for t in threads):
+            if restart_when is not None and poster.acked >= restart_when:
+                actuator_cpu += cpu(psutil.Process(actuator.pid))
+                os.killpg(actuator.pid, signal.SIGKILL)
+                actuator.wait()
+                restarted_after = poster.acked
+                print(
+                    f"  killed the actuator after {poster.acked:,} acknowledged; "
+                    "starting it again ...",
+                    flush=True,
+                )
+                actuator, _ = start_actuator(base, work, str(database), args.parallel, port=port)
+                restart_when = None
+            time.sleep(0.05)
+        posted = time.time() - first
+        print(f"  posted in {posted:.0f} s ({poster.retries} retries); deciding ...", flush=True)
+        deadline = time.monotonic() + args.deadline
+        while True:
+            states = counts(database)
+            if states and sum(states.values()) >= alerts and not states.get("pending"):
+                break
+            if time.monotonic() > deadline:
+                print(f"  gave up after {args.deadline:g} s: {states}", flush=True)
+                break
+            time.sleep(1)
+        actuator_cpu += cpu(psutil.Process(actuator.pid))
+        agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+            rows = db.execute(
+                "SELECT node, pid, state, reason_code, created, updated FROM cases"
+            ).fetchall()
+    finally:
+        os.killpg(actuator.pid, signal.SIGKILL)
+        for agent in fleet.agents:
+            agent.kill()
+        for sleeper in fleet.sleepers:
+            sleeper.kill()
+    keys = [(r[0], r[1]) for r in rows]
+    wanted = {(t["node"], t["pid"]) for t in fleet.targets}
+    decided = [r for r in rows if r[2] not in ("pending",)]
+    took = [r[5] - r[4] for r in decided]
+    by_state: dict[str, int] = {}
+    for r in rows:
+        by_state[f"{r[2]} ({r[3] or 'no reason code'})"] = (
+            by_state.get(f"{r[2]} ({r[3] or 'no reason code'})", 0) + 1
+        )
+    storm = max(r[5] for r in decided) - first if decided else float("nan")
+    print()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs; agents: {args.nodes} agent apps in "
+        f"{args.agents} stand-in processes (one per node on a real host)"
+    )
+    print(
+        "| alerts | requests (per request) | in flight | ack p50 / p99 | retries | restart "
+        "| cases (lost, doubled) | decided | case created -> decided p50 / p99 / max "
+        "| first request -> last decision | actuator CPU per case | agents CPU per case |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ack50, ack99 = 1000 * percentile(poster.acks, 0.5), 1000 * percentile(poster.acks, 0.99)
+    restart = f"after {restarted_after:,}" if restarted_after else "none"
+    per_case = 1000 / max(1, len(rows))
+    print(
+        f"| {alerts:,} | {len(bodies):,} ({args.per_request}) | {args.concurrency} "
+        f"| {ack50:.0f} / {ack99:.0f} ms | {poster.retries} | {restart} "
+        f"| {len(rows):,} ({len(wanted - set(keys))}, {len(keys) - len(set(keys))}) "
+        f"| {len(decided):,} | {percentile(took, 0.5):.0f} / {percentile(took, 0.99):.0f} / "
+        f"{max(took, default=float('nan')):.0f} s | {storm:.0f} s "
+        f"| {actuator_cpu * per_case:.1f} ms | {agents_cpu * per_case:.1f} ms |"
+    )
+    print("states: " + ", ".join(f"{k}: {v:,}" for k, v in sorted(by_state.items())))
+    median = 1000 * statistics.median(poster.acks)
+    print(f"ack median {median:.1f} ms over {len(poster.acks):,} answers")
+    return 0 if not (wanted - set(keys)) and len(keys) == len(set(keys)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
