@@ -104,6 +104,7 @@ bench: setup
 	$(BIN)/python benchmarks/slow_clients.py
 	$(BIN)/python benchmarks/pod_resources.py
 	$(BIN)/python benchmarks/fleet_prometheus.py
+	$(BIN)/python benchmarks/alert_storm.py
 	$(BIN)/python benchmarks/recheck_pass.py
 	$(BIN)/python benchmarks/sync_cost.py
 	$(BIN)/python benchmarks/actuator_cases.py --no-strace

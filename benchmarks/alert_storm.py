@@ -289,8 +289,11 @@ def main() -> int:
         actuator_cpu += cpu(psutil.Process(actuator.pid))
         agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+            # from the alert's first acknowledgement (an episode, durable before the answer;
+            # the reconciler makes it a case in batches) to the case's decision
             rows = db.execute(
-                "SELECT node, pid, state, reason_code, created, updated FROM cases"
+                "SELECT c.node, c.pid, c.state, c.reason_code, MIN(e.first_seen), c.updated "
+                "FROM cases c LEFT JOIN episodes e ON e.case_id = c.id GROUP BY c.id"
             ).fetchall()
     finally:
         os.killpg(actuator.pid, signal.SIGKILL)
@@ -301,7 +304,7 @@ def main() -> int:
     keys = [(r[0], r[1]) for r in rows]
     wanted = {(t["node"], t["pid"]) for t in fleet.targets}
     decided = [r for r in rows if r[2] not in ("pending",)]
-    took = [r[5] - r[4] for r in decided]
+    took = [r[5] - r[4] for r in decided if r[4] is not None]
     by_state: dict[str, int] = {}
     for r in rows:
         by_state[f"{r[2]} ({r[3] or 'no reason code'})"] = (
@@ -315,7 +318,7 @@ def main() -> int:
     )
     print(
         "| alerts | requests (per request) | in flight | ack p50 / p99 | retries | restart "
-        "| cases (lost, doubled) | decided | case created -> decided p50 / p99 / max "
+        "| cases (lost, doubled) | decided | alert acknowledged -> decided p50 / p99 / max "
         "| first request -> last decision | actuator CPU per case | agents CPU per case |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

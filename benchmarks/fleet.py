@@ -106,7 +106,8 @@ def start_actuator(
             "static": json.loads((base / "agents.json").read_text()),
             "timeout": "5s",
         },
-        "defaults": {"idle_for": "0s"},
+        # the sleepers start idle on purpose, moments before their alerts
+        "defaults": {"idle_for": "0s", "min_runtime": "0s"},
         "idle": {"cpu_window": "0.3s", "sm_window": "1s"},
         "protect": {"protect_root": False, "protected_uid_below": 0},
         "breaker": {"min_flagged": 100000},
