@@ -120,7 +120,7 @@ bench-nvitop: setup
 check-bare:
 	$(PYTHON) checks/bare_install.py
 
-# docker-compose.yml really run (CI runs it after `make test`; about 8 minutes, most of it
+# docker-compose.yml really run (CI runs it after `make test`; about 8 to 9 minutes, most of it
 # the rules' 5-minute hold): Debian's podman as root serves the Docker API Compose speaks;
 # stand-in images are built locally (checks/compose_stack.py, deploy/standins/).
 COMPOSE_TOOLS := podman mmdebstrap docker-compose
