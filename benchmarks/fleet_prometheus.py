@@ -1,6 +1,6 @@
 """What the shipped rules cost a real Prometheus, per node, in each state a fleet can be in.
 
-    python benchmarks/fleet_prometheus.py [--nodes 100] [--layout 8x3] [--minutes 3]
+    python benchmarks/fleet_prometheus.py [--nodes 100] [--layout 8x3] [--minutes 4]
         [--state live --state frozen] [--interval 15] [--rules VARIANT ...]
         [--rules-file FILE ...] [--prometheus BINARY ...]
 
@@ -414,7 +414,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--layout", default="8x3", help="GPUSxPROCESSES of the captured node")
-    parser.add_argument("--minutes", type=float, default=3.0, help="per state (>= 2)")
+    parser.add_argument(
+        "--minutes", type=float, default=4.0, help="per state (>= 4: a few 45 s evaluations)"
+    )
     parser.add_argument(
         "--interval",
         type=int,
