@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fleet import TOKEN, alert, start_actuator  # noqa: E402
+from fleet import TOKEN, alert, start_actuator, start_agents  # noqa: E402
 from measure import percentile  # noqa: E402
 
 from exporter.procfs import start_ticks  # noqa: E402
@@ -99,20 +99,7 @@ def start_fleet(base: Path, nodes: int, per_node: int, hosts: int) -> Fleet:
                 {"node": name, "pid": proc.pid, "uuid": gpu.uuid, "ticks": ticks[proc.pid]}
             )
     print(f"  {nodes} agents in {hosts} stand-in processes ...", flush=True)
-    agents, urls = [], {}
-    for host in range(hosts):
-        share = names[host::hosts]
-        process = subprocess.Popen(
-            [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *share],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert process.stdout is not None
-        ready, _, ports = process.stdout.readline().partition(" ")
-        assert ready == "ready", ready
-        agents.append(process)
-        urls.update({n: f"https://127.0.0.1:{p}" for n, p in json.loads(ports).items()})
-    (base / "agents.json").write_text(json.dumps(urls))
+    agents = start_agents(base, names, hosts)
     return Fleet(targets, sleepers, agents)
 
 

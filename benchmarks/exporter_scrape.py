@@ -82,9 +82,11 @@ class Exporter:
                 self.server.append(float(line.split()[1]))
 
 
-def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> Exporter:
+def start_exporter(label: str, node: Path | None, workdir: Path, pythonpath: Path) -> Exporter:
+    """The exporter on the simulated node `node`, or on the real driver where it is None."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    sim = ["--sim-dir", str(node)] if node is not None else []
     process = subprocess.Popen(
         [
             sys.executable,
@@ -93,8 +95,7 @@ def start_exporter(label: str, node: Path, workdir: Path, pythonpath: Path) -> E
             "exporter",
             "--listen",
             f"127.0.0.1:{port}",
-            "--sim-dir",
-            str(node),
+            *sim,
             "--heartbeat-dir",
             str(workdir / "hb"),
         ],

@@ -54,14 +54,17 @@ def make_venv(where: Path) -> Path:
     return where
 
 
-def start_nvitop(venv: Path, node: Path, interval: float) -> tuple[subprocess.Popen, str]:
+def start_nvitop(venv: Path, node: Path | None, interval: float) -> tuple[subprocess.Popen, str]:
+    """nvitop-exporter answering from the simulated node `node` (its pynvml replaced, see
+    the module's docstring), or from the real driver where it is None."""
     port = free_port()
-    env = {
-        **os.environ,
-        "GPU_RECLAIMER_SIM_DIR": str(node),
-        "GPU_RECLAIMER_REPO": str(REPO),
-        "PYTHONPATH": str(REPO / "benchmarks" / "nvitop_sim"),
-    }
+    env = dict(os.environ)
+    if node is not None:
+        env |= {
+            "GPU_RECLAIMER_SIM_DIR": str(node),
+            "GPU_RECLAIMER_REPO": str(REPO),
+            "PYTHONPATH": str(REPO / "benchmarks" / "nvitop_sim"),
+        }
     process = subprocess.Popen(
         [
             str(venv / "bin" / "nvitop-exporter"),

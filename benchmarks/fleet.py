@@ -75,18 +75,28 @@ def start_fleet(base: Path, nodes: int, gpus: int) -> tuple[list[dict[str, Any]]
                 base / name, ProcState(proc.pid, ticks or 0, gpu.index, 4 * 1024**3, 0, time.time())
             )
             targets.append({"node": name, "pid": proc.pid, "uuid": gpu.uuid, "ticks": ticks})
-    agents = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *names],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert agents.stdout is not None
-    ready, _, ports = agents.stdout.readline().partition(" ")
-    assert ready == "ready", ready
-    procs.append(agents)
-    urls = {n: f"https://127.0.0.1:{p}" for n, p in json.loads(ports).items()}
-    (base / "agents.json").write_text(json.dumps(urls))
+    procs.extend(start_agents(base, names))
     return targets, procs
+
+
+def start_agents(base: Path, names: list[str], hosts: int = 1) -> list[subprocess.Popen[str]]:
+    """The agents of `names` in `hosts` stand-in processes (benchmarks/fleet_agents.py);
+    their URLs in BASE/agents.json, as the actuator's `agents.static` reads them."""
+    agents, urls = [], {}
+    for host in range(hosts):
+        share = names[host::hosts]
+        agent = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "fleet_agents.py"), str(base), *share],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert agent.stdout is not None
+        ready, _, ports = agent.stdout.readline().partition(" ")
+        assert ready == "ready", ready
+        agents.append(agent)
+        urls.update({n: f"https://127.0.0.1:{p}" for n, p in json.loads(ports).items()})
+    (base / "agents.json").write_text(json.dumps(urls))
+    return agents
 
 
 def start_actuator(

@@ -36,22 +36,27 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+import requests
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from exporter_scrape import Exporter, start_exporter  # noqa: E402
+from exporter_vs_nvitop import start_nvitop  # noqa: E402
 from measure import percentile  # noqa: E402
-
-from tests.support import free_port  # noqa: E402
 
 GiB = 1024**3
 
@@ -181,85 +186,26 @@ def power(nvml: Any, seconds: float, gib: float) -> dict[str, float]:
     return {"empty_w": empty, "holding_w": held, "held_gib": gib, "seconds": seconds}
 
 
-class Exporter:
-    def __init__(self, label: str, process: subprocess.Popen[Any], url: str) -> None:
-        self.label, self.process, self.url = label, process, url
-        self.client: list[float] = []
-        self.server: list[float] = []
-        self.cpu = 0.0
-        self.body = ""
-
-    def scrape(self) -> None:
-        import psutil
-        import requests
-
-        proc = psutil.Process(self.process.pid)
-        before = sum(proc.cpu_times()[:2])
-        started = time.perf_counter()
-        self.body = requests.get(self.url, timeout=30).text
-        self.client.append(time.perf_counter() - started)
-        self.cpu += sum(proc.cpu_times()[:2]) - before
-        found = re.search(r"^gpu_exporter_scrape_duration_seconds (\S+)$", self.body, re.M)
-        if found:
-            self.server.append(float(found.group(1)))
-
-
-def wait_up(url: str, process: subprocess.Popen[Any]) -> None:
-    import requests
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url}: the exporter exited ({process.returncode})")
-        try:
-            if requests.get(url, timeout=5).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer in 60 s")
-
-
 def exporters(
     holders: int, gib: float, scrapes: int, nvitop_venv: Path | None, gpus: int
 ) -> dict[str, Any]:
-    import psutil
-
     held = []
     running: list[subprocess.Popen[Any]] = []
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-real-gpu-"))
+    (workdir / "hb").mkdir()
     try:
         for i in range(holders):
             held.append(start_holder(i % gpus, gib))
-        port = free_port()
-        ours = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "exporter", "--listen", f"127.0.0.1:{port}"],
-            cwd=REPO,
-            stderr=subprocess.DEVNULL,
-        )
-        running.append(ours)
-        measured = [Exporter("gpu-reclaimer exporter", ours, f"http://127.0.0.1:{port}/metrics")]
-        wait_up(measured[0].url, ours)
+        measured = [start_exporter("gpu-reclaimer exporter", None, workdir, REPO)]
+        running.append(measured[0].process)
         if nvitop_venv is not None:
-            port = free_port()
-            theirs = subprocess.Popen(
-                [
-                    str(nvitop_venv / "bin" / "nvitop-exporter"),
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--interval",
-                    "1.0",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            theirs, url = start_nvitop(nvitop_venv, None, 1.0)
             running.append(theirs)
-            measured.append(Exporter("nvitop-exporter", theirs, f"http://127.0.0.1:{port}/metrics"))
-            wait_up(measured[1].url, theirs)
+            measured.append(Exporter("nvitop-exporter", theirs, url))
+        session = requests.Session()
         for _ in range(5):  # warm both
             for e in measured:
-                e.scrape()
+                e.scrape(session)
         for e in measured:
             e.client.clear(), e.server.clear()
             e.cpu = 0.0
@@ -267,7 +213,7 @@ def exporters(
         started = time.monotonic()
         for i in range(scrapes):
             for e in measured if i % 2 == 0 else measured[::-1]:
-                e.scrape()
+                e.scrape(session)
             time.sleep(1.0)
         elapsed = time.monotonic() - started
         holder_pids = {p.pid for p in held}
@@ -278,7 +224,7 @@ def exporters(
                 # nvitop collects every --interval in the background, not at the scrape
                 total = sum(psutil.Process(e.process.pid).cpu_times()[:2]) - nvitop_cpu0
                 cpu = total / max(1.0, elapsed / 1.0)
-            listed = {int(p) for p in re.findall(r'pid="(\d+)"', e.body)}
+            listed = {int(p) for p in re.findall(r'pid="(\d+)"', session.get(e.url).text)}
             result[e.label] = {
                 "cpu_ms_per_collection": 1000 * cpu,
                 "client_p50_ms": 1000 * percentile(e.client, 0.5),
@@ -296,6 +242,7 @@ def exporters(
     finally:
         stop(running)
         stop(held)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> int:
