@@ -262,8 +262,13 @@ class GroupTimes:
     last_evaluation: str = ""
 
     def median(self) -> float:
-        settled = self.seconds[len(self.seconds) // 3 :] or self.seconds
-        return statistics.median(settled) if settled else float("nan")
+        return settled_median(self.seconds)
+
+
+def settled_median(values: list[float]) -> float:
+    """The median of the last two thirds (the first evaluations fill caches and windows)."""
+    settled = values[len(values) // 3 :] or values
+    return statistics.median(settled) if settled else float("nan")
 
 
 @dataclass
@@ -509,7 +514,7 @@ def main() -> int:
                 if g.seconds
             )
             dearest = sorted(
-                ((statistics.median(v[len(v) // 3 :] or v), k) for k, v in m.rules.items()),
+                ((settled_median(v), k) for k, v in m.rules.items()),
                 reverse=True,
             )[: None if args.every_rule else 3]
             table.append(
