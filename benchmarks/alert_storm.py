@@ -234,8 +234,18 @@ def main() -> int:
         todo.put(body)
     poster = Poster(port)
 
+    restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
+    # Past the restart's mark no new request starts until the actuator is back, so that a
+    # run too small for the watcher's poll still restarts in the middle (what is in flight
+    # at the kill is cut and retried, as Alertmanager retries).
+    resumed = threading.Event()
+    if restart_when is None:
+        resumed.set()
+
     def worker() -> None:
         while (body := todo.get()) is not None:
+            if restart_when is not None and poster.acked >= restart_when:
+                resumed.wait()
             poster.post(body)
 
     actuator_cpu = 0.0
@@ -247,9 +257,11 @@ def main() -> int:
         for thread in threads:
             todo.put(None)
             thread.start()
-        restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
-        while any(t.is_alive() for t in threads):
-            if restart_when is not None and poster.acked >= restart_when:
+        while True:
+            posting = any(t.is_alive() for t in threads)
+            # checked once more after the last answer: a run whose requests were all in
+            # flight at the mark restarts while its cases are being decided
+            if not resumed.is_set() and restart_when is not None and poster.acked >= restart_when:
                 actuator_cpu += cpu(psutil.Process(actuator.pid))
                 os.killpg(actuator.pid, signal.SIGKILL)
                 actuator.wait()
@@ -260,7 +272,9 @@ def main() -> int:
                     flush=True,
                 )
                 actuator, _ = start_actuator(base, work, str(database), args.parallel, port=port)
-                restart_when = None
+                resumed.set()
+            if not posting:
+                break
             time.sleep(0.05)
         posted = time.time() - first
         print(f"  posted in {posted:.0f} s ({poster.retries} retries); deciding ...", flush=True)
