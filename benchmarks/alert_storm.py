@@ -5,6 +5,7 @@ the middle.
 
     python benchmarks/alert_storm.py [--nodes 1000] [--per-node 24] [--concurrency 32]
         [--per-request 1] [--restart-at 0.5] [--agents 2] [--deadline 900]
+        [--store sqlite|postgres] [--replicas 1]
 
 The fleet: NODES simulated nodes of 8 GPUs, each listing PER_NODE processes. The processes
 are PER_NODE real `sleep` processes shared by every node (each node's agent inspects them
@@ -13,15 +14,19 @@ the real agent app, one per node on its own port with its own certificate, hoste
 --agents stand-in processes (a stand-in for 1,000 agent hosts, labelled as such in the
 output). One central actuator (gunicorn, 2 workers, observe mode: every case is re-checked
 live twice a CPU window apart and decided, nothing signalled; the breaker off so every case
-takes the full path) on SQLite.
+takes the full path) on SQLite; or, with --store postgres, on a PostgreSQL server started
+here, with --replicas actuators sharing it (one holds the reconciler's lease; the posts go
+to each in turn, and a failed post is retried on the next, as a load balancer in front of
+the replicas would).
 
 The alerts are posted as the shipped Alertmanager route sends them: grouped by process, so
 one alert per webhook request (--per-request to try Alertmanager's grouping by node
 instead), from --concurrency connections at once (Alertmanager flushes every group whose
 group_wait ended, in parallel); a request that fails (refused, reset, 5xx) is retried with
 backoff, as Alertmanager retries. When --restart-at of the requests are acknowledged the
-actuator is killed (SIGKILL, its workers with it) and started again on the same database
-and port: requests in flight fail and are retried.
+actuator (with replicas: the one holding the lease) is killed (SIGKILL, its workers with
+it) and started again on the same database and port: requests in flight fail and are
+retried.
 
 It reports the webhook's acknowledgement latency (p50/p99, answered requests), the retries,
 every alert's case (none lost: one case per alert acknowledged or retried; none doubled),
@@ -107,19 +112,24 @@ def start_fleet(base: Path, nodes: int, per_node: int, hosts: int) -> Fleet:
 class Poster:
     """Alertmanager's side: every request retried until it is acknowledged."""
 
-    port: int
+    ports: list[int]
     acks: list[float] = field(default_factory=list)
     retries: int = 0
     acked: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    turn: int = 0
 
     def post(self, body: bytes) -> None:
         delay = 0.5
         conn: http.client.HTTPConnection | None = None
+        with self.lock:
+            self.turn += 1
+            turn = self.turn
         while True:
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                    port = self.ports[turn % len(self.ports)]
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                 started = time.monotonic()
                 conn.request(
                     "POST",
@@ -145,6 +155,7 @@ class Poster:
                 conn = None
             with self.lock:
                 self.retries += 1
+            turn += 1  # the next replica, where there are several
             time.sleep(delay)
             delay = min(5.0, delay * 2)
 
@@ -185,12 +196,52 @@ def cpu(process: psutil.Process) -> float:
     return total
 
 
-def counts(database: Path) -> dict[str, int]:
+# from the alert's first acknowledgement (an episode, durable before the answer; the
+# reconciler makes it a case in batches) to the case's decision
+CASES = (
+    "SELECT c.node, c.pid, c.state, c.reason_code, MIN(e.first_seen), c.updated "
+    "FROM cases c LEFT JOIN episodes e ON e.case_id = c.id GROUP BY c.id"
+)
+STATES = "SELECT state, COUNT(*) FROM cases GROUP BY state"
+
+
+def query(database: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of `sql` read from the actuator's database (a SQLite file, read-only, or a
+    PostgreSQL DSN)."""
+    if database.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(database) as conn:
+            return conn.execute(sql).fetchall()
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+        return db.execute(sql).fetchall()
+
+
+def counts(database: str) -> dict[str, int]:
     try:
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
-            return dict(db.execute("SELECT state, COUNT(*) FROM cases GROUP BY state").fetchall())
-    except sqlite3.Error:
+        return dict(query(database, STATES))
+    except Exception:  # not created yet, or the server busy: asked again
         return {}
+
+
+def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int:
+    """The index of the replica whose worker holds the reconciler's lease (0 where it
+    cannot be told)."""
+    if len(replicas) == 1:
+        return 0
+    for _ in range(100):
+        rows = query(database, "SELECT holder FROM lease WHERE name = 'reconciler'")
+        if rows:
+            pid = int(str(rows[0][0]).split(":")[1])
+            try:
+                group = os.getpgid(pid)
+            except ProcessLookupError:
+                group = None
+            for index, replica in enumerate(replicas):
+                if replica.pid == group:
+                    return index
+        time.sleep(0.1)
+    return 0
 
 
 def main() -> int:
@@ -210,7 +261,13 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=2, help="agent stand-in processes")
     parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
     parser.add_argument("--deadline", type=float, default=900, help="give up after, s")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="actuators sharing the store (postgres only)"
+    )
     args = parser.parse_args()
+    if args.replicas < 1 or (args.replicas > 1 and args.store != "postgres"):
+        parser.error("--replicas: 1, or more with --store postgres (they share its database)")
     base = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-storm-"))
     base.chmod(0o755)
     alerts = args.nodes * args.per_node
@@ -221,18 +278,29 @@ def main() -> int:
         f"{psutil.virtual_memory().total / 1024**3:.0f} GiB, Python {platform.python_version()}",
         flush=True,
     )
+    pg_ctx = None
+    if args.store == "postgres":
+        from actuator.demo.postgres import postgres_server
+
+        print("  a PostgreSQL server ...", flush=True)
+        pg_ctx = postgres_server(base / "postgres")
+        database = pg_ctx.__enter__().new_database()
+    else:
+        database = str(base / "actuator.db")
+    print(f"# store: {args.store}, {args.replicas} replica(s)", flush=True)
     fleet = start_fleet(base, args.nodes, args.per_node, args.agents)
-    work = base / "actuator"
-    work.mkdir()
-    database = work / "actuator.db"
-    port = free_port()
-    actuator, _ = start_actuator(base, work, str(database), args.parallel, port=port)
+    works = [base / f"actuator-{i}" for i in range(args.replicas)]
+    ports = [free_port() for _ in works]
+    replicas = []
+    for work, port in zip(works, ports, strict=True):
+        work.mkdir()
+        replicas.append(start_actuator(base, work, database, args.parallel, port=port)[0])
     agents_cpu0 = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents)
     bodies = requests_for(fleet.targets, args.per_request)
     todo: queue.Queue[bytes | None] = queue.Queue()
     for body in bodies:
         todo.put(body)
-    poster = Poster(port)
+    poster = Poster(ports)
 
     restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
     # Past the restart's mark no new request starts until the actuator is back, so that a
@@ -262,16 +330,20 @@ def main() -> int:
             # checked once more after the last answer: a run whose requests were all in
             # flight at the mark restarts while its cases are being decided
             if not resumed.is_set() and restart_when is not None and poster.acked >= restart_when:
-                actuator_cpu += cpu(psutil.Process(actuator.pid))
-                os.killpg(actuator.pid, signal.SIGKILL)
-                actuator.wait()
+                index = leader(database, replicas)
+                killed = replicas[index]
+                actuator_cpu += cpu(psutil.Process(killed.pid))
+                os.killpg(killed.pid, signal.SIGKILL)
+                killed.wait()
                 restarted_after = poster.acked
+                which = "the actuator" if len(replicas) == 1 else f"replica {index} (the leader)"
                 print(
-                    f"  killed the actuator after {poster.acked:,} acknowledged; "
-                    "starting it again ...",
+                    f"  killed {which} after {poster.acked:,} acknowledged; starting it again ...",
                     flush=True,
                 )
-                actuator, _ = start_actuator(base, work, str(database), args.parallel, port=port)
+                replicas[index], _ = start_actuator(
+                    base, works[index], database, args.parallel, port=ports[index]
+                )
                 resumed.set()
             if not posting:
                 break
@@ -287,21 +359,18 @@ def main() -> int:
                 print(f"  gave up after {args.deadline:g} s: {states}", flush=True)
                 break
             time.sleep(1)
-        actuator_cpu += cpu(psutil.Process(actuator.pid))
+        actuator_cpu += sum(cpu(psutil.Process(r.pid)) for r in replicas)
         agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
-            # from the alert's first acknowledgement (an episode, durable before the answer;
-            # the reconciler makes it a case in batches) to the case's decision
-            rows = db.execute(
-                "SELECT c.node, c.pid, c.state, c.reason_code, MIN(e.first_seen), c.updated "
-                "FROM cases c LEFT JOIN episodes e ON e.case_id = c.id GROUP BY c.id"
-            ).fetchall()
+        rows = query(database, CASES)
     finally:
-        os.killpg(actuator.pid, signal.SIGKILL)
+        for replica in replicas:
+            os.killpg(replica.pid, signal.SIGKILL)
         for agent in fleet.agents:
             agent.kill()
         for sleeper in fleet.sleepers:
             sleeper.kill()
+        if pg_ctx is not None:
+            pg_ctx.__exit__(None, None, None)
     keys = [(r[0], r[1]) for r in rows]
     wanted = {(t["node"], t["pid"]) for t in fleet.targets}
     decided = [r for r in rows if r[2] not in ("pending",)]
@@ -315,7 +384,8 @@ def main() -> int:
     print()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs; agents: {args.nodes} agent apps in "
-        f"{args.agents} stand-in processes (one per node on a real host)"
+        f"{args.agents} stand-in processes (one per node on a real host); store: {args.store}, "
+        f"{args.replicas} actuator replica(s)"
     )
     print(
         "| alerts | requests (per request) | in flight | ack p50 / p99 | retries | restart "
