@@ -303,21 +303,43 @@ def main() -> int:
     poster = Poster(ports)
 
     restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
-    # Past the restart's mark no new request starts until the actuator is back, so that a
-    # run too small for the watcher's poll still restarts in the middle (what is in flight
-    # at the kill is cut and retried, as Alertmanager retries).
-    resumed = threading.Event()
-    if restart_when is None:
-        resumed.set()
+    actuator_cpu = 0.0
+    restarted_after: int | None = None
+    restart_taken = threading.Lock()  # held by the one poster that restarts
+
+    def restart_actuator() -> None:
+        """Kill the actuator (with replicas: the lease's holder) and start it again, from
+        the poster whose answer reached the mark while the others go on posting (what is
+        in flight is cut and retried, as Alertmanager retries)."""
+        nonlocal actuator_cpu, restarted_after
+        index = leader(database, replicas)
+        killed = replicas[index]
+        actuator_cpu += cpu(psutil.Process(killed.pid))
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+        restarted_after = poster.acked
+        which = "the actuator" if len(replicas) == 1 else f"replica {index} (the leader)"
+        print(
+            f"  killed {which} after {restarted_after:,} acknowledged; starting it again ...",
+            flush=True,
+        )
+        replicas[index], _ = start_actuator(
+            base, works[index], database, args.parallel, port=ports[index]
+        )
 
     def worker() -> None:
         while (body := todo.get()) is not None:
-            if restart_when is not None and poster.acked >= restart_when:
-                resumed.wait()
             poster.post(body)
+            # checked after every answer, so even a run whose requests were all in flight
+            # at the mark restarts (then while its cases are being decided)
+            if (
+                restart_when is not None
+                and restarted_after is None
+                and poster.acked >= restart_when
+                and restart_taken.acquire(blocking=False)
+            ):
+                restart_actuator()
 
-    actuator_cpu = 0.0
-    restarted_after = None
     try:
         print(f"  posting {len(bodies):,} requests ...", flush=True)
         first = time.time()
@@ -325,29 +347,8 @@ def main() -> int:
         for thread in threads:
             todo.put(None)
             thread.start()
-        while True:
-            posting = any(t.is_alive() for t in threads)
-            # checked once more after the last answer: a run whose requests were all in
-            # flight at the mark restarts while its cases are being decided
-            if not resumed.is_set() and restart_when is not None and poster.acked >= restart_when:
-                index = leader(database, replicas)
-                killed = replicas[index]
-                actuator_cpu += cpu(psutil.Process(killed.pid))
-                os.killpg(killed.pid, signal.SIGKILL)
-                killed.wait()
-                restarted_after = poster.acked
-                which = "the actuator" if len(replicas) == 1 else f"replica {index} (the leader)"
-                print(
-                    f"  killed {which} after {poster.acked:,} acknowledged; starting it again ...",
-                    flush=True,
-                )
-                replicas[index], _ = start_actuator(
-                    base, works[index], database, args.parallel, port=ports[index]
-                )
-                resumed.set()
-            if not posting:
-                break
-            time.sleep(0.05)
+        for thread in threads:
+            thread.join()
         posted = time.time() - first
         print(f"  posted in {posted:.0f} s ({poster.retries} retries); deciding ...", flush=True)
         deadline = time.monotonic() + args.deadline
