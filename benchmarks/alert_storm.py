@@ -50,7 +50,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,6 +64,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fleet import TOKEN, alert, start_actuator, start_agents  # noqa: E402
 from measure import percentile  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 
 from exporter.procfs import start_ticks  # noqa: E402
 from exporter.sim.state import ProcState, init_node, load_node, write_proc  # noqa: E402
@@ -268,7 +268,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.replicas < 1 or (args.replicas > 1 and args.store != "postgres"):
         parser.error("--replicas: 1, or more with --store postgres (they share its database)")
-    base = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-storm-"))
+    base = scratch_dir("gpu-reclaimer-storm-")
     base.chmod(0o755)
     alerts = args.nodes * args.per_node
     print(

@@ -23,7 +23,6 @@ import platform
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from exporter.nvml_reader import NvmlReader  # noqa: E402
 from exporter.proctree import HostProcesses  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+from scratch import scratch_dir  # noqa: E402
 from simnode import GiB, percentile, start_node  # noqa: E402
 
 
@@ -108,7 +108,7 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|")
     for idle in args.idle_host or [0]:
-        workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-floor-"))
+        workdir = scratch_dir("gpu-reclaimer-floor-")
         children = start_node(workdir, gpus, per_gpu, idle)
         try:
             t = measure(workdir, args.rounds, args.interval)

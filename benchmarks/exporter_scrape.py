@@ -30,7 +30,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from tests.support import free_port  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+from scratch import scratch_dir  # noqa: E402
 from simnode import GiB, percentile, start_node  # noqa: E402
 
 PROMETHEUS_ACCEPT = (
@@ -139,7 +139,7 @@ def run_layout(
     heartbeats: bool = False,
     serve: bool = False,
 ) -> list[Exporter]:
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-bench-"))
+    workdir = scratch_dir("gpu-reclaimer-bench-")
     node = workdir / "node"
     (workdir / "hb").mkdir()
     children: list[subprocess.Popen[bytes]] = []
@@ -205,7 +205,7 @@ def main() -> int:
     args = parser.parse_args()
     compare = None
     if args.compare:
-        compare = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-compare-")) / "tree"
+        compare = scratch_dir("gpu-reclaimer-compare-") / "tree"
         subprocess.run(
             ["git", "-C", str(REPO), "worktree", "add", "--detach", str(compare), args.compare],
             check=True,

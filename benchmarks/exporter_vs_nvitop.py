@@ -29,7 +29,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from exporter_scrape import PROMETHEUS_ACCEPT, start_exporter, write_heartbeats  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from simnode import GiB, percentile, start_node  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
@@ -112,7 +112,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.nvitop_venv is None and not args.install:
         parser.error("give --nvitop-venv DIR or --install")
-    venv = args.nvitop_venv or make_venv(Path(tempfile.mkdtemp(prefix="nvitop-")) / "venv")
+    venv = args.nvitop_venv or make_venv(scratch_dir("nvitop-") / "venv")
     gpus, per_gpu = (int(x) for x in args.layout.split("x"))
     memory = psutil.virtual_memory().total / GiB
     print(
@@ -122,7 +122,7 @@ def main() -> int:
         f"sockets {'in every tree' if args.serve else 'none'}",
         flush=True,
     )
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-vs-nvitop-"))
+    workdir = scratch_dir("gpu-reclaimer-vs-nvitop-")
     children = start_node(workdir, gpus, per_gpu, 0, serve=args.serve)
     workloads = [c.pid for c in children]
     node = workdir / "node"

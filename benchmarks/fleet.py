@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from measure import percentile  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 
 from exporter.procfs import boot_id, start_ticks  # noqa: E402
 from exporter.sim.state import ProcState, init_node, load_node, write_proc  # noqa: E402
@@ -274,7 +275,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
     args = parser.parse_args()
     backends = args.backends.split(",")
-    base = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    base = scratch_dir("gpu-reclaimer-fleet-")
     base.chmod(0o755)
     print(
         f"# {args.nodes} nodes x {args.gpus} GPUs, {platform.node()}: "
