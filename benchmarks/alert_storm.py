@@ -40,6 +40,7 @@ Targets (issue 50): ack p99 <= 100 ms, every case decided within 5 minutes, noth
 from __future__ import annotations
 
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -52,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,6 +226,20 @@ def counts(database: str) -> dict[str, int]:
         return {}
 
 
+def stop(processes: list[Any], *, group: bool = False) -> None:
+    """SIGKILL each process, or with `group` its process group (an actuator: gunicorn's
+    master started in a session of its own, and its workers)."""
+    for process in processes:
+        try:
+            if group:
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
 def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int:
     """The index of the replica whose worker holds the reconciler's lease (0 where it
     cannot be told)."""
@@ -278,20 +294,24 @@ def main() -> int:
         f"{psutil.virtual_memory().total / 1024**3:.0f} GiB, Python {platform.python_version()}",
         flush=True,
     )
-    pg_ctx = None
+    # Whatever is started is stopped, however the run ends, before its work directory goes
+    # (atexit runs last in, first out).
+    cleanup = ExitStack()
+    atexit.register(cleanup.close)
     if args.store == "postgres":
         from actuator.demo.postgres import postgres_server
 
         print("  a PostgreSQL server ...", flush=True)
-        pg_ctx = postgres_server(base / "postgres")
-        database = pg_ctx.__enter__().new_database()
+        database = cleanup.enter_context(postgres_server(base / "postgres")).new_database()
     else:
         database = str(base / "actuator.db")
     print(f"# store: {args.store}, {args.replicas} replica(s)", flush=True)
     fleet = start_fleet(base, args.nodes, args.per_node, args.agents)
+    cleanup.callback(stop, [*fleet.agents, *fleet.sleepers])
     works = [base / f"actuator-{i}" for i in range(args.replicas)]
     ports = [free_port() for _ in works]
-    replicas = []
+    replicas: list[subprocess.Popen[bytes]] = []
+    cleanup.callback(lambda: stop(replicas, group=True))  # those running at the end
     for work, port in zip(works, ports, strict=True):
         work.mkdir()
         replicas.append(start_actuator(base, work, database, args.parallel, port=port)[0])
@@ -364,14 +384,7 @@ def main() -> int:
         agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
         rows = query(database, CASES)
     finally:
-        for replica in replicas:
-            os.killpg(replica.pid, signal.SIGKILL)
-        for agent in fleet.agents:
-            agent.kill()
-        for sleeper in fleet.sleepers:
-            sleeper.kill()
-        if pg_ctx is not None:
-            pg_ctx.__exit__(None, None, None)
+        cleanup.close()
     keys = [(r[0], r[1]) for r in rows]
     wanted = {(t["node"], t["pid"]) for t in fleet.targets}
     decided = [r for r in rows if r[2] not in ("pending",)]
