@@ -262,8 +262,11 @@ def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int:
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes of 8 GPUs")
     parser.add_argument("--per-node", type=int, default=24, help="firing alerts per node")
     parser.add_argument("--per-request", type=int, default=1, help="alerts per webhook request")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
@@ -277,7 +280,12 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=2, help="agent stand-in processes")
     parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
     parser.add_argument("--deadline", type=float, default=900, help="give up after, s")
-    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the actuator's database (postgres: a server started for the run)",
+    )
     parser.add_argument(
         "--replicas", type=int, default=1, help="actuators sharing the store (postgres only)"
     )

@@ -267,11 +267,16 @@ def _size(database: str, work: Path, backend: str) -> int:
 def main() -> int:
     # `kill` or Ctrl-C: still stop the actuator, the agents and the sleepers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=50)
-    parser.add_argument("--gpus", type=int, default=8)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--nodes", type=int, default=50, help="simulated nodes, an agent each")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node, an idle process each")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per backend")
-    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument(
+        "--backends", default="sqlite,postgres", help="stores, comma-separated, interleaved"
+    )
     parser.add_argument("--parallel", type=int, default=8, help="reconciler.parallel")
     args = parser.parse_args()
     backends = args.backends.split(",")
