@@ -207,22 +207,32 @@ CASES = (
 STATES = "SELECT state, COUNT(*) FROM cases GROUP BY state"
 
 
+class Unreadable(Exception):
+    """The actuator's database could not be read (its tables not made yet, say)."""
+
+
 def query(database: str, sql: str) -> list[tuple[Any, ...]]:
     """Rows of `sql` read from the actuator's database (a SQLite file, read-only, or a
-    PostgreSQL DSN)."""
+    PostgreSQL DSN); raises Unreadable."""
     if database.startswith("postgresql://"):
         import psycopg
 
-        with psycopg.connect(database) as conn:
-            return conn.execute(sql).fetchall()
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
-        return db.execute(sql).fetchall()
+        try:
+            with psycopg.connect(database) as conn:
+                return conn.execute(sql).fetchall()
+        except psycopg.Error as exc:
+            raise Unreadable(str(exc)) from exc
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+            return db.execute(sql).fetchall()
+    except sqlite3.Error as exc:
+        raise Unreadable(str(exc)) from exc
 
 
 def counts(database: str) -> dict[str, int]:
     try:
         return dict(query(database, STATES))
-    except Exception:  # not created yet, or the server busy: asked again
+    except Unreadable:  # not made yet: asked again
         return {}
 
 
@@ -240,13 +250,16 @@ def stop(processes: list[Any], *, group: bool = False) -> None:
         process.wait()
 
 
-def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int:
-    """The index of the replica whose worker holds the reconciler's lease (0 where it
-    cannot be told)."""
+def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int | None:
+    """The index of the replica whose worker holds the reconciler's lease (None where it
+    cannot be told within 10 s)."""
     if len(replicas) == 1:
         return 0
     for _ in range(100):
-        rows = query(database, "SELECT holder FROM lease WHERE name = 'reconciler'")
+        try:
+            rows = query(database, "SELECT holder FROM lease WHERE name = 'reconciler'")
+        except Unreadable:
+            rows = []
         if rows:
             pid = int(str(rows[0][0]).split(":")[1])
             try:
@@ -257,7 +270,7 @@ def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int:
                 if replica.pid == group:
                     return index
         time.sleep(0.1)
-    return 0
+    return None
 
 
 def main() -> int:
@@ -333,20 +346,26 @@ def main() -> int:
     restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
     actuator_cpu = 0.0
     restarted_after: int | None = None
-    restart_taken = threading.Lock()  # held by the one poster that restarts
+    restart_taken = threading.Lock()  # taken, never given back, by the one poster that restarts
+    failed: list[BaseException] = []  # a restart that failed fails the run
 
     def restart_actuator() -> None:
         """Kill the actuator (with replicas: the lease's holder) and start it again, from
         the poster whose answer reached the mark while the others go on posting (what is
         in flight is cut and retried, as Alertmanager retries)."""
         nonlocal actuator_cpu, restarted_after
-        index = leader(database, replicas)
+        holder = leader(database, replicas)
+        index = 0 if holder is None else holder
         killed = replicas[index]
         actuator_cpu += cpu(psutil.Process(killed.pid))
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
         restarted_after = poster.acked
-        which = "the actuator" if len(replicas) == 1 else f"replica {index} (the leader)"
+        which = f"replica {index} (the leader)"
+        if len(replicas) == 1:
+            which = "the actuator"
+        elif holder is None:
+            which = f"replica {index} (which one held the lease could not be told)"
         print(
             f"  killed {which} after {restarted_after:,} acknowledged; starting it again ...",
             flush=True,
@@ -362,11 +381,13 @@ def main() -> int:
             # at the mark restarts (then while its cases are being decided)
             if (
                 restart_when is not None
-                and restarted_after is None
                 and poster.acked >= restart_when
                 and restart_taken.acquire(blocking=False)
             ):
-                restart_actuator()
+                try:
+                    restart_actuator()
+                except BaseException as exc:
+                    failed.append(exc)
 
     try:
         print(f"  posting {len(bodies):,} requests ...", flush=True)
@@ -377,6 +398,8 @@ def main() -> int:
             thread.start()
         for thread in threads:
             thread.join()
+        if failed:
+            raise RuntimeError("the restart failed") from failed[0]
         posted = time.time() - first
         print(f"  posted in {posted:.0f} s ({poster.retries} retries); deciding ...", flush=True)
         deadline = time.monotonic() + args.deadline

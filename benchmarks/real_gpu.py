@@ -36,12 +36,10 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +55,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from exporter_scrape import Exporter, start_exporter  # noqa: E402
 from exporter_vs_nvitop import start_nvitop  # noqa: E402
 from measure import percentile  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 
 GiB = 1024**3
 
@@ -191,7 +190,7 @@ def exporters(
 ) -> dict[str, Any]:
     held = []
     running: list[subprocess.Popen[Any]] = []
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaimer-real-gpu-"))
+    workdir = scratch_dir("gpu-reclaimer-real-gpu-")
     (workdir / "hb").mkdir()
     try:
         for i in range(holders):
@@ -207,7 +206,8 @@ def exporters(
             for e in measured:
                 e.scrape(session)
         for e in measured:
-            e.client.clear(), e.server.clear()
+            e.client.clear()
+            e.server.clear()
             e.cpu = 0.0
         nvitop_cpu0 = sum(psutil.Process(running[-1].pid).cpu_times()[:2]) if nvitop_venv else 0.0
         started = time.monotonic()
@@ -242,7 +242,6 @@ def exporters(
     finally:
         stop(running)
         stop(held)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> int:
