@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from actuator.policy import Duration, Mode, Policy, ReclaimWhen, Size, Strict
+from actuator.policy import Duration, Mode, Policy, Port, ReclaimWhen, Size, Strict
 from exporter import config_errors
 
 DEFAULT_PORT = 9836
@@ -97,6 +97,18 @@ class NodeConfig(Strict):
     )
     network_keepalive_bytes: int = Field(
         4096, ge=0, description="bytes per minute that are keep-alive, as the exporter's"
+    )
+    network_window: Duration = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="the window those bytes are counted over, as the exporter's: a tree the "
+        "node has watched for less is unknown, never quiet (no notice goes out on it)",
+    )
+    rendezvous_ports: tuple[Port, ...] = Field(
+        (29400, 29500),
+        description="ports a job's own ranks meet on, never a service, as the exporter's "
+        "(ports bound to 0 and the process's MASTER_PORT always are)",
     )
 
 

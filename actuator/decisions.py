@@ -187,6 +187,10 @@ def check_idle(
             Reason.ACTIVITY,
             f"{source} written {now - last:.1f}s ago (quiet for {idle.log_quiet_for:g}s required)",
         )
+    if live.listening_external is not None and live.network_covered is not True:
+        # Read, but not yet for a whole window: a first reading is a baseline, and a download
+        # under way when the case opened shows only at the next one. Unknown, never quiet.
+        return wait()
     if is_stalled_class(case.alertname):
         if last is None:
             return move(
@@ -526,7 +530,7 @@ def decide_live(
     if held is not None and held[0] == Reason.CIRCUIT_BREAKER_OPEN:
         return defer(case, held, samples)
     if case.state == State.PENDING:
-        if now - case.starts_ts < eff.idle_for:
+        if now - case.idle_since < eff.idle_for:
             return wait(**samples)
         if started is None or now - started < eff.min_runtime:
             return wait(**samples)  # still starting up (or unknown): never judged idle yet

@@ -176,7 +176,7 @@ class Executor:
             waiting=case.demand_who or "",
             waiting_through=(case.demand_for or "").split(":", 1)[0],
             alertname=case.alertname,
-            since=case.starts_ts,
+            since=case.idle_since,
             deadline=sigterm_at,
             term_timeout=eff.term_timeout,
             grace=eff.grace,

@@ -22,7 +22,14 @@ from exporter.heartbeat_reader import ProcessRef, read_heartbeats
 from exporter.identity import ProjectMapping, command_name, group_name, user_name
 from exporter.kube.pod_resources import PodLocator, PodRef
 from exporter.logactivity import log_write_timestamp
-from exporter.netactivity import DEFAULT_FLOOR, NetworkMeter, NetworkReading
+from exporter.netactivity import (
+    DEFAULT_FLOOR,
+    DEFAULT_RENDEZVOUS_PORTS,
+    DEFAULT_WINDOW,
+    NetworkMeter,
+    NetworkReading,
+    Rendezvous,
+)
 from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReading
 from exporter.procfs import ProcStat
@@ -48,6 +55,8 @@ class Evidence:
     pods: PodLocator | None = None  # the kubelet's pod-resources API
     network: bool = True  # the trees' TCP sockets (listeners, data beyond keep-alive)
     network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute, as the exporter's
+    network_window: float = DEFAULT_WINDOW  # ...counted over this, as the exporter's
+    rendezvous_ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS  # a job's own, as the exporter's
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,13 @@ class Inspector:
         # and data moved after it (a served request during the grace) is activity.
         self._network_lock = threading.Lock()
         self._network = (
-            NetworkMeter(SocketTables(str(root)), floor=evidence.network_floor, clock=clock)
+            NetworkMeter(
+                SocketTables(str(root)),
+                floor=evidence.network_floor,
+                window=evidence.network_window,
+                clock=clock,
+                rendezvous=Rendezvous.of_host(evidence.rendezvous_ports, str(root)),
+            )
             if evidence.network
             else None
         )
@@ -286,6 +301,11 @@ class Inspector:
             listen_ports=tuple(sorted(net.ports)) if net is not None else (),
             network_activity=net.last_activity if net is not None else None,
             network_unknown=net_unknown,
+            listening_rendezvous=net.listening_rendezvous if net is not None else 0,
+            network_clients=net.clients if net is not None else 0,
+            client_ago=net.client_ago if net is not None else None,
+            network_watched_for=net.watched_for if net is not None else None,
+            network_covered=net.covered if net is not None else None,
             keep_asked=_keep_asked(procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir)),
             members=tree.members,
             excluded=tree.excluded,

@@ -313,12 +313,22 @@ class LiveState:
     # rules' gpu_process:power_share_watts); None where the driver reports no power.
     power_share_watts: float | None = None
     # The tree's TCP sockets (exporter/netactivity.py), read by the node's own meter: the
-    # listeners other hosts can reach (None: not read), every listening port, and when data
-    # last moved beyond keep-alive since the node's first reading of it (None: not since).
+    # listeners other hosts can reach that may serve (None: not read), every listening port,
+    # and when data last moved beyond keep-alive since the node's first reading of it (None:
+    # not since).
     listening_external: int | None = None
     listen_ports: tuple[int, ...] = ()
     network_activity: float | None = None
     network_unknown: str = ""  # why the sockets could not be read ("" when they were)
+    listening_rendezvous: int = 0  # the job's own listeners (bound to 0, MASTER_PORT, ...)
+    network_clients: int = 0  # connections accepted on its serving listeners, open now
+    # Durations on the node's monotonic clock (no wall-clock step moves them): since a client
+    # was last seen (None: never), and how long the node's meter has read the tree.
+    client_ago: float | None = None
+    network_watched_for: float | None = None
+    # Watched for a whole window: quiet can be told from unknown (None: not read, or an
+    # agent that does not say; both unknown).
+    network_covered: bool | None = None
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
@@ -366,6 +376,11 @@ class LiveState:
             "listen_ports": list(self.listen_ports),
             "network_activity": self.network_activity,
             "network_unknown": self.network_unknown or None,
+            "listening_rendezvous": self.listening_rendezvous,
+            "network_clients": self.network_clients,
+            "client_ago": self.client_ago,
+            "network_watched_for": self.network_watched_for,
+            "network_covered": self.network_covered,
             "keep_asked": self.keep_asked,
             "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],
@@ -493,6 +508,14 @@ class Case:
     demand_who: str | None = None  # Request.who, for people
     demand_at: float | None = None
     demand_mono: float | None = None
+
+    @property
+    def idle_since(self) -> float:
+        """Wall time idleness counts from: the alert's startsAt, never before this actuator
+        first saw the alert (the case opened) nor before the process started (the node's
+        start time replaces the alert's at the first re-check). The sender writes startsAt:
+        it can make a duration later, never earlier."""
+        return max(self.starts_ts, self.created, self.start_time)
 
     @property
     def target(self) -> Target:

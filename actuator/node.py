@@ -266,6 +266,8 @@ def local_node(
         pods=_pod_resources(settings.pod_resources_socket),
         network=settings.network,
         network_floor=settings.network_keepalive_bytes,
+        network_window=settings.network_window,
+        rendezvous_ports=frozenset(settings.rendezvous_ports),
     )
     return LocalNode(
         settings.name,

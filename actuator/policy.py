@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -10,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from exporter.units import parse_duration, parse_size
+from exporter.units import format_duration, parse_duration, parse_size
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -366,13 +367,47 @@ class Facts:
     node: str = ""  # the node whose agent (or this host) answered the re-check
     partition: str = ""  # the scheduler's word: a Slurm job's partition and account
     account: str = ""
-    # What the process tree listens on, as the node read it: a port other hosts can reach
-    # (`listens_external`), and every port (which the rule's `service_ports` may name).
+    # What the process tree listens on and serves, as the node read it: a port other hosts
+    # reach that is not the job's own rendezvous (`listens_external`), every port (which the
+    # rule's `service_ports` may name), clients connected now, since one was last seen (s;
+    # None: never), how long the node has watched the tree (s; None: not read).
     listens_external: bool = False
     listen_ports: tuple[int, ...] = ()
+    clients: int = 0
+    client_ago: float | None = None
+    watched_for: float | None = None
+    # The node sees the hang's signature (SM busy), so a Stalled alert is about a hang.
+    busy: bool = False
 
     def is_service(self, eff: Effective) -> bool:
-        return self.listens_external or bool(set(self.listen_ports) & set(eff.service_ports))
+        return bool(self.service_evidence(eff))
+
+    def service_evidence(self, eff: Effective) -> str:
+        """Why the process is a service ("" when it is not): declared by a port the rule
+        names, or a listener other hosts reach with a client within the service window, or
+        one not yet watched that long (unproven is a service: unknown is never idle)."""
+        declared = sorted(set(self.listen_ports) & set(eff.service_ports))
+        if declared:
+            return f"listens on port {_ports(declared)}, named in service_ports"
+        if not self.listens_external:
+            return ""
+        ports = _ports(self.listen_ports)
+        if self.clients:
+            return f"{self.clients} client connection(s) open on port {ports}"
+        if self.client_ago is not None and self.client_ago < eff.service_window:
+            return f"a client on port {ports} {format_duration(self.client_ago)} ago"
+        watched = self.watched_for
+        if watched is None or watched < eff.service_window:
+            seen = "not watched" if watched is None else f"watched for {format_duration(watched)}"
+            return (
+                f"listens on port {ports} where other hosts reach it, {seen} of the "
+                f"{format_duration(eff.service_window)} that would prove no client comes"
+            )
+        return ""
+
+
+def _ports(ports: Iterable[int]) -> str:
+    return ", ".join(str(p) for p in ports) or "?"
 
 
 @dataclass(frozen=True)
@@ -382,6 +417,7 @@ class Claims:
     project: str = ""
     namespace: str = ""
     service: bool = False  # the alert's class is `service` (it can only make a rule safer)
+    stalled: bool = False  # a GpuProcessStalled alert: never softened where the node sees a hang
 
 
 _MODE_ORDER = {Mode.OBSERVE: 0, Mode.NOTIFY: 1, Mode.ENFORCE: 2}
@@ -437,14 +473,15 @@ def _safer_when(one: ReclaimWhen, other: ReclaimWhen) -> ReclaimWhen:
     return ReclaimWhen.DEMAND if ReclaimWhen.DEMAND in (one, other) else ReclaimWhen.IDLE
 
 
-def as_service(eff: Effective) -> Effective:
+def as_service(eff: Effective, evidence: str = "") -> Effective:
     """The rule as it applies to a service: reclaimed only as `service_reclaim_when` says
-    (by default when someone waits for its GPU), never before `service_window` of quiet."""
+    (by default when someone waits for its GPU), never before `service_window` of quiet.
+    `evidence`: what made it one, named in the rule's text (and so in notices and `why`)."""
     if eff.service:
         return eff
     return eff.model_copy(
         update={
-            "rule": f"{eff.rule}, as a service",
+            "rule": f"{eff.rule}, as a service ({evidence or 'its alert says so'})",
             "service": True,
             # never harsher than the rule's own (a claim may only make it safer)
             "reclaim_when": _safer_when(eff.reclaim_when, eff.service_reclaim_when),
@@ -494,6 +531,9 @@ def resolve(policy: Policy, facts: Facts, claims: Claims = Claims()) -> Effectiv
         if index != by_facts and rule.match.matches_claims(claims):
             eff = safer(eff, _effective(policy, index))
             break
-    if facts.is_service(eff) or claims.service:
-        eff = as_service(eff)
+    if claims.stalled and facts.busy:
+        return eff  # a hang is judged as a hang: its rank's sockets never make it a service
+    evidence = facts.service_evidence(eff)
+    if evidence or claims.service:
+        eff = as_service(eff, evidence)
     return eff

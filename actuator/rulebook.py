@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actuator.config import ActuatorConfig
+from actuator.decisions import STALLED_ALERTS
 from actuator.fleet.directory import NodeDirectory
 from actuator.models import Case, LiveState, Target
 from actuator.policy import Claims, Effective, Facts, resolve
@@ -100,12 +101,20 @@ class RuleBook:
             node=node if live and live.exists else "",
             listens_external=bool(live and live.listening_external),
             listen_ports=live.listen_ports if live else (),
+            clients=live.network_clients if live else 0,
+            client_ago=live.client_ago if live else None,
+            watched_for=live.network_watched_for if live else None,
+            busy=bool(
+                live and live.sm_util is not None and live.sm_util > self.thresholds.max_sm_util
+            ),
             **said,
         )
         claims = Claims(
             project=labels.get("project", ""),
             namespace=labels.get("namespace", ""),
             service=labels.get("class") == "service",
+            stalled=labels.get("alertname", "") in STALLED_ALERTS
+            or labels.get("class") == "stalled",
         )
         policy = self.namespaces.policy(self.config) if self.namespaces else self.config
         eff = resolve(policy, facts, claims)

@@ -192,9 +192,21 @@ def _network_facts(live: dict[str, Any], at: float) -> list[str]:
     ports = live.get("listen_ports") or []
     facts = []
     if external:
-        facts.append(f"a service: listens where other hosts reach it (ports {ports})")
+        facts.append(f"listens where other hosts reach it (ports {ports})")
+        clients, ago = live.get("network_clients"), live.get("client_ago")
+        if isinstance(clients, int) and clients:
+            facts.append(f"{clients} client connection(s) open")
+        elif isinstance(ago, int | float):
+            facts.append(f"a client last connected {format_duration(ago)} before")
+        else:
+            facts.append("no client seen")
+    elif live.get("listening_rendezvous"):
+        facts.append(f"listens only on its own rendezvous ports (ports {ports}): no service")
     elif ports:
         facts.append(f"listens on loopback only (ports {ports}): no service")
+    watched = live.get("network_watched_for")
+    if live.get("network_covered") is False and isinstance(watched, int | float):
+        facts.append(f"its network watched for only {format_duration(watched)}: not yet known")
     moved = live.get("network_activity")
     if isinstance(moved, int | float):
         ago = format_duration(max(0.0, at - moved))

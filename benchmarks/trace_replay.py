@@ -12,11 +12,15 @@ Two public traces, two questions:
   (``sim run --serve``): SM utilisation = the share of the 15 s its requests kept the GPU
   busy, the prompt and answer bytes on its connections (the network timestamp advanced as
   exporter/netactivity.py advances it, above the keep-alive floor), a listener other hosts
-  reach. The series are backfilled into a Prometheus (``promtool tsdb create-blocks-from
-  openmetrics``) and the reclaim alerts evaluated over them with the backtest's own query
+  reach, and its clients: a gateway's connection open from a request until
+  ``--client-keepalive`` after it (60 s; 0: a connection per request, seen only by a
+  scrape during the request; a client at the trace's start, as it served before), the
+  exporter watching for two hours before. The series
+  are backfilled into a Prometheus (``promtool tsdb create-blocks-from openmetrics``)
+  and the reclaim alerts evaluated over them with the backtest's own query
   (actuator/tools/backtest.py: recording rules written out, ``for:`` held at every step),
-  once with the rules from before network evidence (``--before``) and once with the shipped
-  ones. A firing is wrongful when the service served a request after it.
+  once with the rules from before network evidence (``--before``) and once with the
+  shipped ones. A firing is wrongful when the service served a request after it.
 - ``philly``: the Philly start windows (``weifanjiang/DRE``, ``data/philly/gpu_util/``, one
   utilisation sample a minute from 10 minutes before to 3 after each job's start; the
   Philly trace is CC BY 4.0): the share of jobs whose every GPU stays at <= 5 % through
@@ -99,9 +103,10 @@ class Sample:
     t: float
     util: float
     moved: int  # bytes on its connections in the scrape interval
+    clients: int = 0  # client connections open at the scrape
 
 
-def samples(service: Service, span: float) -> list[Sample]:
+def samples(service: Service, span: float, keepalive: float = 60.0) -> list[Sample]:
     busy: dict[int, float] = defaultdict(float)
     moved: dict[int, int] = defaultdict(int)
     for r in service.requests:
@@ -113,8 +118,18 @@ def samples(service: Service, span: float) -> list[Sample]:
             end = min(start + length, (index + 1) * SCRAPE)
             busy[index] += end - t
             t = end
+    # The gateway's connection is open from a request's start until `keepalive` after its end.
+    spans = [
+        (r.offset, r.offset + r.max_tokens * SECONDS_PER_TOKEN + keepalive)
+        for r in service.requests
+    ]
     return [
-        Sample(i * SCRAPE, min(1.0, busy[i] / SCRAPE), moved[i])
+        Sample(
+            i * SCRAPE,
+            min(1.0, busy[i] / SCRAPE),
+            moved[i],
+            1 if any(a <= i * SCRAPE < b for a, b in spans) else 0,
+        )
         for i in range(int(span // SCRAPE) + 1)
     ]
 
@@ -133,7 +148,10 @@ def network_stamps(series: list[Sample], floor: int = DEFAULT_FLOOR) -> list[flo
     return stamps
 
 
-def openmetrics(services: list[Service], span: float, base: float) -> str:
+WATCHED_BEFORE = 7200.0  # the exporter read the services' sockets this long before the trace
+
+
+def openmetrics(services: list[Service], span: float, base: float, keepalive: float = 60.0) -> str:
     lines: dict[str, list[str]] = defaultdict(list)
     ticks = [base + i * SCRAPE for i in range(int(span // SCRAPE) + 1)]
     for t in ticks:
@@ -143,8 +161,10 @@ def openmetrics(services: list[Service], span: float, base: float) -> str:
         gpu = f'{INSTANCE},gpu="{index}",uuid="GPU-{index:04d}"'
         proc = f'{gpu},pid="{1000 + index}"'
         info = f'{proc},node="trace",user="{svc.name}",project="serving",command="server"'
-        series = samples(svc, span)
+        series = samples(svc, span, keepalive)
         stamps = network_stamps(series)
+        # The trace is a window of services that served before it: a client at its start.
+        last_client = 0.0
         for s, stamp in zip(series, stamps, strict=True):
             at = f"{base + s.t:.0f}"
             lines["gpu_memory_total_bytes"].append(
@@ -167,6 +187,18 @@ def openmetrics(services: list[Service], span: float, base: float) -> str:
                 lines["gpu_process_listening_sockets"].append(
                     f'gpu_process_listening_sockets{{{proc},scope="{scope}"}} {count} {at}'
                 )
+            lines["gpu_process_network_clients"].append(
+                f"gpu_process_network_clients{{{proc}}} {s.clients} {at}"
+            )
+            lines["gpu_process_network_watched_seconds"].append(
+                f"gpu_process_network_watched_seconds{{{proc}}} {WATCHED_BEFORE + s.t:.0f} {at}"
+            )
+            if s.clients:
+                last_client = s.t
+            lines["gpu_process_network_last_client_timestamp_seconds"].append(
+                "gpu_process_network_last_client_timestamp_seconds"
+                f"{{{proc}}} {base + last_client:.0f} {at}"
+            )
             if stamp is not None:
                 lines["gpu_process_network_last_activity_timestamp_seconds"].append(
                     "gpu_process_network_last_activity_timestamp_seconds"
@@ -253,7 +285,8 @@ def serving(args: argparse.Namespace) -> int:
             f"({len(quiet)} without), {span / 60:.0f} min; backfilling ...",
             file=sys.stderr,
         )
-        with backfilled_prometheus(work, openmetrics(services, span, base)) as prom:
+        text = openmetrics(services, span, base, args.client_keepalive)
+        with backfilled_prometheus(work, text) as prom:
             found = {
                 ("before", "GpuProcessIdle"): episodes(
                     prom.url, before, "GpuProcessIdle", base, span, by_user
@@ -271,7 +304,7 @@ def serving(args: argparse.Namespace) -> int:
         f"# serving trace: {len(services)} services, {sum(requests)} requests over "
         f"{span / 60:.0f} min (median {sorted(requests)[len(requests) // 2]} a service), "
         + (f"bursts < {args.burst_gap:g}s apart" if args.burst_gap is not None else "requests")
-        + f" dealt at random (seed {args.seed}); "
+        + f" dealt at random (seed {args.seed}), clients kept {args.client_keepalive:g}s; "
         f"{platform.node()}, {platform.python_version()}, {took:.0f}s"
     )
     print(
@@ -353,6 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         help="deal bursts of requests less than this many seconds apart, not requests",
     )
     one.add_argument("--seed", type=int, default=1)
+    one.add_argument(
+        "--client-keepalive",
+        type=float,
+        default=60.0,
+        help="seconds a gateway keeps a client connection open after a request (0: one "
+        "connection per request; default 60)",
+    )
     one.add_argument(
         "--before", type=Path, help=f"rules before network evidence (default: git {BEFORE_COMMIT})"
     )

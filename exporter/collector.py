@@ -23,7 +23,14 @@ from exporter.guard import BoundedCall
 from exporter.heartbeat_reader import HeartbeatReader, ProcessRef
 from exporter.identity import IdentityCache, ProcessIdentity
 from exporter.logactivity import log_write_timestamp
-from exporter.netactivity import DEFAULT_FLOOR, NetworkMeter, NetworkReading
+from exporter.netactivity import (
+    DEFAULT_FLOOR,
+    DEFAULT_RENDEZVOUS_PORTS,
+    DEFAULT_WINDOW,
+    NetworkMeter,
+    NetworkReading,
+    Rendezvous,
+)
 from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
 from exporter.proctree import HostProcesses
@@ -60,6 +67,8 @@ class ExporterSettings:
     proc_root: Path = procfs.PROC
     network: bool = True  # each GPU process tree's TCP sockets (exporter/netactivity.py)
     network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute that are not work
+    network_window: float = DEFAULT_WINDOW  # ...counted over this; a first reading is unknown
+    rendezvous_ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS  # a job's own, never a service
 
 
 @dataclass
@@ -84,6 +93,9 @@ class _Families:
     p_listening: Family = field(init=False)
     p_net_activity: Family = field(init=False)
     p_net_unknown: Family = field(init=False)
+    p_clients: Family = field(init=False)
+    p_last_client: Family = field(init=False)
+    p_net_watched: Family = field(init=False)
     p_info: Family = field(init=False)
 
     def __post_init__(self) -> None:
@@ -151,8 +163,10 @@ class _Families:
         self.p_listening = g(
             "gpu_process_listening_sockets",
             "TCP sockets the process tree listens on; scope=loopback: bound to a loopback "
-            "address only (reachable from this host alone), external: any other address. "
-            "Absent when it listens on none.",
+            "address only (reachable from this host alone), rendezvous: the job's own ports "
+            "other hosts reach (bound to 0, MASTER_PORT, the configured rendezvous ports), "
+            "external: any other address, a listener that may serve. Absent when it listens "
+            "on none.",
             (*process, "scope"),
         )
         self.p_net_activity = g(
@@ -163,9 +177,28 @@ class _Families:
         )
         self.p_net_unknown = g(
             "gpu_exporter_process_network_unknown",
-            "1 with the reason the process tree's sockets could not be read (no permission, "
-            "namespace gone): its network evidence is unknown, not absent.",
+            "1 with the reason the process tree's network evidence is unknown, not absent: "
+            "its sockets could not be read (no permission, namespace gone), or the exporter "
+            "has not yet watched it for a whole window (warming_up).",
             (*process, "reason"),
+        )
+        self.p_clients = g(
+            "gpu_process_network_clients",
+            "Connections the process tree accepted on a listener that may serve (scope "
+            "external), open now: its clients. Absent when it has no such listener.",
+            process,
+        )
+        self.p_last_client = g(
+            "gpu_process_network_last_client_timestamp_seconds",
+            "When the exporter last saw a client connected to the process tree, unix "
+            "seconds; absent until it has.",
+            process,
+        )
+        self.p_net_watched = g(
+            "gpu_process_network_watched_seconds",
+            "How long the exporter has read the process tree's sockets: clients older than "
+            "this were not seen (a service is unproven until it covers the service window).",
+            process,
         )
         self.p_info = g(
             "gpu_process_info",
@@ -195,7 +228,14 @@ class GpuCollector(Collector):
         self._heartbeats = HeartbeatReader(settings.proc_root)
         self._sockets = SocketTables(str(settings.proc_root)) if settings.network else None
         self._network = (
-            NetworkMeter(self._sockets, floor=settings.network_floor) if self._sockets else None
+            NetworkMeter(
+                self._sockets,
+                floor=settings.network_floor,
+                window=settings.network_window,
+                rendezvous=Rendezvous.of_host(settings.rendezvous_ports, str(settings.proc_root)),
+            )
+            if self._sockets
+            else None
         )
         self._exposition = Exposition()
         # The state kept between scrapes (process tree, info labels, rendered lines) is
@@ -380,8 +420,16 @@ def _add_network(families: _Families, labels: tuple[str, ...], net: NetworkReadi
     if isinstance(net, str):
         families.p_net_unknown.add((*labels, net), 1)
         return
-    if net.listening_loopback or net.listening_external:  # absent: it listens on nothing
-        families.p_listening.add((*labels, "loopback"), net.listening_loopback)
-        families.p_listening.add((*labels, "external"), net.listening_external)
+    if not net.covered:  # a first reading says nothing of what moved before it
+        families.p_net_unknown.add((*labels, "warming_up"), 1)
+    listening = (net.listening_loopback, net.listening_external, net.listening_rendezvous)
+    if any(listening):  # absent: it listens on nothing
+        for scope, count in zip(("loopback", "external", "rendezvous"), listening, strict=True):
+            families.p_listening.add((*labels, scope), count)
+    if net.listening_external:
+        families.p_clients.add(labels, net.clients)
+    if net.last_client is not None:
+        families.p_last_client.add(labels, net.last_client)
+    families.p_net_watched.add(labels, round(net.watched_for, 3))
     if net.last_activity is not None:
         families.p_net_activity.add(labels, net.last_activity)

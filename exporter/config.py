@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from exporter import config_errors
 from exporter.units import parse_duration
@@ -38,6 +38,18 @@ class ExporterConfig(BaseModel):
     network: bool = True
     # Bytes per minute on a tree's connections that are keep-alive, not work (docs/metrics.md).
     network_keepalive_bytes: int = Field(default=4096, ge=0)
+    # The window those bytes are counted over; a tree watched for less is unknown, not quiet.
+    network_window_seconds: Seconds = Field(default=60.0, gt=0, le=3600)
+    # Ports a job's own ranks meet on (never a service): TCPStore's and torchrun's defaults.
+    rendezvous_ports: list[int] = Field(default_factory=lambda: [29400, 29500])
+
+    @field_validator("rendezvous_ports")
+    @classmethod
+    def _ports(cls, ports: list[int]) -> list[int]:
+        bad = [p for p in ports if not 0 < p < 65536]
+        if bad:
+            raise ValueError(f"not a TCP port: {bad[0]} (1-65535)")
+        return ports
 
 
 class ConfigError(Exception):

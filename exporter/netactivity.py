@@ -11,7 +11,19 @@ idle HTTP keep-alive move a few bytes every few seconds. Data counts as moved on
 the tree's connections moved more than `floor` bytes within the last `window` seconds; the
 activity timestamp is then the kernel's time of the latest data on the connections that
 moved. Below the floor the timestamp stays where it was (absent if data never moved).
-A tree's first reading is its baseline: only what moves after it counts.
+A tree's first reading is its baseline: only what moves after it counts, and until the
+meter has watched a tree for a whole `window` its evidence is unknown, never quiet
+(`NetworkReading.covered`), unless the tree has held no connection since the first reading
+(a connection opened later counts everything it moved).
+
+What serves and what is the job's own: a listener bound to loopback is reachable from this
+host only (a Jupyter kernel's ports); a listener on a rendezvous port is the job's own
+(`Rendezvous`: a port bound to 0, which the kernel picks from the ephemeral range, as
+NCCL's bootstrap and proxy and Gloo's pairs do; PyTorch's MASTER_PORT as the process was
+started with it; the configured ports, by default TCPStore's 29500 and torchrun's 29400).
+Any other listener may serve; a connection accepted on one (an established socket of the
+tree on that listener's port) is a client, and a tree is judged by its clients, not by
+its listeners (docs/actuator.md, "Services").
 
 A connection opened and closed between two readings is not seen (its counters go with
 it); one open at a reading counts with everything it moved since it opened.
@@ -24,23 +36,59 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from exporter.netdiag import SocketsUnknown, SocketTables, TcpSocket
+from exporter.procfs import read_environ_value
 
 # Bytes per window that keep-alive traffic stays under (docs/metrics.md: measured against
 # an idle ipykernel with jupyter_server, tests/exporter/test_jupyter_keepalive.py).
 DEFAULT_FLOOR = 4096
 DEFAULT_WINDOW = 60.0
 _SOCKET_PREFIX = "socket:["
+# Rendezvous ports a job's own ranks meet on: TCPStore's default MASTER_PORT, torchrun's
+# c10d rendezvous endpoint.
+DEFAULT_RENDEZVOUS_PORTS = frozenset({29400, 29500})
+_EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's default net.ipv4.ip_local_port_range
 
 
 @dataclass(frozen=True)
 class NetworkReading:
     listening_loopback: int
-    listening_external: int
+    listening_external: int  # listeners other hosts reach that are not a rendezvous
     ports: frozenset[int]  # the ports it listens on
     connections: int
     last_activity: float | None  # unix seconds; None: no data above the floor seen yet
+    listening_rendezvous: int = 0  # the job's own listeners other hosts reach (Rendezvous)
+    clients: int = 0  # connections accepted on its serving listeners, open now
+    client_ago: float | None = None  # seconds since a client was last seen; None: never
+    last_client: float | None = None  # the same as unix seconds
+    watched_for: float = 0.0  # seconds this meter has read the tree (monotonic clock)
+    covered: bool = False  # quiet can be told from unknown (watched a window, or no baseline)
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """The ports a job's own ranks meet on, which make no service."""
+
+    ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS
+    ephemeral: tuple[int, int] = _EPHEMERAL_DEFAULT
+
+    @classmethod
+    def of_host(
+        cls, ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS, proc_root: str = "/proc"
+    ) -> Rendezvous:
+        """With the host's ephemeral range (the kernel's default when unreadable)."""
+        try:
+            with open(f"{proc_root}/sys/net/ipv4/ip_local_port_range") as f:
+                low, high = (int(x) for x in f.read().split()[:2])
+        except (OSError, ValueError):
+            return cls(ports)
+        return cls(ports, (low, high))
+
+    def is_rendezvous(self, port: int, master_port: int | None) -> bool:
+        low, high = self.ephemeral
+        return port in self.ports or port == master_port or low <= port <= high
 
 
 @dataclass
@@ -49,6 +97,21 @@ class _Meter:
     moves: deque[tuple[float, int]] = field(default_factory=deque)  # (mono, bytes)
     last_activity: float | None = None
     read_at: float | None = None  # mono; None until the first reading (the baseline)
+    first_at: float | None = None  # mono of the first reading
+    client_at: float | None = None  # mono: a client last seen
+    master_port: int | None = None  # the root's MASTER_PORT (read once: fixed at exec)
+    master_read: bool = False
+    # A connection was open at some reading: until a window passes, its baseline may hide
+    # data moving (a tree that never held one has nothing hidden: a connection that opens
+    # later counts everything it moved).
+    connected: bool = False
+
+
+def _port(text: str | None) -> int | None:
+    if text is None or not text.strip().isdigit():
+        return None
+    port = int(text.strip())
+    return port if 0 < port < 65536 else None
 
 
 def socket_inodes(pids: Iterable[int], proc_root: str = "/proc") -> set[int]:
@@ -88,8 +151,10 @@ class NetworkMeter:
         window: float = DEFAULT_WINDOW,
         clock: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self.tables, self.floor, self.window = tables, floor, window
+        self.rendezvous = rendezvous or Rendezvous.of_host(proc_root=tables.proc_root)
         self.clock, self.mono = clock, mono
         self._meters: dict[tuple[int, int], _Meter] = {}
 
@@ -131,7 +196,14 @@ class NetworkMeter:
         table = self.tables.of(root, inodes if wanted is None else wanted) if inodes else {}
         mine = [table[i] for i in inodes if i in table]
         meter = self._meters.setdefault(key, _Meter())
+        if not meter.master_read and any(s.listening and not s.loopback for s in mine):
+            meter.master_read = True  # the environment as exec'd never changes
+            meter.master_port = _port(read_environ_value(root, "MASTER_PORT", self._proc))
         return self._measure(meter, mine)
+
+    @property
+    def _proc(self) -> Path:
+        return Path(self.tables.proc_root)
 
     def _measure(self, meter: _Meter, sockets: list[TcpSocket]) -> NetworkReading:
         now, mono = self.clock(), self.mono()
@@ -139,6 +211,8 @@ class NetworkMeter:
         # (a kernel's connections answered a ping a second ago), so it is never activity.
         first = meter.read_at is None
         meter.read_at = mono
+        if meter.first_at is None:
+            meter.first_at = mono
         moved, newest_ms = 0, None
         counters: dict[int, int] = {}
         for s in sockets:
@@ -163,12 +237,27 @@ class NetworkMeter:
             if meter.last_activity is None or at > meter.last_activity:
                 meter.last_activity = at
         listeners = [s for s in sockets if s.listening]
+        external = [s for s in listeners if not s.loopback]
+        own = [s for s in external if self.rendezvous.is_rendezvous(s.port, meter.master_port)]
+        serving = {s.port for s in external} - {s.port for s in own}
+        # A connection accepted on a serving listener keeps the listener's port as its own.
+        clients = sum(1 for s in sockets if not s.listening and s.port in serving)
+        if clients:
+            meter.client_at = mono
+        watched = mono - meter.first_at
+        meter.connected = meter.connected or bool(counters)
         return NetworkReading(
-            listening_loopback=sum(1 for s in listeners if s.loopback),
-            listening_external=sum(1 for s in listeners if not s.loopback),
+            listening_loopback=len(listeners) - len(external),
+            listening_external=len(external) - len(own),
             ports=frozenset(s.port for s in listeners),
             connections=len(counters),
             last_activity=meter.last_activity,
+            listening_rendezvous=len(own),
+            clients=clients,
+            client_ago=None if meter.client_at is None else mono - meter.client_at,
+            last_client=None if meter.client_at is None else now - (mono - meter.client_at),
+            watched_for=watched,
+            covered=watched >= self.window or not meter.connected,
         )
 
     def prune(self, live: set[tuple[int, int]]) -> None:

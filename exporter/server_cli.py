@@ -86,6 +86,22 @@ def add_commands(commands: Any) -> None:
         help="bytes per minute on a process tree's connections that count as keep-alive, "
         "not work (default 4096)",
     )
+    parser.add_argument(
+        "--network-window",
+        dest="network_window",
+        metavar="DURATION",
+        help="the window keep-alive bytes are counted over; a process tree watched for less "
+        "is unknown, never quiet (default 60s)",
+    )
+    parser.add_argument(
+        "--rendezvous-port",
+        dest="rendezvous_ports",
+        type=int,
+        action="append",
+        metavar="PORT",
+        help="a port a job's own ranks meet on, never a service (repeatable; default 29400 "
+        "and 29500, torchrun's and TCPStore's; ports bound to 0 and MASTER_PORT always are)",
+    )
     parser.set_defaults(func=run_exporter)
 
 
@@ -102,6 +118,8 @@ _FLAGS = {
     "pod_resources_socket": ("--pod-resources-socket", "pod_resources_socket"),
     "network": ("--no-network", "network"),
     "network_keepalive_bytes": ("--network-keepalive-bytes", "network_keepalive_bytes"),
+    "network_window_seconds": ("--network-window", "network_window"),
+    "rendezvous_ports": ("--rendezvous-port", "rendezvous_ports"),
 }
 
 
@@ -154,6 +172,8 @@ def run_exporter(args: argparse.Namespace) -> int:
         nvml_timeout=config.nvml_timeout_seconds,
         network=config.network,
         network_floor=config.network_keepalive_bytes,
+        network_window=config.network_window_seconds,
+        rendezvous_ports=frozenset(config.rendezvous_ports),
     )
     registry = CollectorRegistry(auto_describe=False)
     pods = None

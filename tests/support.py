@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import subprocess
 import sys
@@ -34,6 +35,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_service_port() -> int:
+    """A TCP port free on every interface right now, below the kernel's ephemeral range and
+    apart from the rendezvous defaults: a port a service is deployed on, not one bound to 0
+    (which the exporter counts as a job's own rendezvous)."""
+    for _ in range(200):
+        port = random.randint(20000, 29000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port between 20000 and 29000")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:

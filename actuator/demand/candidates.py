@@ -37,8 +37,7 @@ def candidate(case: Case, now: float, heartbeat_recent: float) -> Candidate | No
         node=case.node,
         gpu=case.uuid,
         memory_bytes=case.gpu_memory_bytes or (facts.memory_bytes if facts else 0) or 0,
-        # The alert's startsAt, never before the process itself started.
-        idle_since=max(case.starts_ts, case.start_time),
+        idle_since=case.idle_since,
         processes=max(1, len(case.members)),
         heartbeat_recent=activity is not None and now - activity < heartbeat_recent,
         kept_before=case.snoozed_until is not None,

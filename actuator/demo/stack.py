@@ -195,6 +195,8 @@ class Stack:
     def __init__(self, options: StackOptions | None = None) -> None:
         self.options = options or StackOptions()
         self.interval = REFERENCE_EVAL_INTERVAL_S * self.options.scale
+        # The exporter's and the node's keep-alive window (60 s), scaled like the rules'.
+        self.network_window = max(60 * self.options.scale, 2 * self.interval)
         self.run_dir = Path()
         self.socket_dir = Path()
         self.ports: dict[str, int] = {}
@@ -385,6 +387,10 @@ class Stack:
                     self.node_name_of(i),
                     "--heartbeat-dir",
                     str(self.heartbeat_dir),
+                    # the keep-alive window, scaled like the rules' (a tree watched for
+                    # less is unknown, never quiet)
+                    "--network-window",
+                    f"{self.network_window:g}s",
                     *exporter_projects,
                 ),
                 self.logs_dir / f"{exporter}.log",
@@ -649,6 +655,7 @@ class Stack:
                 "name": options.node_name,
                 "sim_dir": str(self.node_dir),
                 "heartbeat_dir": str(self.heartbeat_dir),
+                "network_window": f"{self.network_window:g}s",
                 **({"projects_file": str(self.projects_file)} if options.users else {}),
             },
             # The owner (whoever runs the demo) is warned in Chinese on a WeCom-format robot

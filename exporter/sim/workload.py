@@ -46,6 +46,9 @@ class WorkloadSpec:
     user: str | None = None  # the account it runs as once started (root only)
     serve: int | None = None  # answer HTTP requests on this port (exporter/sim/serving.py)
     serve_address: str = "127.0.0.1"
+    rank: bool = False  # hold a rank's collective sockets (exporter/sim/ranks.py)
+    rank_store: int | None = None  # ...and a TCPStore-like listener on every interface here
+    rank_peer: int | None = None  # ...and a silent connection to another rank's listener
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +103,26 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="where --serve listens (default 127.0.0.1: loopback only, not a service to other "
         "hosts; 0.0.0.0 makes it one)",
     )
+    parser.add_argument(
+        "--rank",
+        action="store_true",
+        help="hold a distributed rank's sockets, as NCCL's bootstrap does: a listener on every "
+        "interface, on a port the kernel picks (exporter/sim/ranks.py)",
+    )
+    parser.add_argument(
+        "--rank-store",
+        type=int,
+        metavar="PORT",
+        help="also listen on every interface at PORT as rank 0's TCPStore does (start it with "
+        "MASTER_PORT=PORT); implies --rank",
+    )
+    parser.add_argument(
+        "--rank-peer",
+        type=int,
+        metavar="PORT",
+        help="also hold a silent connection to another rank's listener on this node; implies "
+        "--rank",
+    )
     parser.add_argument("--tick", type=argtypes.duration, default=0.5, help=argparse.SUPPRESS)
     parser.add_argument(
         "--user",
@@ -128,6 +151,9 @@ def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
         user=args.user,
         serve=args.serve,
         serve_address=args.serve_address,
+        rank=args.rank or args.rank_store is not None or args.rank_peer is not None,
+        rank_store=args.rank_store,
+        rank_peer=args.rank_peer,
     )
 
 
@@ -169,6 +195,11 @@ class Workload:
             from exporter.sim.serving import InferenceServer
 
             self.server = InferenceServer(spec.serve_address, spec.serve)
+        self.ranks = None
+        if spec.rank:
+            from exporter.sim.ranks import RankSockets
+
+            self.ranks = RankSockets(spec.rank_store, spec.rank_peer)
         if spec.heartbeat:
             from exporter.heartbeat import Heartbeat
 
@@ -216,6 +247,8 @@ class Workload:
             self.spawn_children()
             if self.server is not None:
                 self.server.start()
+            if self.ranks is not None:
+                self.ranks.start()
             while True:
                 now = time.monotonic()
                 cues = tuple(cue - started for cue in self.cues)
@@ -250,6 +283,8 @@ class Workload:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if self.server is not None:
                 self.server.close()
+            if self.ranks is not None:
+                self.ranks.close()
             self.stop_children()
             proc_path(spec.directory, self.pid).unlink(missing_ok=True)
             if self.heartbeat is not None:
@@ -315,7 +350,11 @@ def workload_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--user", args.user]
     if args.serve is not None:
         argv += ["--serve", str(args.serve), "--serve-address", args.serve_address]
-    flags = ("heartbeat", "ignore_sigterm", "orphan_children", "cpu")
+    if args.rank_store is not None:
+        argv += ["--rank-store", str(args.rank_store)]
+    if args.rank_peer is not None:
+        argv += ["--rank-peer", str(args.rank_peer)]
+    flags = ("heartbeat", "ignore_sigterm", "orphan_children", "cpu", "rank")
     argv += [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag)]
     return argv
 

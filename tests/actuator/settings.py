@@ -20,6 +20,8 @@ FAST_POLICY: dict[str, Any] = {
     "limits": {"terminations_per_node_per_hour": 100, "terminations_per_minute": 100},
     "breaker": {"min_flagged": 1000},
     "reconciler": {"interval": "0.1s", "lease_ttl": "2s"},
+    # A tree that held a connection is unknown until watched this long (60 s shipped).
+    "node": {"network_window": "1s"},
     # No owner channel in these tests: the grace starts at the (undelivered) notice. The
     # notice gate itself is tested in test_notice_gate.py with real receivers.
     "notice": {"required": False},

@@ -500,3 +500,54 @@ def test_defect_2_a_keep_is_judged_from_the_nodes_start_time():
     kept = decide_live(case, asked, eff(keep_max=8 * 3600.0), IDLE, LIMITS, GUARD, T0)
     assert (kept.state, kept.code) == (State.SNOOZED, Reason.KEPT_AS_ASKED)
     assert kept.updates.snoozed_until == T0 + 5400
+
+
+@pytest.mark.reliability(70)
+def test_a_forged_startsat_cannot_shorten_idle_for():
+    """idle_for counts from the later of startsAt, the case's opening and the process's
+    start: a startsAt a week old waits idle_for from when this actuator opened the case."""
+    forged = make_case(cpu_seconds=10.0, cpu_at=T0 - 2, starts_ts=T0 - 7 * 86400, created=T0 - 60)
+    rule = eff(idle_for=3600.0)
+    early = decide_live(forged, make_live(cpu_seconds=10.01), rule, IDLE, LIMITS, GUARD, T0)
+    assert early.action == Action.WAIT
+    later = T0 + 3600
+    case = replace(forged, cpu_at=later - 2)
+    on_time = decide_live(
+        case, make_live(later, cpu_seconds=10.01), rule, IDLE, LIMITS, GUARD, later
+    )
+    assert on_time.action == Action.NOTIFY
+    # A startsAt after the opening only makes it later still.
+    late = replace(case, starts_ts=T0 + 600)
+    assert (
+        decide_live(
+            late, make_live(later, cpu_seconds=10.01), rule, IDLE, LIMITS, GUARD, later
+        ).action
+        == Action.WAIT
+    )
+
+
+@pytest.mark.reliability(70)
+def test_a_forged_startsat_cannot_shorten_the_service_window():
+    from actuator.policy import as_service
+
+    service = as_service(eff(), "a client on port 8000 5 min ago")
+    forged = make_case(cpu_seconds=10.0, cpu_at=T0 - 2, starts_ts=T0 - 86400, created=T0 - 60)
+    d = decide_live(forged, make_live(cpu_seconds=10.01), service, IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.WAIT and service.idle_for == 3600
+    assert forged.idle_since == T0 - 60
+
+
+@pytest.mark.reliability(68)
+def test_a_first_network_reading_with_a_connection_is_unknown_not_quiet():
+    """The node's meter has read the tree once (a baseline): no notice goes out on it."""
+    case = make_case(cpu_seconds=10.0, cpu_at=T0 - 2)
+    first = make_live(
+        cpu_seconds=10.01, listening_external=0, network_covered=False, network_watched_for=0.0
+    )
+    d = decide_live(case, first, eff(), IDLE, LIMITS, GUARD, T0)
+    assert d.action == Action.WAIT and d.state is None
+    covered = replace(first, network_covered=True, network_watched_for=60.0)
+    assert decide_live(case, covered, eff(), IDLE, LIMITS, GUARD, T0).action == Action.NOTIFY
+    # An agent that does not say whether it covered a window: unknown, still no notice.
+    silent = replace(first, network_covered=None, network_watched_for=None)
+    assert decide_live(case, silent, eff(), IDLE, LIMITS, GUARD, T0).action == Action.WAIT

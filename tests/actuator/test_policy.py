@@ -314,3 +314,49 @@ def test_a_service_is_reclaimed_only_on_demand_after_its_window() -> None:
 def test_service_ports_are_ports(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="less than or equal to 65535"):
         Policy.model_validate({"defaults": {"service_ports": [70000]}})
+
+
+@pytest.mark.reliability(67)
+def test_service_evidence_is_named() -> None:
+    """A service is something that serves (issue 57): the node's evidence, named in the
+    rule's text; a listener no client reached in a whole service window leaves a job."""
+    policy = Policy.model_validate({"defaults": {"service_ports": [8888]}})
+    hour = 3600.0
+
+    def rule(**facts: object) -> str:
+        eff = resolve(policy, Facts(user="alice", **facts))  # type: ignore[arg-type]
+        return eff.rule if eff.service else ""
+
+    assert "named in service_ports" in rule(listen_ports=(8888,), watched_for=2 * hour)
+    assert "2 client connection(s) open on port 8000" in rule(
+        listens_external=True, listen_ports=(8000,), clients=2, watched_for=2 * hour
+    )
+    assert "a client on port 8000 12m ago" in rule(
+        listens_external=True, listen_ports=(8000,), client_ago=720.0, watched_for=2 * hour
+    )
+    unproven = rule(listens_external=True, listen_ports=(8000,), watched_for=1200.0)
+    assert "watched for 20m of the 1h" in unproven, unproven
+    assert "not watched" in rule(listens_external=True, listen_ports=(8000,))
+    # Watched for the whole window, no client ever, or the last one too long ago: a job.
+    assert rule(listens_external=True, listen_ports=(6006,), watched_for=hour) == ""
+    assert rule(listens_external=True, client_ago=hour + 1, watched_for=2 * hour) == ""
+    # Only the job's own rendezvous listeners (no serving listener): a job at once.
+    assert rule(listen_ports=(29500, 41234), watched_for=1.0) == ""
+
+
+@pytest.mark.reliability(67)
+def test_a_stalled_alert_is_never_softened_where_the_node_sees_a_hang() -> None:
+    """An NCCL hang spins at 100 % util: its rank's listeners never make it a service."""
+    policy = Policy()
+    hung = Facts(user="alice", listens_external=True, clients=1, busy=True)
+    eff = resolve(policy, hung, Claims(stalled=True))
+    assert not eff.service and eff.reclaim_when == ReclaimWhen.IDLE and eff.idle_for == 0
+
+
+@pytest.mark.reliability(67)
+def test_a_stalled_alert_for_a_quiet_service_keeps_the_service_class() -> None:
+    """The alert's name alone never takes a service's class away: the node must see the
+    hang's signature (SM busy) for that."""
+    quiet = Facts(user="alice", listens_external=True, clients=1, busy=False)
+    eff = resolve(Policy(), quiet, Claims(stalled=True))
+    assert eff.service and eff.reclaim_when == ReclaimWhen.DEMAND

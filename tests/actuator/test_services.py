@@ -14,7 +14,7 @@ import pytest
 
 from exporter.sim.state import init_node
 from tests.helpers.actuator import Actuator, Workloads, alert_for, payload
-from tests.support import free_port, http_get, wait_until
+from tests.support import free_service_port, http_get, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,7 +32,7 @@ def enforce(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workload
 
 
 def _serving(workloads: Workloads, address: str = "127.0.0.1"):  # type: ignore[no-untyped-def]
-    port = free_port()
+    port = free_service_port()
     w = workloads.spawn("--serve", str(port), "--serve-address", address)
     wait_until(lambda: http_get(f"http://127.0.0.1:{port}/health"))
     return w, port
@@ -76,7 +76,7 @@ def test_a_loopback_server_that_serves_nothing_is_a_job_and_reclaimed(enforce) -
     actuator.post(payload(alert_for(w)))
     case = actuator.wait_state(w, "reclaimed", "failed", "refused", "cancelled")
     assert case["state"] == "reclaimed", case
-    assert not case["rule"].endswith("as a service")
+    assert "as a service" not in case["rule"]
 
 
 @pytest.mark.reliability(65)
@@ -94,3 +94,49 @@ def test_a_service_the_alert_calls_a_job_is_still_a_service(enforce) -> None:
     w, _ = _serving(workloads, "0.0.0.0")
     actuator.post(payload(alert_for(w)))  # GpuProcessIdle, class idle: a wrong alert
     _stays_pending(actuator, w)
+
+
+@pytest.mark.reliability(67)
+def test_an_idle_two_rank_job_is_judged_as_a_job_and_reclaimed(enforce) -> None:
+    """Rank 0's TCPStore on every interface at MASTER_PORT, each rank's NCCL-like bootstrap
+    listener on a port the kernel picked, rank 1 connected to rank 0's store: their own
+    rendezvous, not a service. Idle, both are reclaimed as jobs."""
+    workloads, actuator = enforce
+    store = free_service_port()
+    master = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store)}
+    rank0 = workloads.spawn("--rank-store", str(store), env=master)
+    wait_until(lambda: http_get_refused_or_open(store))
+    rank1 = workloads.spawn("--rank-peer", str(store), gpu=1, env=master)
+    for rank in (rank0, rank1):
+        actuator.post(payload(alert_for(rank)))
+    for rank in (rank0, rank1):
+        case = actuator.wait_state(rank, "reclaimed", "failed", "refused", "cancelled")
+        assert case["state"] == "reclaimed", case
+        assert "as a service" not in case["rule"], case["rule"]
+
+
+@pytest.mark.reliability(67)
+def test_a_service_with_a_client_connected_is_held(enforce) -> None:
+    """A real HTTP server other hosts reach, a gateway's connection open: a service, named by
+    its client, never warned for being quiet."""
+    workloads, actuator = enforce
+    w, port = _serving(workloads, "0.0.0.0")
+    gateway = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        gateway.request("GET", "/health")
+        assert gateway.getresponse().read()
+        time.sleep(1.5)  # the keep-alive window (1 s here): the request's bytes are history
+        actuator.post(payload(alert_for(w)))
+        _stays_pending(actuator, w)
+        case = actuator.case_for(w)
+        assert case is not None and "client connection(s) open" in case["rule"], case["rule"]
+    finally:
+        gateway.close()
+
+
+def http_get_refused_or_open(port: int) -> bool:
+    """The rank's store listens (a plain TCP connect succeeds; it answers no HTTP)."""
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

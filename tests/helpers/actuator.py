@@ -82,8 +82,10 @@ class Workloads:
         memory: str = "2GiB",
         phases: str = "idle",
         cgroup: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Workload:
-        """`cgroup`: a cgroup directory the process joins before it starts (a pod's)."""
+        """`cgroup`: a cgroup directory the process joins before it starts (a pod's); `env`:
+        variables added to its environment as it is exec'd (a rank's MASTER_PORT)."""
         command = [
             *gpu_reclaimer_command(),
             *sim_run_args(self.node_dir, gpu=gpu, memory=memory, phases=phases, tick="0.2"),
@@ -96,7 +98,11 @@ class Workloads:
         # regular file the test process logs to, and its writes would read as this
         # workload's log activity.
         proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
         w = Workload(proc, 0.0, self.uuid(gpu))
         threading.Thread(target=lambda: w.exit_code.append(proc.wait()), daemon=True).start()

@@ -56,6 +56,9 @@ def make_live(now: float = T0, **kw: Any) -> LiveState:
         cpu_seconds=10.0,
         members=(Member(4242, TICKS, 1001),),
     )
+    if kw.get("listening_external") is not None:
+        # a node that reads networks, and has watched this tree for two hours
+        base.update(network_covered=True, network_watched_for=7200.0)
     base.update(kw)
     return LiveState(**base)
 

@@ -1,0 +1,217 @@
+"""A job is judged by its work, not its sockets (issue 57), on real sockets and processes:
+a job's own rendezvous listeners (a port bound to 0, as NCCL's bootstrap and Gloo's pairs
+are; PyTorch's TCPStore on MASTER_PORT, on every interface) make no service, whatever
+peers connect to them; a listener other hosts reach serves only when a client connects;
+a tree holding a connection is unknown until the meter has watched it for a window; a
+flood of another user's listeners changes nothing about this tree."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from exporter.netactivity import NetworkMeter, NetworkReading, Rendezvous
+from exporter.netdiag import SocketTables
+from tests.support import Children, free_service_port
+
+# Listens on ADDRESS:PORT (0: the kernel picks from the ephemeral range) and keeps every
+# connection it accepts open until its peer closes it, as TCPStore and NCCL's bootstrap
+# keep their ranks'.
+SERVE = """
+import socket, sys, threading
+s = socket.socket(socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen()
+def hold(conn):  # until the peer closes, then close too
+    while conn.recv(65536): pass
+    conn.close()
+def accept():
+    while True: threading.Thread(target=hold, args=(s.accept()[0],), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+print("ready", flush=True); print(s.getsockname()[1], flush=True); sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def tables() -> Iterator[SocketTables]:
+    found = SocketTables()
+    yield found
+    found.close()
+
+
+def _serve(
+    children: Children, port: int = 0, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    child = children.python(SERVE, "0.0.0.0", str(port), env={**os.environ, **(env or {})})
+    assert child.stdout is not None
+    return child, int(child.stdout.readline())
+
+
+def _read(meter: NetworkMeter, child: subprocess.Popen[str]) -> NetworkReading:
+    meter.tables.begin()
+    try:
+        return meter.read((child.pid, 0), [child.pid])
+    finally:
+        meter.tables.end()
+
+
+def _meter(tables: SocketTables, window: float = 60.0) -> NetworkMeter:
+    return NetworkMeter(tables, window=window, rendezvous=Rendezvous.of_host())
+
+
+def _connect(port: int) -> socket.socket:
+    peer = socket.create_connection(("127.0.0.1", port))
+    time.sleep(0.1)  # accepted by the server's thread
+    return peer
+
+
+@pytest.mark.reliability(67)
+def test_a_listener_bound_to_0_is_the_jobs_own_rendezvous(
+    children: Children, tables: SocketTables
+) -> None:
+    """NCCL's bootstrap and proxy, Gloo's pairs: bound to port 0 on the node's address, their
+    peers told the port. A peer rank connected is not a client."""
+    rank, port = _serve(children)
+    low, high = Rendezvous.of_host().ephemeral
+    assert low <= port <= high
+    peer = _connect(port)
+    try:
+        seen = _read(_meter(tables), rank)
+    finally:
+        peer.close()
+    assert (seen.listening_external, seen.listening_rendezvous) == (0, 1)
+    assert seen.clients == 0 and seen.client_ago is None and seen.connections == 1
+
+
+@pytest.mark.reliability(67)
+def test_tcpstore_on_master_port_on_every_interface_is_the_jobs_own(
+    children: Children, tables: SocketTables
+) -> None:
+    """PyTorch's TCPStore binds every interface even for MASTER_ADDR=127.0.0.1; its port is
+    the MASTER_PORT the ranks were started with."""
+    port = free_service_port()
+    store, _ = _serve(children, port, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    peer = _connect(port)
+    try:
+        seen = _read(_meter(tables), store)
+    finally:
+        peer.close()
+    assert (seen.listening_external, seen.listening_rendezvous) == (0, 1)
+    assert seen.clients == 0
+
+
+@pytest.mark.reliability(67)
+def test_a_listener_serves_only_when_a_client_connects(
+    children: Children, tables: SocketTables
+) -> None:
+    """A TensorBoard started with --bind_all, a debugger port, an inference server: all
+    listen where other hosts reach them; only a client connected makes one serve, and the
+    meter remembers when it last saw one (on the monotonic clock)."""
+    server, port = _serve(children, free_service_port())
+    meter = _meter(tables)
+    quiet = _read(meter, server)
+    assert (quiet.listening_external, quiet.listening_rendezvous) == (1, 0)
+    assert quiet.clients == 0 and quiet.client_ago is None and quiet.last_client is None
+    client = _connect(port)
+    served = _read(meter, server)
+    assert served.clients == 1 and served.client_ago == 0.0
+    assert served.last_client == pytest.approx(time.time(), abs=1.0)
+    client.close()
+    time.sleep(0.3)
+    after = _read(meter, server)
+    assert after.clients == 0
+    assert after.client_ago is not None and after.client_ago >= 0.3
+
+
+@pytest.mark.reliability(68)
+def test_a_tree_with_a_connection_is_unknown_until_watched_for_a_window(
+    children: Children, tables: SocketTables
+) -> None:
+    """A first reading is a baseline: a download under way shows only at the next one."""
+    server, port = _serve(children, free_service_port())
+    peer = _connect(port)
+    try:
+        meter = _meter(tables, window=0.5)
+        first = _read(meter, server)
+        assert not first.covered and first.watched_for == 0.0
+        time.sleep(0.6)
+        later = _read(meter, server)
+        assert later.covered and later.watched_for >= 0.5
+    finally:
+        peer.close()
+
+
+@pytest.mark.reliability(68)
+def test_a_tree_that_never_held_a_connection_hides_nothing(
+    children: Children, tables: SocketTables
+) -> None:
+    """No connection at the first reading: one that opens later counts everything it moved."""
+    server, _ = _serve(children, free_service_port())
+    first = _read(_meter(tables, window=3600.0), server)
+    assert first.covered and first.connections == 0
+
+
+@pytest.mark.reliability(69)
+def test_another_users_flood_of_listeners_changes_nothing_for_this_tree(
+    children: Children, tables: SocketTables
+) -> None:
+    """Thousands of listeners held by another process (another uid where the suite runs as
+    root) in the same namespace: this tree's reading is the same, and read in time."""
+    server, port = _serve(children, free_service_port())
+    flood_script = (
+        "import os, socket, sys\n"
+        "if os.getuid() == 0: os.setgid(65534); os.setuid(65534)\n"
+        "held = []\n"
+        "for _ in range(int(sys.argv[1])):\n"
+        "    s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen(); held.append(s)\n"
+        "print('ready', flush=True); print(len(held), flush=True); sys.stdin.read()\n"
+    )
+    meter = _meter(tables)
+    client = _connect(port)
+    try:
+        alone = _read(meter, server)
+        flood = children.python(flood_script, "3000")
+        assert flood.stdout is not None and int(flood.stdout.readline()) == 3000
+        started = time.monotonic()
+        crowded = _read(meter, server)
+        took = time.monotonic() - started
+    finally:
+        client.close()
+    assert (
+        (crowded.listening_external, crowded.clients, crowded.connections)
+        == (
+            alone.listening_external,
+            alone.clients,
+            alone.connections,
+        )
+        == (1, 1, 1)
+    )
+    assert took < 1.0, f"a reading took {took:.2f}s beside 3,000 foreign listeners"
+
+
+def test_rendezvous_ports_come_from_the_host_range_and_configuration(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sys" / "net" / "ipv4").mkdir(parents=True)
+    (tmp_path / "sys" / "net" / "ipv4" / "ip_local_port_range").write_text("40000\t50000\n")
+    found = Rendezvous.of_host(frozenset({7000}), str(tmp_path))
+    assert found.ephemeral == (40000, 50000)
+    assert found.is_rendezvous(7000, None) and found.is_rendezvous(45000, None)
+    assert found.is_rendezvous(8123, 8123)  # MASTER_PORT
+    assert not found.is_rendezvous(8000, None) and not found.is_rendezvous(29500, None)
+    assert Rendezvous.of_host(proc_root=str(tmp_path / "none")).ephemeral == (32768, 60999)
+
+
+def test_master_port_is_read_from_the_environment_as_exec_d(
+    children: Children, tables: SocketTables
+) -> None:
+    """Garbage in MASTER_PORT names no port (the listener stays one that may serve)."""
+    port = free_service_port()
+    server, _ = _serve(children, port, {"MASTER_PORT": f"{port}x"})
+    seen = _read(_meter(tables), server)
+    assert (seen.listening_external, seen.listening_rendezvous) == (1, 0)
+    assert sys.platform == "linux"
