@@ -115,25 +115,6 @@ def test_an_idle_two_rank_job_is_judged_as_a_job_and_reclaimed(enforce) -> None:
         assert "as a service" not in case["rule"], case["rule"]
 
 
-@pytest.mark.reliability(67)
-def test_a_service_with_a_client_connected_is_held(enforce) -> None:
-    """A real HTTP server other hosts reach, a gateway's connection open: a service, named by
-    its client, never warned for being quiet."""
-    workloads, actuator = enforce
-    w, port = _serving(workloads, "0.0.0.0")
-    gateway = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        gateway.request("GET", "/health")
-        assert gateway.getresponse().read()
-        time.sleep(1.5)  # the keep-alive window (1 s here): the request's bytes are history
-        actuator.post(payload(alert_for(w)))
-        _stays_pending(actuator, w)
-        case = actuator.case_for(w)
-        assert case is not None and "client connection(s) open" in case["rule"], case["rule"]
-    finally:
-        gateway.close()
-
-
 def http_get_refused_or_open(port: int) -> bool:
     """The rank's store listens (a plain TCP connect succeeds; it answers no HTTP)."""
     import socket

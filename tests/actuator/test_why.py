@@ -204,7 +204,8 @@ def test_why_says_what_the_re_check_read_of_the_network() -> None:
         },
     ]
     service, kernel, unknown = explain(case, timeline).steps
-    assert "a service: listens where other hosts reach it (ports [8000])" in service.evidence
+    assert "listens where other hosts reach it (ports [8000])" in service.evidence
+    assert "no client seen" in service.evidence
     assert "listens on loopback only (ports [40001, 40002]): no service" in kernel.evidence
     assert "data beyond keep-alive moved on its connections 10s before" in kernel.evidence
     assert "its network unknown (pid 9 is gone)" in unknown.evidence

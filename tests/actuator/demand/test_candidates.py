@@ -36,11 +36,13 @@ def test_a_signalled_case_is_capacity_only_for_its_own_request():
 
 
 def test_idle_since_never_before_the_process_and_a_recent_heartbeat_counts():
-    # An alert claiming the idleness began before the process did: the process's start wins.
+    # An alert claiming the idleness began before the process did: the process's start wins
+    # (the case opened before it too, as a case carried over a process's restart could).
     case = make_case(
         state=State.NOTIFIED,
         notified_mono=T0,
         effective=DEMAND,
+        created=T0 - 7200,
         starts_ts=T0 - 7200,
         start_time=T0 - 600,
         facts={"node": "n", "pid": 4242, "gpu_uuid": "GPU-0", "last_activity": T0 - 60},

@@ -16,7 +16,7 @@ import pytest
 from exporter.sim.replay import Arrival, TraceError, gaps, read_trace, replay
 from exporter.sim.state import read_procs
 from tests.helpers.scraper import Scraper
-from tests.support import free_port, gpu_reclaimer_command, http_get, wait_until
+from tests.support import free_service_port, gpu_reclaimer_command, http_get, wait_until
 
 TRACE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -27,7 +27,7 @@ TRACE = (
 
 
 def _serve(spawn_workload, address: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = free_service_port()  # a service's port, not one the kernel picks (a rendezvous)
     job = spawn_workload(
         "--serve", str(port), "--serve-address", address, memory="2GiB", phases="idle"
     )
@@ -94,11 +94,42 @@ def test_sm_work_follows_the_requests(sim_node: Path, spawn_workload) -> None:
 def test_a_server_on_every_address_is_a_service_to_the_exporter(
     sim_node: Path, spawn_workload
 ) -> None:
-    job, _ = _serve(spawn_workload, "0.0.0.0")
-    scraper = Scraper(sim_node)
+    """A listener other hosts reach, at the port it was deployed on: `external`; a client's
+    connection open at a scrape is counted and remembered; a tree holding a connection is
+    warming up (unknown) until the exporter has watched it for a window."""
+    job, port = _serve(spawn_workload, "0.0.0.0")
+    scraper = Scraper(sim_node, network_window=0.5)
     scraper.samples()
     labels = {"gpu": 0, "uuid": scraper.uuids[0], "pid": job.pid}
     assert scraper.value("gpu_process_listening_sockets", **labels, scope="external") == 1
+    assert scraper.value("gpu_process_listening_sockets", **labels, scope="rendezvous") == 0
+    assert scraper.value("gpu_process_network_clients", **labels) == 0
+    assert scraper.value("gpu_process_network_last_client_timestamp_seconds", **labels) is None
+    assert (
+        scraper.value("gpu_exporter_process_network_unknown", **labels, reason="warming_up") is None
+    )
+    gateway = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        gateway.request("GET", "/health")
+        assert gateway.getresponse().read()
+        scraper.samples()
+        assert scraper.value("gpu_process_network_clients", **labels) == 1
+        seen = scraper.value("gpu_process_network_last_client_timestamp_seconds", **labels)
+        assert seen == pytest.approx(time.time(), abs=2.0)
+        # a connection at a tree's first reading hides what moved before: unknown for a window
+        fresh = Scraper(sim_node, network_window=0.5)
+        fresh.samples()
+        unknown = fresh.value("gpu_exporter_process_network_unknown", **labels, reason="warming_up")
+        assert unknown == 1
+        time.sleep(0.6)
+        fresh.samples()
+        assert (
+            fresh.value("gpu_exporter_process_network_unknown", **labels, reason="warming_up")
+            is None
+        )
+        assert (fresh.value("gpu_process_network_watched_seconds", **labels) or 0) >= 0.5
+    finally:
+        gateway.close()
 
 
 def test_a_trace_in_another_format_is_a_clear_error(tmp_path: Path) -> None:
