@@ -312,7 +312,17 @@ class GpuCollector(Collector):
             else {}
         )
         cpu_seconds: dict[int, float] = {}
-        network = self._read_networks(stats)
+        logs = {
+            pid: log_write_timestamp(pid, settings.log_globs, settings.proc_root) for pid in stats
+        }
+        # A heartbeat or log written within the network window: progress, neither idle nor
+        # stalled whatever its network says, so a tree known to have no listener that may
+        # serve need not be read (netactivity.NetworkMeter.read_many).
+        since = time.time() - settings.network_window
+        progressing = {
+            pid for pid in stats if max(heartbeats.get(pid) or 0.0, logs.get(pid) or 0.0) >= since
+        }
+        network = self._read_networks(stats, progressing)
         info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
         live_keys: set[tuple[int, int]] = set()
         for index in reading.failed_gpus:
@@ -339,7 +349,7 @@ class GpuCollector(Collector):
                     families.p_heartbeat.add(labels, heartbeats[process.pid])
                 if process.pid in network:
                     _add_network(families, labels, network[process.pid])
-                written = log_write_timestamp(process.pid, settings.log_globs, settings.proc_root)
+                written = logs.get(process.pid)
                 if written is not None:
                     families.p_log.add(labels, written)
                 identity = self.identities.get(process.pid, stat.start_ticks, gpu.uuid)
@@ -355,8 +365,11 @@ class GpuCollector(Collector):
         if self._network is not None:
             self._network.prune(live_keys)
 
-    def _read_networks(self, stats: dict[int, procfs.ProcStat]) -> dict[int, NetworkReading | str]:
-        """Each GPU process tree's network reading, or why it is unknown (one pass)."""
+    def _read_networks(
+        self, stats: dict[int, procfs.ProcStat], progressing: set[int]
+    ) -> dict[int, NetworkReading | str]:
+        """Each GPU process tree's network reading, or why it is unknown (one pass); a tree
+        that progresses may be left unread (absent)."""
         if self._network is None or self._sockets is None:
             return {}
         trees = {
@@ -365,7 +378,9 @@ class GpuCollector(Collector):
         }
         self._sockets.begin()
         try:
-            found = self._network.read_many(trees)
+            found = self._network.read_many(
+                trees, [(pid, stats[pid].start_ticks) for pid in progressing]
+            )
         finally:
             self._sockets.end()
         return {

@@ -26,7 +26,11 @@ tree on that listener's port) is a client, and a tree is judged by its clients, 
 its listeners (docs/actuator.md, "Services").
 
 A connection opened and closed between two readings is not seen (its counters go with
-it); one open at a reading counts with everything it moved since it opened.
+it); one open at a reading counts with everything it moved since it opened. Where the tree
+lives in a network namespace of its own (a container's, a pod's) and has a serving
+listener, the namespace's own counters (exporter/netns_counters.py) see those too:
+connections accepted between two readings are clients, and the bytes the namespace moved
+meanwhile count towards the floor.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.netdiag import SocketsUnknown, SocketTables, TcpSocket
+from exporter.netns_counters import NamespaceCounters
 from exporter.procfs import read_environ_value
 
 # Bytes per window that keep-alive traffic stays under (docs/metrics.md: measured against
@@ -105,6 +110,9 @@ class _Meter:
     # data moving (a tree that never held one has nothing hidden: a connection that opens
     # later counts everything it moved).
     connected: bool = False
+    namespace: tuple[int, NamespaceCounters] | None = None  # its own namespace's, last read
+    serving: bool = False  # its last reading found a listener that may serve
+    paused: bool = False  # not read while it progressed: the next reading is a baseline
 
 
 def _port(text: str | None) -> int | None:
@@ -165,12 +173,22 @@ class NetworkMeter:
         return self._reading(key, pids[0], inodes)
 
     def read_many(
-        self, trees: dict[tuple[int, int], list[int]]
+        self,
+        trees: dict[tuple[int, int], list[int]],
+        progressing: Iterable[tuple[int, int]] = (),
     ) -> dict[tuple[int, int], NetworkReading | SocketsUnknown]:
         """`read` for many trees in one pass: their open sockets first, then one dump per
-        namespace that decodes only theirs."""
+        namespace that decodes only theirs. A tree in `progressing` (a heartbeat or log
+        written within the window: neither idle nor stalled, whatever its network says)
+        whose last reading found no listener that may serve is not read (absent from the
+        answer); its next reading is a fresh baseline (`pause`)."""
         held: dict[tuple[int, int], set[int] | SocketsUnknown] = {}
+        skipped = {key for key in progressing if key in trees and self._may_skip(key)}
+        for key in skipped:
+            self._meters[key].paused = True
         for key, pids in trees.items():
+            if key in skipped:
+                continue
             try:
                 held[key] = socket_inodes(pids, self.tables.proc_root)
             except SocketsUnknown as exc:
@@ -188,6 +206,12 @@ class NetworkMeter:
                 out[key] = exc
         return out
 
+    def _may_skip(self, key: tuple[int, int]) -> bool:
+        """Read before, and then it had no listener that may serve: its clients cannot
+        matter (a listener opened meanwhile is seen at its next reading, unproven)."""
+        meter = self._meters.get(key)
+        return meter is not None and meter.read_at is not None and not meter.serving
+
     def _reading(
         self, key: tuple[int, int], root: int, inodes: set[int], wanted: set[int] | None = None
     ) -> NetworkReading:
@@ -196,16 +220,26 @@ class NetworkMeter:
         table = self.tables.of(root, inodes if wanted is None else wanted) if inodes else {}
         mine = [table[i] for i in inodes if i in table]
         meter = self._meters.setdefault(key, _Meter())
-        if not meter.master_read and any(s.listening and not s.loopback for s in mine):
+        if meter.paused:  # not read while it progressed: what moved meanwhile is history
+            meter = self._meters[key] = _Meter(
+                last_activity=meter.last_activity, client_at=meter.client_at
+            )
+        reachable = any(s.listening and not s.loopback for s in mine)
+        if not meter.master_read and reachable:
             meter.master_read = True  # the environment as exec'd never changes
             meter.master_port = _port(read_environ_value(root, "MASTER_PORT", self._proc))
-        return self._measure(meter, mine)
+        return self._measure(meter, mine, self.tables.counters(root) if reachable else None)
 
     @property
     def _proc(self) -> Path:
         return Path(self.tables.proc_root)
 
-    def _measure(self, meter: _Meter, sockets: list[TcpSocket]) -> NetworkReading:
+    def _measure(
+        self,
+        meter: _Meter,
+        sockets: list[TcpSocket],
+        namespace: tuple[int, NamespaceCounters] | None = None,
+    ) -> NetworkReading:
         now, mono = self.clock(), self.mono()
         # The first reading is the baseline: what moved before it moved at an unknown time
         # (a kernel's connections answered a ping a second ago), so it is never activity.
@@ -213,6 +247,10 @@ class NetworkMeter:
         meter.read_at = mono
         if meter.first_at is None:
             meter.first_at = mono
+        listeners = [s for s in sockets if s.listening]
+        external = [s for s in listeners if not s.loopback]
+        own = [s for s in external if self.rendezvous.is_rendezvous(s.port, meter.master_port)]
+        serving = {s.port for s in external} - {s.port for s in own}
         moved, newest_ms = 0, None
         counters: dict[int, int] = {}
         for s in sockets:
@@ -228,6 +266,12 @@ class NetworkMeter:
                 if ago is not None:
                     newest_ms = ago if newest_ms is None else min(newest_ms, ago)
         meter.counters = counters
+        accepted = self._accepted(meter, namespace, first) if serving else 0
+        if accepted and namespace is not None and meter.namespace is not None:
+            # The namespace's bytes since the last reading, the closed connections' too.
+            moved += namespace[1].octets - meter.namespace[1].octets
+            newest_ms = 0
+        meter.namespace = namespace
         if moved:
             meter.moves.append((mono, moved))
         while meter.moves and meter.moves[0][0] < mono - self.window:
@@ -236,16 +280,13 @@ class NetworkMeter:
             at = now - (newest_ms or 0) / 1000
             if meter.last_activity is None or at > meter.last_activity:
                 meter.last_activity = at
-        listeners = [s for s in sockets if s.listening]
-        external = [s for s in listeners if not s.loopback]
-        own = [s for s in external if self.rendezvous.is_rendezvous(s.port, meter.master_port)]
-        serving = {s.port for s in external} - {s.port for s in own}
         # A connection accepted on a serving listener keeps the listener's port as its own.
         clients = sum(1 for s in sockets if not s.listening and s.port in serving)
-        if clients:
+        if clients or accepted:
             meter.client_at = mono
         watched = mono - meter.first_at
         meter.connected = meter.connected or bool(counters)
+        meter.serving = bool(serving)
         return NetworkReading(
             listening_loopback=len(listeners) - len(external),
             listening_external=len(external) - len(own),
@@ -259,6 +300,17 @@ class NetworkMeter:
             watched_for=watched,
             covered=watched >= self.window or not meter.connected,
         )
+
+    @staticmethod
+    def _accepted(
+        meter: _Meter, namespace: tuple[int, NamespaceCounters] | None, first: bool
+    ) -> int:
+        """Connections the tree's own namespace accepted since its last reading (0 in the
+        host's namespace, at a first reading, or across a change of namespace)."""
+        before = meter.namespace
+        if first or namespace is None or before is None or before[0] != namespace[0]:
+            return 0
+        return max(0, namespace[1].accepted - before[1].accepted)
 
     def prune(self, live: set[tuple[int, int]]) -> None:
         """Forget the processes no longer seen."""

@@ -38,6 +38,8 @@ from pyroute2.netlink.diag import (
     inet_diag_req,
 )
 
+from exporter.netns_counters import NamespaceCounters, read_counters
+
 CLONE_NEWNET = 0x40000000
 INET_DIAG_INFO = 2  # the tcp_info extension (bit INET_DIAG_INFO - 1 of idiag_ext)
 # Sockets an inode can name: TIME_WAIT and SYN_RECV entries belong to no open file.
@@ -254,6 +256,8 @@ class SocketTables:
         self._tables: dict[
             int, tuple[frozenset[int] | None, dict[int, TcpSocket] | SocketsUnknown]
         ] = {}
+        # namespace -> its own TCP counters, read at most once per pass (None: unreadable)
+        self._counters: dict[int, NamespaceCounters | None] = {}
         self._lock = threading.Lock()
         self.dumps = 0  # for tests and benchmarks
 
@@ -261,6 +265,7 @@ class SocketTables:
         """A new pass: every namespace is dumped afresh when next asked for."""
         with self._lock:
             self._tables = {}
+            self._counters = {}
 
     def end(self) -> None:
         """Close the sockets of namespaces this pass did not ask for."""
@@ -292,6 +297,22 @@ class SocketTables:
         if isinstance(table, SocketsUnknown):
             raise table
         return table
+
+    def counters(self, pid: int) -> tuple[int, NamespaceCounters] | None:
+        """The TCP counters of `pid`'s network namespace with its inode, read once per pass;
+        None in the exporter's own namespace (the host's, every user's traffic) or where
+        they cannot be read (exporter/netns_counters.py)."""
+        try:
+            ns = namespace_of(pid, self.proc_root)
+        except OSError:
+            return None
+        if ns == self._own:
+            return None
+        with self._lock:
+            if ns not in self._counters:
+                self._counters[ns] = read_counters(pid, self.proc_root)
+            found = self._counters[ns]
+        return None if found is None else (ns, found)
 
     def _dump(
         self, ns: int, pid: int, wanted: frozenset[int] | None

@@ -88,7 +88,11 @@ def spawn_workload(sim_node: Path, tmp_path: Path) -> Iterator[SpawnWorkload]:
             *sim_run_args(directory, gpu=gpu, memory=memory, phases=phases, tick="0.2"),
             *options,
         ]
-        process = subprocess.Popen(command, stdout=stdout, start_new_session=True)  # type: ignore[arg-type]
+        # stderr is not pytest's captured stderr: a regular file the test process logs to,
+        # whose writes would read as this workload's log activity (progress).
+        process = subprocess.Popen(  # type: ignore[call-overload]
+            command, stdout=stdout, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         started.append(process)
         if wait:
             wait_until(lambda: any(p.pid == process.pid for p in read_procs(directory)))

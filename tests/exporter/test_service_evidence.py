@@ -215,3 +215,89 @@ def test_master_port_is_read_from_the_environment_as_exec_d(
     seen = _read(_meter(tables), server)
     assert (seen.listening_external, seen.listening_rendezvous) == (1, 0)
     assert sys.platform == "linux"
+
+
+# A server in a network namespace of its own (a container's, a pod's) with loopback up,
+# which on "hit" serves one client per request: the client connects, sends 8 KiB, reads the
+# answer and closes, all between two readings.
+POD = """
+import socket, sys, threading
+from pyroute2 import IPRoute
+with IPRoute() as ip:
+    ip.link("set", index=ip.link_lookup(ifname="lo")[0], state="up")
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000)); s.listen()
+def serve():
+    while True:
+        conn, _ = s.accept()
+        data = b""
+        while len(data) < 8192:
+            data += conn.recv(65536)
+        conn.sendall(b"x" * 8192); conn.close()
+threading.Thread(target=serve, daemon=True).start()
+print("ready", flush=True)
+for line in sys.stdin:
+    c = socket.create_connection(("127.0.0.1", 8000)); c.sendall(b"y" * 8192)
+    while c.recv(65536): pass
+    c.close(); print("done", flush=True)
+"""
+
+
+@pytest.mark.reliability(71)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of its own needs root")
+def test_a_client_per_request_in_a_pods_namespace_is_seen(
+    children: Children, tables: SocketTables
+) -> None:
+    """The connection opens and closes between two readings, so the tree never holds it;
+    the namespace's own counters (connections accepted, bytes) still see the request."""
+    pod = children.start(["unshare", "--net", sys.executable, "-c", POD])
+    assert pod.stdin is not None and pod.stdout is not None
+    meter = _meter(tables)
+    first = _read(meter, pod)
+    assert first.listening_external == 1 and first.clients == 0 and first.client_ago is None
+    pod.stdin.write("hit\n")
+    pod.stdin.flush()
+    assert pod.stdout.readline().strip() == "done"
+    second = _read(meter, pod)
+    assert second.connections == 0 and second.clients == 0  # nothing open to see
+    assert second.client_ago == 0.0, second
+    assert second.last_activity == pytest.approx(time.time(), abs=1.0), second
+
+
+@pytest.mark.reliability(71)
+def test_a_client_per_request_in_the_hosts_namespace_is_not_seen(
+    children: Children, tables: SocketTables
+) -> None:
+    """What is still invisible (docs/metrics.md): the host's namespace counts every user's
+    traffic, so there a connection that opens and closes between two readings is not seen."""
+    server, port = _serve(children, free_service_port())
+    meter = _meter(tables)
+    _read(meter, server)
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"y" * 8192)
+    time.sleep(0.2)  # the server closed its side
+    second = _read(meter, server)
+    assert second.client_ago is None and second.last_activity is None
+
+
+def test_a_progressing_tree_is_read_only_while_it_may_serve(
+    children: Children, tables: SocketTables
+) -> None:
+    """Cheap (issue 57): a tree whose heartbeat or log moved within the window is neither
+    idle nor stalled, so once a reading found no listener that may serve, its sockets are
+    not read while it progresses; when it stops, its next reading is a fresh baseline. A
+    tree with a serving listener is always read (its clients make it a service)."""
+    rank, _ = _serve(children)  # a rendezvous listener only
+    server, _ = _serve(children, free_service_port())
+    meter = _meter(tables)
+    keys = {(rank.pid, 0): [rank.pid], (server.pid, 0): [server.pid]}
+    first = meter.read_many(keys)
+    assert set(first) == set(keys)
+    tables.begin()
+    dumps = tables.dumps
+    progressing = meter.read_many(keys, progressing=list(keys))
+    assert set(progressing) == {(server.pid, 0)}  # the rank is left unread
+    assert tables.dumps == dumps + 1
+    stopped = meter.read_many(keys)
+    again = stopped[(rank.pid, 0)]
+    assert isinstance(again, NetworkReading) and again.watched_for == 0.0  # a new baseline
