@@ -194,6 +194,11 @@ class Executor:
             keep_needs_sre=eff.keep_needs_sre,
             service=eff.service,
             service_window=eff.service_window,
+            service_by=eff.service_by,
+            service_ports=eff.service_seen_ports,
+            service_clients=eff.service_clients,
+            service_client_ago=eff.service_client_ago,
+            service_watched=eff.service_watched,
             picture_png=drawn.png if drawn else b"",
             picture_url=drawn.url if drawn else "",
         )

@@ -348,6 +348,13 @@ class Effective(Strict):
     service_window: float = 3600.0
     service_reclaim_when: ReclaimWhen = ReclaimWhen.DEMAND
     service_ports: tuple[int, ...] = ()
+    # What made it a service, as the notice names it (policy.ServiceEvidence; "alert": the
+    # alert's class alone): how, the ports, clients open, since the last client, watched.
+    service_by: str = ""
+    service_seen_ports: tuple[int, ...] = ()
+    service_clients: int = 0
+    service_client_ago: float | None = None
+    service_watched: float | None = None
     # Repeat habits (`repeat`): the owner's earlier reclaims within the window when a step
     # applies (0: none), the window, and whether the project's contact is copied.
     repeat_prior: int = 0
@@ -380,30 +387,57 @@ class Facts:
     busy: bool = False
 
     def is_service(self, eff: Effective) -> bool:
-        return bool(self.service_evidence(eff))
+        return self.service_evidence(eff) is not None
 
-    def service_evidence(self, eff: Effective) -> str:
-        """Why the process is a service ("" when it is not): declared by a port the rule
+    def service_evidence(self, eff: Effective) -> ServiceEvidence | None:
+        """Why the process is a service (None when it is not): declared by a port the rule
         names, or a listener other hosts reach with a client within the service window, or
         one not yet watched that long (unproven is a service: unknown is never idle)."""
-        declared = sorted(set(self.listen_ports) & set(eff.service_ports))
+        declared = tuple(sorted(set(self.listen_ports) & set(eff.service_ports)))
         if declared:
-            return f"listens on port {_ports(declared)}, named in service_ports"
+            return ServiceEvidence("declared", declared)
         if not self.listens_external:
-            return ""
-        ports = _ports(self.listen_ports)
+            return None
+        ports = tuple(self.listen_ports)
         if self.clients:
-            return f"{self.clients} client connection(s) open on port {ports}"
+            return ServiceEvidence("clients", ports, clients=self.clients)
         if self.client_ago is not None and self.client_ago < eff.service_window:
-            return f"a client on port {ports} {format_duration(self.client_ago)} ago"
-        watched = self.watched_for
-        if watched is None or watched < eff.service_window:
-            seen = "not watched" if watched is None else f"watched for {format_duration(watched)}"
-            return (
-                f"listens on port {ports} where other hosts reach it, {seen} of the "
-                f"{format_duration(eff.service_window)} that would prove no client comes"
-            )
-        return ""
+            return ServiceEvidence("client", ports, client_ago=self.client_ago)
+        if self.watched_for is None or self.watched_for < eff.service_window:
+            return ServiceEvidence("unproven", ports, watched=self.watched_for)
+        return None
+
+
+@dataclass(frozen=True)
+class ServiceEvidence:
+    """What the node saw that makes a process a service: `declared` (a port the rule names
+    in `service_ports`), `clients` (connections open now), `client` (one within the
+    service window), `unproven` (a listener other hosts reach, watched for less than the
+    window: no client came yet, and none can be ruled out)."""
+
+    by: str
+    ports: tuple[int, ...]
+    clients: int = 0
+    client_ago: float | None = None
+    watched: float | None = None  # seconds the node has watched it (None: not at all)
+
+    def text(self, window: float) -> str:
+        ports = _ports(self.ports)
+        if self.by == "declared":
+            return f"listens on port {ports}, named in service_ports"
+        if self.by == "clients":
+            return f"{self.clients} client connection(s) open on port {ports}"
+        if self.by == "client":
+            return f"a client on port {ports} {format_duration(self.client_ago or 0.0)} ago"
+        seen = (
+            "not watched"
+            if self.watched is None
+            else f"watched for {format_duration(self.watched)}"
+        )
+        return (
+            f"listens on port {ports} where other hosts reach it, {seen} of the "
+            f"{format_duration(window)} that would prove no client comes"
+        )
 
 
 def _ports(ports: Iterable[int]) -> str:
@@ -473,15 +507,22 @@ def _safer_when(one: ReclaimWhen, other: ReclaimWhen) -> ReclaimWhen:
     return ReclaimWhen.DEMAND if ReclaimWhen.DEMAND in (one, other) else ReclaimWhen.IDLE
 
 
-def as_service(eff: Effective, evidence: str = "") -> Effective:
+def as_service(eff: Effective, evidence: ServiceEvidence | None = None) -> Effective:
     """The rule as it applies to a service: reclaimed only as `service_reclaim_when` says
     (by default when someone waits for its GPU), never before `service_window` of quiet.
-    `evidence`: what made it one, named in the rule's text (and so in notices and `why`)."""
+    `evidence`: what made it one, named in the rule's text and kept for the notice (None:
+    the alert's class alone)."""
     if eff.service:
         return eff
+    said = evidence.text(eff.service_window) if evidence else "its alert says so"
     return eff.model_copy(
         update={
-            "rule": f"{eff.rule}, as a service ({evidence or 'its alert says so'})",
+            "rule": f"{eff.rule}, as a service ({said})",
+            "service_by": evidence.by if evidence else "alert",
+            "service_seen_ports": evidence.ports if evidence else (),
+            "service_clients": evidence.clients if evidence else 0,
+            "service_client_ago": evidence.client_ago if evidence else None,
+            "service_watched": evidence.watched if evidence else None,
             "service": True,
             # never harsher than the rule's own (a claim may only make it safer)
             "reclaim_when": _safer_when(eff.reclaim_when, eff.service_reclaim_when),
@@ -534,6 +575,6 @@ def resolve(policy: Policy, facts: Facts, claims: Claims = Claims()) -> Effectiv
     if claims.stalled and facts.busy:
         return eff  # a hang is judged as a hang: its rank's sockets never make it a service
     evidence = facts.service_evidence(eff)
-    if evidence or claims.service:
+    if evidence is not None or claims.service:
         eff = as_service(eff, evidence)
     return eff

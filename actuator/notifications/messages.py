@@ -216,6 +216,11 @@ class Renderer:
             "keep_needs_sre": notice.keep_needs_sre,
             "service": notice.service,
             "service_window": Trusted(span(notice.service_window, language)),
+            "service_by": notice.service_by,
+            "service_ports": Trusted(", ".join(str(p) for p in notice.service_ports) or "?"),
+            "service_clients": notice.service_clients,
+            "service_client_ago": Trusted(span(notice.service_client_ago or 0.0, language)),
+            "service_watched": Trusted(span(notice.service_watched or 0.0, language)),
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits

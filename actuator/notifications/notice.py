@@ -146,6 +146,12 @@ class Notice:
     # service does, so it is reclaimed only as the rule's service class says.
     service: bool = False
     service_window: float = 0.0
+    # What made it one (policy.ServiceEvidence): declared, clients, client, unproven, alert.
+    service_by: str = ""
+    service_ports: tuple[int, ...] = ()
+    service_clients: int = 0
+    service_client_ago: float | None = None
+    service_watched: float | None = None
     # The evidence picture (actuator/evidence/): the PNG for e-mail, its link for chat.
     picture_png: bytes = field(default=b"", repr=False)
     picture_url: str = ""

@@ -528,9 +528,9 @@ def test_a_forged_startsat_cannot_shorten_idle_for():
 
 @pytest.mark.reliability(70)
 def test_a_forged_startsat_cannot_shorten_the_service_window():
-    from actuator.policy import as_service
+    from actuator.policy import ServiceEvidence, as_service
 
-    service = as_service(eff(), "a client on port 8000 5 min ago")
+    service = as_service(eff(), ServiceEvidence("client", (8000,), client_ago=300.0))
     forged = make_case(cpu_seconds=10.0, cpu_at=T0 - 2, starts_ts=T0 - 86400, created=T0 - 60)
     d = decide_live(forged, make_live(cpu_seconds=10.01), service, IDLE, LIMITS, GUARD, T0)
     assert d.action == Action.WAIT and service.idle_for == 3600

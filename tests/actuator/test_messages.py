@@ -176,7 +176,7 @@ def test_a_services_notice_says_it_is_a_service_and_what_that_means(kind: str) -
     said = (
         Renderer().render(notice(kind=kind, service=True, service_window=3600.0), contact, NOW).text
     )
-    assert "It is a service: it listens on a port other hosts can reach" in said
+    assert "It is a service: its alert calls it one" in said  # no node evidence given
     assert "not reclaimed for being quiet between requests" in said
     assert "served nothing for 1 h or more" in said
     zh = Renderer().render(notice(kind=kind, service=True, service_window=3600.0), LILEI, NOW)
@@ -184,3 +184,29 @@ def test_a_services_notice_says_it_is_a_service_and_what_that_means(kind: str) -
     plain = Renderer().render(notice(kind=kind), contact, NOW).text
     assert "It is a service" not in plain
     assert "no data on its connections beyond keep-alive" in plain
+
+
+@pytest.mark.reliability(67)
+@pytest.mark.parametrize("kind", ["idle", "warning"])
+def test_a_services_notice_names_the_evidence_that_made_it_one(kind: str) -> None:
+    """Issue 57: the owner reads what the node saw, in their language."""
+
+    def said(contact, **evidence: object) -> str:  # type: ignore[no-untyped-def]
+        made = notice(kind=kind, service=True, service_window=3600.0, **evidence)
+        return Renderer().render(made, contact, NOW).text
+
+    assert "2 client connection(s) were open to it on port 8000" in said(
+        BOB, service_by="clients", service_ports=(8000,), service_clients=2
+    )
+    assert "a client was connected to it on port 8000 12 min before" in said(
+        BOB, service_by="client", service_ports=(8000,), service_client_ago=720.0
+    )
+    unproven = said(BOB, service_by="unproven", service_ports=(6006,), service_watched=1200.0)
+    assert "port 6006 where other hosts reach it" in unproven
+    assert "watched it for 20 min of the 1 h that would prove no client comes" in unproven
+    assert "which your project names a service port" in said(
+        BOB, service_by="declared", service_ports=(8888,)
+    )
+    assert "端口 8000 上有 2 个客户端连接" in said(
+        LILEI, service_by="clients", service_ports=(8000,), service_clients=2
+    )
