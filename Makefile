@@ -10,7 +10,7 @@ DEMO_PACKAGES := prometheus prometheus-alertmanager
 TEST_TOOLS := $(DEMO_TOOLS) docker-compose slapd openssl chromium chromedriver pg_ctlcluster slurmctld slurmd slurmrestd munged systemd-analyze victoria-metrics
 TEST_PACKAGES := $(DEMO_PACKAGES) docker-compose slapd openssl postgresql slurm-wlm slurmrestd munge chromium chromium-driver systemd victoria-metrics
 
-.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak churn-soak chaos clean protos check-ultralytics check-bare compose-deps compose-test
+.PHONY: setup demo-setup system-deps demo-deps test-deps secrets test lint unit rules runbook-links demo day bench bench-nvitop soak churn-soak chaos clean protos check-ultralytics check-torch check-bare compose-deps compose-test
 
 # Everything `make test` needs (the Python venv and every Debian package the tests start).
 setup: $(VENV)/.installed test-deps
@@ -137,6 +137,14 @@ check-ultralytics:
 	$(PYTHON) -m venv .venv-ultralytics
 	.venv-ultralytics/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190
 	.venv-ultralytics/bin/python checks/ultralytics_heartbeat.py
+
+# A real 2-rank Gloo DDP job judged by its work, not its sockets (issue 57). PyTorch's CPU
+# build where the index serves one (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu);
+# PyPI's Linux wheels bring CUDA's libraries, several GB.
+check-torch:
+	$(PYTHON) -m venv .venv-torch
+	.venv-torch/bin/pip install --quiet 'torch>=2.4' -e '.[actuator]'
+	.venv-torch/bin/python checks/torch_ddp.py
 
 # Ten minutes at 50 webhooks/s (reliability case 44); not part of bench.
 soak: setup
