@@ -6,9 +6,10 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from actuator.policy import Duration, Mode, Policy, Port, ReclaimWhen, Size, Strict
 from exporter import config_errors
@@ -17,6 +18,26 @@ DEFAULT_PORT = 9836
 NEEDLESS_AFTER_S = 3600.0  # a reclaimed GPU nobody took within this long: needless
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes, with its terminating NUL
 M = TypeVar("M", bound=Strict)
+
+
+def _url(*schemes: str, example: str) -> AfterValidator:
+    """A URL that can work: one of `schemes`, a host, no blanks (checked when the config
+    loads, `--check-config` too, so a notice never fails on a URL that never could)."""
+
+    def check(value: str) -> str:
+        if value == "":
+            return value  # optional settings say "none" this way; required ones set min_length
+        parts = urlsplit(value)
+        if parts.scheme not in schemes or not parts.hostname or any(c.isspace() for c in value):
+            forms = " or ".join(f"{s}://" for s in schemes)
+            raise ValueError(f"expected a {forms} URL with a host, e.g. {example}, not {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+HttpUrl = Annotated[str, _url("http", "https", example="https://host.example/path")]
+LdapUrl = Annotated[str, _url("ldap", "ldaps", example="ldaps://ldap.example:636")]
 
 
 class ServerTls(Strict):
@@ -113,7 +134,7 @@ class NodeConfig(Strict):
 
 
 class WebhookSettings(Strict):
-    url: str = Field(min_length=1)
+    url: HttpUrl = Field(min_length=1)
     timeout: Duration = Field(5.0, gt=0, le=60)
     headers: dict[str, str] = {}
 
@@ -132,7 +153,9 @@ class EmailSettings(Strict):
 
 
 class RobotSettings(Strict):
-    url: str = Field(min_length=1, description="the robot's webhook URL, as the service shows it")
+    url: HttpUrl = Field(
+        min_length=1, description="the robot's webhook URL, as the service shows it"
+    )
     secret_file: str | None = Field(
         None, description="DingTalk/Feishu signing secret (the robot's signature option)"
     )
@@ -140,7 +163,7 @@ class RobotSettings(Strict):
 
 
 class LdapSettings(Strict):
-    url: str = Field(min_length=1, description="ldap://host:389 or ldaps://host:636")
+    url: LdapUrl = Field(min_length=1, description="ldap://host:389 or ldaps://host:636")
     base: str = Field(
         min_length=1, description="where people are, e.g. ou=people,dc=example,dc=com"
     )
@@ -161,8 +184,8 @@ class EvidenceSettings(Strict):
     """The picture each notice carries (actuator/evidence/): the process over the last
     hours, drawn from the Prometheus the idle rules run in."""
 
-    prometheus: str = Field(
-        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+    prometheus: HttpUrl = Field(
+        min_length=1,
         description="the Prometheus the idle rules run in (a base URL)",
     )
     span: Duration = Field(
@@ -184,9 +207,8 @@ class NotifierSettings(Strict):
     )
     templates_dir: str | None = Field(None, description="site templates, searched first")
     sre_contact: str = Field("", description="how messages name the SRE team, e.g. #gpu-help")
-    public_url: str | None = Field(
+    public_url: HttpUrl | None = Field(
         None,
-        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="the actuator as owners reach it (https://reclaimer.example.com): notices "
         "then carry a signed 'keep my job' link to its /keep page",
     )
@@ -231,7 +253,7 @@ class NotifierSettings(Strict):
 class OidcSettings(Strict):
     issuer: str = Field(min_length=1, description="the tokens' `iss`, exactly")
     audience: str = Field(min_length=1, description="the tokens' `aud` (this actuator's id)")
-    jwks_url: str = Field(min_length=1, description="the issuer's JWKS (keys) URL")
+    jwks_url: HttpUrl = Field(min_length=1, description="the issuer's JWKS (keys) URL")
     groups_claim: str = "groups"
     leeway: Duration = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/iat")
     timeout: Duration = Field(5.0, gt=0, le=30)
@@ -240,7 +262,7 @@ class OidcSettings(Strict):
 class LdapBindSettings(Strict):
     """People sign in with their directory password (HTTP Basic; serve HTTPS: server.tls)."""
 
-    url: str = Field(min_length=1, description="ldap:// or ldaps://")
+    url: LdapUrl = Field(min_length=1, description="ldap:// or ldaps://")
     user_dn: str = Field(min_length=1, description="e.g. uid={user},ou=people,dc=example,dc=com")
     group_base: str = Field(min_length=1, description="where groups are searched")
     group_filter: str = "(&(objectClass=groupOfNames)(member={dn}))"
@@ -269,9 +291,11 @@ class OperatorSettings(Strict):
 class AlertmanagerSettings(Strict):
     """Where the actuator posts its own decision alerts (actuator/decision_alerts.py)."""
 
-    urls: list[str] = Field(min_length=1, description="Alertmanager base URLs (all of an HA set)")
-    external_url: str = Field("", description="the actuator's URL, for case links in alerts")
-    runbook_url: str = Field("", description="an absolute runbook link for every alert")
+    urls: list[HttpUrl] = Field(
+        min_length=1, description="Alertmanager base URLs (all of an HA set)"
+    )
+    external_url: HttpUrl = Field("", description="the actuator's URL, for case links in alerts")
+    runbook_url: HttpUrl = Field("", description="an absolute runbook link for every alert")
     timeout: Duration = Field(5.0, gt=0, le=30)
 
 
@@ -284,7 +308,7 @@ class AgentClientTls(Strict):
 class PrometheusAgentDiscovery(Strict):
     """Agents beside the exporters Prometheus scrapes: node -> https://HOST:agent_port."""
 
-    url: str = Field(min_length=1, description="Prometheus that scrapes the exporters")
+    url: HttpUrl = Field(min_length=1, description="Prometheus that scrapes the exporters")
     job: str = Field("gpu-exporter", pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
     agent_port: int = Field(9837, ge=1, le=65535)
     refresh: Duration = Field(30.0, gt=0)
@@ -322,7 +346,7 @@ class AgentsSettings(Strict):
 class SlurmRestSettings(Strict):
     """slurmrestd instead of the commands: JWT auth (`scontrol token` writes the token)."""
 
-    url: str = Field(min_length=1, description="e.g. http://slurmctl:6820")
+    url: HttpUrl = Field(min_length=1, description="e.g. http://slurmctl:6820")
     user: str = Field(min_length=1, description="the Slurm user the token is for (an operator)")
     token_file: str = Field(min_length=1, description="read on every request: rotate freely")
     api_version: str = Field("v0.0.38", pattern=r"^v0\.0\.[0-9]+$")
@@ -402,9 +426,8 @@ class DemandSettings(Strict):
     kubernetes: bool = Field(
         False, description="unschedulable Pending pods that request nvidia.com/gpu"
     )
-    prometheus: str | None = Field(
+    prometheus: HttpUrl | None = Field(
         None,
-        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Prometheus for `pools` (a base URL)",
     )
     pools: tuple[PromqlPool, ...] = ()

@@ -3,9 +3,11 @@
 
     FILE: invalid config (2 error(s)):
       listen: Input should be a valid string
-      projects #2 (lab).grace: Extra inputs are not permitted
+      projects #2 (lab).grace: not a known key here (a typo, or a key of another section?)
 
 List items are numbered from 1, as a person counts rules, and named when they have a name.
+The validator's own wording is kept only where it speaks to people: its "Value error, "
+prefix, "Extra inputs are not permitted" and raw patterns are said in the project's words.
 """
 
 from __future__ import annotations
@@ -38,8 +40,22 @@ def where(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
 def describe(error: ValidationError, data: Any, source: str, what: str = "config") -> str:
     lines = [f"{source}: invalid {what} ({error.error_count()} error(s)):"]
     for err in error.errors(include_url=False, include_input=False):
-        lines.append(f"  {where(tuple(err['loc']), data)}: {err['msg']}")
+        lines.append(f"  {where(tuple(err['loc']), data)}: {said(err)}")
     return "\n".join(lines)
+
+
+def said(err: Any) -> str:
+    """One error in the project's words, not the validator's machinery."""
+    kind, message = err.get("type", ""), str(err.get("msg", ""))
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return "not a known key here (a typo, or a key of another section?)"
+    if kind == "missing":
+        return "required, and missing"
+    if kind == "string_pattern_mismatch":
+        return "not in the form this setting takes (see its description in the reference)"
+    return message
 
 
 class YamlFileError(ValueError):

@@ -37,14 +37,14 @@ def test_the_three_files_share_one_format_and_one_numbering(tmp_path: Path) -> N
     ]
     assert got[0] == (
         f"{exporter}: invalid config (1 error(s)):\n"
-        "  nvml_timeout_seconds: Value error, invalid duration 'fast': use forms like 30s, 5m, "
+        "  nvml_timeout_seconds: invalid duration 'fast': use forms like 30s, 5m, "
         "1h30m, 7d, 1w"
     )
     assert got[1] == (
         f"{mapping}: invalid project mapping (1 error(s)):\n"
-        "  projects #2 (b).userz: Extra inputs are not permitted"
+        "  projects #2 (b).userz: not a known key here (a typo, or a key of another section?)"
     )
     assert got[2] == (
         f"{actuator}: invalid config (1 error(s)):\n"
-        "  projects #2 (b).grase: Extra inputs are not permitted"
+        "  projects #2 (b).grase: not a known key here (a typo, or a key of another section?)"
     )

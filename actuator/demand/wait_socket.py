@@ -132,7 +132,11 @@ def serve_wait(
         why = waitlist.unserved_because()
         _send(
             conn,
-            {"ok": False, "error": f"no GPU was free within {format_duration(seconds)}: {why}"},
+            {
+                "ok": False,
+                "error": f"no GPU was free within {format_duration(seconds)}: {why}",
+                "why": "expired",
+            },
         )
     except BaseException:
         with contextlib.suppress(Exception):

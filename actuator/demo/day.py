@@ -181,11 +181,12 @@ class Run:
 
 
 def given_gpus(output: str) -> tuple[int, ...]:
-    """The GPUs `gpu-reclaimer wait` printed (its last line: CUDA_VISIBLE_DEVICES=0,2)."""
+    """The GPUs `gpu-reclaimer wait` printed (its last line: export CUDA_VISIBLE_DEVICES=0,2)."""
     lines = output.strip().splitlines()
-    if not lines or not lines[-1].startswith("CUDA_VISIBLE_DEVICES="):
+    last = lines[-1].removeprefix("export ") if lines else ""
+    if not last.startswith("CUDA_VISIBLE_DEVICES="):
         return ()
-    return tuple(int(g) for g in lines[-1].split("=", 1)[1].split(",") if g.isdigit())
+    return tuple(int(g) for g in last.split("=", 1)[1].split(",") if g.isdigit())
 
 
 class Scheduler:

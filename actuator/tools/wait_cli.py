@@ -16,6 +16,11 @@ from exporter.argtypes import CommandError
 from exporter.units import format_duration
 
 MAX_ANSWER = 2**20
+EXIT_GAVE_UP = 3  # --for passed with nothing free: not a mistake, so not 2
+
+
+class GaveUp(CommandError):
+    """Nothing was free within `--for`."""
 
 
 def add_commands(commands: Any) -> None:
@@ -26,10 +31,13 @@ def add_commands(commands: Any) -> None:
         "GPUs nothing holds memory on, or one GPU with SIZE of memory free. Waiters are "
         "served first come first. Where the site reclaims on demand, an idle process may be "
         "reclaimed for you (its owner is warned first). When your GPUs are free, the last "
-        "line on standard output is CUDA_VISIBLE_DEVICES=...; progress goes to standard "
-        "error. The actuator knows who you are from the socket (SO_PEERCRED).",
-        epilog="Examples: eval $(gpu-reclaimer wait --gpus 2 --for 1h) && python train.py; "
-        "gpu-reclaimer wait --memory 20GiB; gpu-reclaimer wait --list",
+        "line on standard output is `export CUDA_VISIBLE_DEVICES=...` (for `eval`); progress "
+        "goes to standard error. The actuator knows who you are from the socket "
+        "(SO_PEERCRED).",
+        epilog="Examples: eval \"$(gpu-reclaimer wait --gpus 2 --for 1h)\" && python train.py; "
+        "gpu-reclaimer wait --memory 20GiB; gpu-reclaimer wait --list. Exit status: 0 your "
+        "GPUs are free; 2 a usage error, or the actuator refused or could not be reached; "
+        f"{EXIT_GAVE_UP} nothing was free within --for (gave up waiting).",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -87,6 +95,8 @@ def _line(reader: Any) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise CommandError("the socket did not answer as the actuator does (not its JSON)")
     if not answer.get("ok"):
+        if answer.get("why") == "expired":
+            raise GaveUp(str(answer.get("error", "nothing was free in time")))
         raise CommandError(str(answer.get("error", "refused")))
     return answer
 
@@ -124,6 +134,9 @@ def run_wait(args: argparse.Namespace) -> int:
             served = _line(reader)
         except TimeoutError:
             raise CommandError("the actuator did not answer in time") from None
+        except GaveUp as gave_up:
+            print(f"gpu-reclaimer wait: gave up: {gave_up}", file=sys.stderr)
+            return EXIT_GAVE_UP
     try:
         gpus = [(int(g["index"]), str(g["uuid"]), g.get("memory_free")) for g in served["gpus"]]
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -131,5 +144,7 @@ def run_wait(args: argparse.Namespace) -> int:
     for index, uuid, memory_free in gpus:
         free = f", {memory_free / 2**30:.1f} GiB free" if isinstance(memory_free, int) else ""
         print(f"GPU {index} ({uuid}) on {served.get('node')} is yours{free}", file=sys.stderr)
-    print("CUDA_VISIBLE_DEVICES=" + ",".join(str(index) for index, _, _ in gpus), flush=True)
+    # `export`: `eval "$(gpu-reclaimer wait ...)" && python train.py` hands it to the job.
+    devices = ",".join(str(index) for index, _, _ in gpus)
+    print(f"export CUDA_VISIBLE_DEVICES={devices}", flush=True)
     return 0

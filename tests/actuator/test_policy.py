@@ -360,3 +360,31 @@ def test_a_stalled_alert_for_a_quiet_service_keeps_the_service_class() -> None:
     quiet = Facts(user="alice", listens_external=True, clients=1, busy=False)
     eff = resolve(Policy(), quiet, Claims(stalled=True))
     assert eff.service and eff.reclaim_when == ReclaimWhen.DEMAND
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "notifier: {directory: d.yml, wecom: {url: 'qyapi.weixin.qq.com/cgi-bin/webhook'}}\n",
+            "notifier.wecom.url: expected a http:// or https:// URL with a host",
+        ),
+        ("notifier: {webhook: {url: 'not a url'}}\n", "notifier.webhook.url"),
+        ("notifier: {public_url: 'reclaimer.example'}\n", "notifier.public_url"),
+        ("alertmanager: {urls: ['am:9093']}\n", "alertmanager.urls #1"),
+        ("alertmanager: {urls: ['http://am:9093'], runbook_url: 'wiki/runbook'}\n", "runbook_url"),
+        (
+            "notifier: {ldap: {url: 'http://ldap', base: 'dc=x'}}\n",
+            "expected a ldap:// or ldaps:// URL",
+        ),
+    ],
+)
+def test_urls_that_can_never_work_are_refused_when_the_config_loads(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """Issue 60: an owner notice's URL without a scheme was accepted in enforce mode and
+    failed at every notice; every URL is now checked when the config loads, in words."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, "mode: enforce\n" + text))
+    assert expected in str(caught.value)
+    assert "Value error" not in str(caught.value) and "pattern" not in str(caught.value)

@@ -207,7 +207,12 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     first = _wait(sock, "--gpus", "1", "--for", "2m")  # GPU 2 is free: given at once
     out, err = first.communicate(timeout=30)
     assert first.returncode == 0, err
-    assert out.strip().splitlines()[-1] == "CUDA_VISIBLE_DEVICES=2" and "GPU 2" in err
+    assert out.strip().splitlines()[-1] == "export CUDA_VISIBLE_DEVICES=2" and "GPU 2" in err
+    # The documented `eval "$(gpu-reclaimer wait ...)" && python train.py` gives it to the job.
+    child = 'import os; print(os.environ["CUDA_VISIBLE_DEVICES"])'
+    script = f"eval \"$1\" && {sys.executable} -c '{child}'"
+    seen = subprocess.run(["bash", "-c", script, "_", out], capture_output=True, text=True)
+    assert seen.stdout.strip() == "2", seen
     assert actuator.case_for(idle)["demand"] is None and idle.proc.poll() is None
 
     second = _wait(sock, "--gpus", "1", "--for", "2m")  # GPU 2 is promised: demand
@@ -215,7 +220,7 @@ def test_waiters_get_a_free_gpu_then_a_reclaimed_one(tmp_path, actuator_factory,
     assert case["state"] == "reclaimed" and case["demand"]["for"].startswith("wait:"), case
     out, err = second.communicate(timeout=30)
     assert second.returncode == 0, err
-    assert out.strip().splitlines()[-1] == "CUDA_VISIBLE_DEVICES=0"
+    assert out.strip().splitlines()[-1] == "export CUDA_VISIBLE_DEVICES=0"
     assert busy.proc.poll() is None  # never a candidate
     job = workloads.spawn(gpu=0, phases="busy")  # the waiter's job (its uid) takes GPU 0
 

@@ -274,7 +274,7 @@ def test_empty_file_is_an_empty_mapping(tmp_path: Path) -> None:
             "projects:\n  - name: a\n    users: [x]\n  - name: b\n    userz: [y]\n",
             "projects #2 (b).userz",
         ),
-        ("projects:\n  - name: a\n", "projects #1 (a): Value error, a project needs at least one"),
+        ("projects:\n  - name: a\n", "projects #1 (a): a project needs at least one"),
         ("projects:\n  - users: [x]\n", "projects #1.name"),
         ("projects:\n  - name: a\n    users: alice\n", "projects #1 (a).users"),
         ("projects: [\n", "projects.yaml"),

@@ -65,7 +65,9 @@ def make_live(now: float = T0, **kw: Any) -> LiveState:
 
 def eff(mode: Mode = Mode.ENFORCE, **over):
     policy = Policy(mode=mode)
-    return resolve(policy, Facts(user="alice")).model_copy(update=over)
+    base = resolve(policy, Facts(user="alice"))
+    # Validated, not model_copy(update=): a test's "demand" becomes the enum it stands for.
+    return type(base).model_validate({**base.model_dump(), **over})
 
 
 GUARD = FleetState(unresolved=1)
