@@ -9,8 +9,11 @@ Figures come from the series the exporter, the rules and the actuator already re
   5-minute look-back);
   idle process-hours, idle memory GiB-hours, and idle GPU-hours (steps in which at least
   one idle process held the GPU), per user, project and node (from `gpu_process_info`);
-- reclaimed: `increase()` over the period of `gpu_released_success_total` and
-  `gpu_memory_freed_bytes_total` (the actuator's counters);
+- reclaimed: the actuator's counters `gpu_released_success_total` and
+  `gpu_memory_freed_bytes_total` (kept in its store, so they never reset on a restart) at the
+  period's end less their value before it began: exact counts, never `increase()`'s
+  extrapolated fractions ("3.02 reclaims"); `increase()` only where a counter went back
+  (a store started afresh);
 - idle energy: `gpu_process:idle_power_watts` (the GPU's board power shared among its
   processes by memory held, while the process is idle), integrated step by step like idle
   time, in kWh;
@@ -60,8 +63,12 @@ AVG_UTILISATION = "avg(avg_over_time(gpu_utilization_ratio[{range}s]))"
 # The sample times of the GPU series, per step: where in the period data exists at all.
 COVERAGE = "min(timestamp(gpu_info))"
 GPU_SERIES = "count(count by (instance, gpu, uuid) (count_over_time(gpu_info[{range}s])))"
-RECLAIMS = "sum(increase(gpu_released_success_total[{range}s]))"
-FREED = "sum(increase(gpu_memory_freed_bytes_total[{range}s]))"
+RECLAIMS = "gpu_released_success_total"
+FREED = "gpu_memory_freed_bytes_total"
+# A counter's last value within the period, and its last value before the period began.
+AT_END = "sum(last_over_time({counter}[{range}s]))"
+BEFORE = "sum(last_over_time({counter}[{range}s] offset {range}s))"
+INCREASE = "sum(increase({counter}[{range}s]))"
 
 
 class NoData(Exception):
@@ -157,10 +164,24 @@ def build(
     progress("idle services")
     _add_service_idle(figures, per_step(SERVICE_IDLE_BY_PROCESS))
     progress("reclaims")
-    figures.reclaims = _scalar(prom.custom_query(RECLAIMS.format(range=span), params=at)) or 0
-    freed = _scalar(prom.custom_query(FREED.format(range=span), params=at)) or 0
-    figures.freed_gib = freed / GiB
+    figures.reclaims = counted(prom, RECLAIMS, span, at)
+    figures.freed_gib = counted(prom, FREED, span, at) / GiB
     return figures
+
+
+def counted(prom: PrometheusQueries, counter: str, span: int, at: dict[str, Any]) -> float:
+    """What `counter` counted in the period: its value at the end less its value before
+    (absent before: it started within the period, from nothing). Where that went back (the
+    actuator's store started afresh), `increase()`'s estimate, rounded to whole events."""
+    end = _scalar(prom.custom_query(AT_END.format(counter=counter, range=span), params=at))
+    if end is None:
+        return 0.0
+    before = _scalar(prom.custom_query(BEFORE.format(counter=counter, range=span), params=at))
+    delta = end - (before or 0.0)
+    if delta >= 0:
+        return delta
+    estimate = _scalar(prom.custom_query(INCREASE.format(counter=counter, range=span), params=at))
+    return float(round(estimate or 0.0))
 
 
 def _covered(

@@ -34,7 +34,7 @@ def add_commands(commands: Any) -> None:
         "line on standard output is `export CUDA_VISIBLE_DEVICES=...` (for `eval`); progress "
         "goes to standard error. The actuator knows who you are from the socket "
         "(SO_PEERCRED).",
-        epilog="Examples: eval \"$(gpu-reclaimer wait --gpus 2 --for 1h)\" && python train.py; "
+        epilog='Examples: eval "$(gpu-reclaimer wait --gpus 2 --for 1h)" && python train.py; '
         "gpu-reclaimer wait --memory 20GiB; gpu-reclaimer wait --list. Exit status: 0 your "
         "GPUs are free; 2 a usage error, or the actuator refused or could not be reached; "
         f"{EXIT_GAVE_UP} nothing was free within --for (gave up waiting).",
