@@ -36,7 +36,7 @@ from actuator.audit_records import KeepSocketAsked
 from actuator.demand.wait_socket import queue, serve_wait
 from actuator.demand.waitlist import WaitList
 from actuator.keep_bounds import recorded_rule
-from actuator.models import LIVE_STATES, Case
+from actuator.models import LIVE_STATES, Case, State
 from actuator.operations import Refused
 from actuator.owner_actions import Kept, Owner, Process, Released
 from actuator.policy import Effective
@@ -252,6 +252,26 @@ class KeepSocket:
                 self._active[uid] = self._active.get(uid, 0) + 1
                 self._peers.add(peer)
 
+    def _keeps(self, uid: int | None, pid: int) -> list[dict[str, Any]]:
+        """Every keep on this node (of `uid` only, when given; of `pid` only, when not 0):
+        those asked in advance, and those of open cases (a case kept is snoozed)."""
+        now = self.rt.clock()
+        found: list[dict[str, Any]] = [
+            {"pid": k.pid, "uid": k.uid, "until": k.until, "by": k.by, "case": None}
+            for k in self.rt.store.list_keeps(self.node, now, uid)
+        ]
+        for case in self.rt.store.list_cases(state=str(State.SNOOZED), node=self.node, limit=1000):
+            if case.snoozed_until is None or case.snoozed_until <= now:
+                continue
+            if uid is not None and case.uid != uid:
+                continue
+            found.append(
+                {"pid": case.pid, "uid": case.uid, "until": case.snoozed_until, "case": case.id}
+            )
+        return sorted(
+            (k for k in found if pid in (0, k["pid"])), key=lambda k: (k["until"], k["pid"])
+        )
+
     @staticmethod
     def _wait_request(raw: bytes) -> dict[str, Any] | None:
         """The request, when it is `gpu-reclaimer wait` (served by demand/wait_socket.py)."""
@@ -284,14 +304,7 @@ class KeepSocket:
             return {"ok": False, "error": "action is keep, release, list or revoke"}
         privileged = uid == 0 or in_groups(uid, gid, self.sre_groups)
         if action == "list":
-            now = self.rt.clock()
-            keeps = self.rt.store.list_keeps(self.node, now, None if privileged else uid)
-            return {
-                "ok": True,
-                "keeps": [
-                    {"pid": k.pid, "uid": k.uid, "until": k.until, "by": k.by} for k in keeps
-                ],
-            }
+            return {"ok": True, "keeps": self._keeps(None if privileged else uid, pid)}
         status = procfs.read_status(pid)  # the one reader of a process's ids
         stat = procfs.read_stat(pid)
         owner = status.uid if status is not None else None

@@ -30,7 +30,10 @@ def add_commands(commands: Any) -> None:
         "gpu-reclaimer keep 31337 --revoke",
     )
     parser.add_argument(
-        "pid", nargs="?", type=argtypes.positive_int, help="the process to keep (not with --list)"
+        "pid",
+        nargs="?",
+        type=argtypes.positive_int,
+        help="the process to keep (with --list: the one whose keeps to show)",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -44,7 +47,10 @@ def add_commands(commands: Any) -> None:
         "--release", action="store_true", help="you are done: let the GPU be reclaimed now"
     )
     what.add_argument(
-        "--list", action="store_true", help="keeps asked in advance on this node (yours; root: all)"
+        "--list",
+        action="store_true",
+        help="keeps on this node, asked in advance or on open cases (yours; root: all); with "
+        "a PID, that process's only",
     )
     what.add_argument(
         "--revoke", action="store_true", help="withdraw a keep asked in advance for PID"
@@ -69,6 +75,7 @@ def run_keep(args: argparse.Namespace) -> int:
     )
     if action != "list" and args.pid is None:
         raise CommandError("which process? give its PID (or --list)")
+    # `keep PID --list`: that process's keeps only (the answer is filtered by PID).
     try:
         answer = request_keep(args.socket, args.pid or 0, action, args.seconds or 0.0)
     except FileNotFoundError:
@@ -84,12 +91,15 @@ def run_keep(args: argparse.Namespace) -> int:
         keeps = answer.get("keeps", [])
         for keep in keeps:
             left = format_duration(max(0.0, keep["until"] - time.time()))
+            case = keep.get("case")
+            what = f"case {case}: " if case is not None else "in advance: "
             print(
-                f"PID {keep['pid']} (uid {keep['uid']}) kept until {_local(keep['until'])} "
-                f"({left} left)"
+                f"{what}PID {keep['pid']} (uid {keep['uid']}) kept until "
+                f"{_local(keep['until'])} ({left} left)"
             )
         if not keeps:
-            print("no keeps asked in advance on this node")
+            whose = f" for process {args.pid}" if args.pid else ""
+            print(f"no keeps on this node{whose}")
     elif action == "revoke":
         print(f"process {args.pid}: keep withdrawn")
     elif answer.get("released") and answer.get("state") == "notified":

@@ -306,3 +306,24 @@ def test_no_thread_to_be_had_refuses_one_request_and_serving_goes_on(
         sock._dispatch(theirs)
         assert b"busy: no thread free" in mine.recv(4096)
     assert sock._active == {} and sock._peers == set()
+
+
+def test_keep_list_shows_keeps_on_open_cases_and_filters_by_pid(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """Issue 60: `keep --list` showed only keeps asked in advance, and `keep PID --list`
+    ignored the PID. A case kept by its owner is listed with its case number; a PID given
+    with --list shows that process's keeps only."""
+    actuator, sock = _keep_actuator(actuator_factory, workloads, request)
+    flagged, ahead = workloads.spawn(), workloads.spawn(gpu=1)
+    _notified(actuator, flagged)
+    assert _keep(sock, str(flagged.pid), "--for", "2h").returncode == 0
+    assert _keep(sock, str(ahead.pid), "--for", "1h").returncode == 0
+    case = actuator.case_for(flagged)
+    listed = _keep(sock, "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert f"case {case['id']}: PID {flagged.pid} " in listed.stdout, listed.stdout
+    assert f"in advance: PID {ahead.pid} " in listed.stdout
+    one = _keep(sock, str(ahead.pid), "--list").stdout
+    assert f"PID {ahead.pid} " in one and f"PID {flagged.pid} " not in one
+    assert "no keeps on this node for process 999999" in _keep(sock, "999999", "--list").stdout
