@@ -16,6 +16,7 @@ from actuator.startup import (
     load_projects,
     read_token,
 )
+from exporter.argtypes import CommandError
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,8 @@ def run_actuator(args: argparse.Namespace) -> int:
             # At start an unwritable audit log only makes /-/ready fail (a full disk may
             # come back); a config check says so outright.
             check_storage(config)
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return 2
+    except ConfigError as exc:  # a user's mistake: one error, as every command says it
+        raise CommandError(str(exc)) from None
     for warning in config_warnings(config):
         log.warning("%s: %s", args.config, warning)
     if args.check_config:

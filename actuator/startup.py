@@ -156,7 +156,11 @@ def read_token(config: ActuatorConfig, token_file: str | None = None) -> str:
                 mode = os.fstat(handle.fileno()).st_mode
                 token = handle.read().strip()
         except OSError as exc:
-            raise ConfigError(f"{file}: cannot read token file: {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"{file}: cannot read the API token file: {exc.strerror or exc}. Make one "
+                f"(umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "
+                f"{file}), or name another with --token-file FILE, or set $GPU_RECLAIMER_TOKEN"
+            ) from None
         if mode & 0o077:
             raise ConfigError(
                 f"{file}: token file is readable by group or others (mode {mode & 0o777:o}): "

@@ -128,3 +128,23 @@ def test_the_token_must_be_private_and_long_enough(
     monkeypatch.delenv("GPU_RECLAIMER_TOKEN")
     with pytest.raises(ConfigError, match="no API token"):
         read_token(config)
+
+
+def test_the_documented_check_config_without_a_token_says_how_to_give_one(
+    tmp_path: Path,
+) -> None:
+    """Issue 60: `gpu-reclaimer actuator --config deploy/actuator.yml --check-config` on a
+    fresh box: one error line in every command's style, saying how to make the token."""
+    missing = tmp_path / "no-such" / "token"
+    config = tmp_path / "actuator.yml"
+    config.write_text(f"server: {{token_file: {missing}}}\n")
+    done = subprocess.run(
+        [*gpu_reclaimer_command(), "actuator", "--config", str(config), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("gpu-reclaimer actuator: error: "), done.stderr
+    assert "Make one" in done.stderr and "--token-file" in done.stderr
+    assert "ERROR" not in done.stderr and "Traceback" not in done.stderr
