@@ -24,7 +24,7 @@ from actuator.models import (
 from actuator.policy import Breaker, Effective, Idle, Limits, Mode, Notice, ReclaimWhen
 from exporter.procfs import CLOCK_TICKS
 from exporter.thresholds import SHIPPED, Thresholds
-from exporter.units import format_duration
+from exporter.units import format_duration, format_size
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 DEFAULT_NOTICE = Notice()
@@ -632,7 +632,7 @@ def decide_signalled(
         return move(
             State.RECLAIMED,
             Reason.RECLAIMED,
-            f"process tree exited; {case.gpu_memory_bytes or 0} bytes freed on {case.uuid}",
+            f"process tree exited; {format_size(case.gpu_memory_bytes or 0)} freed on {case.uuid}",
             freed_bytes=case.gpu_memory_bytes or 0,
             **updates,
         )

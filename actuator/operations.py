@@ -21,6 +21,7 @@ from actuator.audit_records import AlertDuplicate, AlertRejected, BreakerReset, 
 from actuator.models import AlertmanagerPayload, Case, Reason, State, split_alerts
 from actuator.runtime import Runtime
 from actuator.store import Ingest
+from exporter.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def snooze(
         )
     except AuditError as exc:
         return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
-    reason = f"snoozed for {duration:g}s by {by}: {why}".rstrip(": ")
+    reason = f"snoozed for {format_duration(duration)} by {by}: {why}".rstrip(": ")
     # The reconciler saves samples on every tick, which moves the row's version: re-read
     # and try again rather than hand the operator a conflict that is only bookkeeping.
     for _ in range(ATTEMPTS):
