@@ -12,6 +12,7 @@ from typing import Any
 
 from exporter import argtypes
 from exporter.argtypes import CommandError
+from exporter.sim.nvml import SimulatedNvml
 from exporter.sim.state import (
     PROCS_DIR,
     Faults,
@@ -24,7 +25,7 @@ from exporter.sim.state import (
     save_node,
     write_text_atomic,
 )
-from exporter.units import format_size, parse_size
+from exporter.units import format_duration, format_size, parse_size
 
 _LAUNCHER = """\
 #!{python}
@@ -83,8 +84,22 @@ def add_commands(commands: Any) -> None:
     fault.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
     fault.add_argument("--clear", action="store_true", help="clear every fault first")
     fault.add_argument("--nvml-missing", choices=["on", "off"], help="NVML library/driver gone")
-    fault.add_argument("--lose-gpu", type=int, action="append", default=[], metavar="I")
-    fault.add_argument("--restore-gpu", type=int, action="append", default=[], metavar="I")
+    fault.add_argument(
+        "--lose-gpu",
+        type=int,
+        action="append",
+        default=[],
+        metavar="I",
+        help="GPU I falls off the bus: NVML answers GPU_IS_LOST for it (repeatable)",
+    )
+    fault.add_argument(
+        "--restore-gpu",
+        type=int,
+        action="append",
+        default=[],
+        metavar="I",
+        help="GPU I answers again (repeatable)",
+    )
     fault.add_argument(
         "--no-process-util",
         type=int,
@@ -96,7 +111,8 @@ def add_commands(commands: Any) -> None:
     fault.add_argument(
         "--hang",
         metavar="CALL",
-        help="this NVML call blocks (e.g. nvmlDeviceGetComputeRunningProcesses); '' to stop",
+        help="this NVML call blocks (one the simulation answers, e.g. "
+        "nvmlDeviceGetComputeRunningProcesses); '' to stop",
     )
     fault.add_argument("--hang-seconds", type=float, help="how long the call blocks")
     fault.add_argument(
@@ -287,6 +303,13 @@ def _fault(args: argparse.Namespace) -> int:
     _check_gpus(node, "--no-process-util", args.no_process_util)
     _check_gpus(node, "--ghost", [gpu for gpu, _, _ in args.ghost])
     _check_gpus(node, "--util-pid-offset", [gpu for gpu, _ in args.util_pid_offset])
+    if args.hang and args.hang not in NVML_CALLS:
+        raise CommandError(
+            f"--hang {args.hang!r}: not an NVML call the simulation answers; one of "
+            + ", ".join(sorted(NVML_CALLS))
+        )
+    if args.hang_seconds is not None and not args.hang_seconds > 0:
+        raise CommandError("--hang-seconds must be above 0")
     faults = Faults() if args.clear else load_faults(args.dir)
     lost = (set(faults.lost_gpus) | set(args.lose_gpu)) - set(args.restore_gpu)
     changes: dict[str, Any] = {"lost_gpus": tuple(sorted(lost))}
@@ -311,8 +334,34 @@ def _fault(args: argparse.Namespace) -> int:
     save_faults(args.dir, dataclasses.replace(faults, **changes))
     if args.leak:
         save_node(args.dir, dataclasses.replace(node, leak_on_exit=args.leak == "on"))
-    print(load_faults(args.dir))
+    print(describe_faults(load_faults(args.dir)))
     return 0
+
+
+# The NVML calls the simulation answers, so the only ones a hang can be injected into.
+NVML_CALLS = frozenset(name for name in dir(SimulatedNvml) if name.startswith("nvml"))
+
+
+def describe_faults(faults: Faults) -> str:
+    """The node's faults in words (one line), "faults: none" on a healthy node."""
+    said = []
+    if faults.nvml_missing:
+        said.append("NVML missing (library or driver gone)")
+    said += [f"GPU {i} lost" for i in faults.lost_gpus]
+    said += [
+        f"per-process utilisation unsupported on GPU {i}" for i in faults.process_util_unsupported
+    ]
+    if faults.hang_call:
+        said.append(f"{faults.hang_call} blocks for {format_duration(faults.hang_seconds)}")
+    said += [
+        f"NVML lists PID {pid} on GPU {gpu} holding {format_size(size)}, unknown to /proc"
+        for gpu, pid, size in faults.ghost_pids
+    ]
+    said += [
+        f"GPU {gpu}'s utilisation samples name PID+{offset}"
+        for gpu, offset in faults.util_pid_offsets
+    ]
+    return "faults: " + ("; ".join(said) if said else "none")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -331,6 +380,6 @@ def _status(args: argparse.Namespace) -> int:
                 f"  pid {p.pid:>7} {format_size(p.memory_used):>10} util {p.sm_util:>3}% "
                 f"{p.extra.get('phase', '?'):<6} {'alive' if alive else 'exited'}"
             )
-    print(f"faults: {load_faults(args.dir)}")
+    print(describe_faults(load_faults(args.dir)))
     print(f"process files: {args.dir / PROCS_DIR}")
     return 0

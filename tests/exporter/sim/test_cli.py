@@ -224,3 +224,22 @@ def test_a_workload_never_rewrites_the_launcher_another_is_starting_from(
         assert not [p.name for p in launcher.parent.iterdir() if p.name.startswith(".tmp-")]
     finally:
         os.close(held)
+
+
+def test_faults_are_said_in_words_and_a_call_it_does_not_answer_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Issue 60: `sim fault` and `sim status` printed a Python object; `--hang nvmlBogus` was
+    accepted (and hung nothing)."""
+    node = tmp_path / "node"
+    assert sim("init", str(node), "--gpus", "2").returncode == 0
+    said = sim("fault", str(node), "--lose-gpu", "1", "--hang", "nvmlDeviceGetCount")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == "faults: GPU 1 lost; nvmlDeviceGetCount blocks for 1h"
+    assert "Faults(" not in sim("status", str(node)).stdout
+    bogus = sim("fault", str(node), "--hang", "nvmlBogus")
+    assert bogus.returncode == 2 and "not an NVML call the simulation answers" in bogus.stderr
+    assert "nvmlDeviceGetCount" in bogus.stderr and "Traceback" not in bogus.stderr
+    assert sim("fault", str(node), "--clear").stdout.strip() == "faults: none"
+    helped = sim("fault", "--help").stdout
+    assert "GPU_IS_LOST" in helped and "answers again" in helped
