@@ -169,6 +169,11 @@ def _replay(args: argparse.Namespace) -> int:
         raise CommandError("--limit must be 1 or more")
     try:
         arrivals = read_trace(args.trace, args.limit)
+    except OSError as error:
+        raise CommandError(f"cannot read the trace {args.trace}: {error.strerror}") from None
+    except TraceError as error:
+        raise CommandError(str(error)) from None
+    try:
         span = arrivals[-1].offset / args.speed
         print(f"{len(arrivals)} requests over {span:.0f}s", file=sys.stderr, flush=True)
         tally = replay(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from exporter import argtypes
+from exporter.argtypes import CommandError
 from exporter.procfs import start_ticks
 from exporter.sim.phases import Phase, parse_phases, phase_at
 from exporter.sim.state import ProcState, load_node, proc_path, write_proc
@@ -194,12 +195,19 @@ class Workload:
         if spec.serve is not None:
             from exporter.sim.serving import InferenceServer
 
-            self.server = InferenceServer(spec.serve_address, spec.serve)
+            try:
+                self.server = InferenceServer(spec.serve_address, spec.serve)
+            except OSError as exc:
+                where = f"{spec.serve_address}:{spec.serve}"
+                raise CommandError(f"--serve: cannot listen on {where}: {exc.strerror}") from None
         self.ranks = None
         if spec.rank:
             from exporter.sim.ranks import RankSockets
 
-            self.ranks = RankSockets(spec.rank_store, spec.rank_peer)
+            try:
+                self.ranks = RankSockets(spec.rank_store, spec.rank_peer)
+            except OSError as exc:
+                raise CommandError(f"--rank-store {spec.rank_store}: {exc.strerror}") from None
         if spec.heartbeat:
             from exporter.heartbeat import Heartbeat
 
@@ -248,7 +256,11 @@ class Workload:
             if self.server is not None:
                 self.server.start()
             if self.ranks is not None:
-                self.ranks.start()
+                try:
+                    self.ranks.start()
+                except OSError as exc:
+                    peer = spec.rank_peer
+                    raise CommandError(f"--rank-peer {peer}: {exc.strerror or exc}") from None
             while True:
                 now = time.monotonic()
                 cues = tuple(cue - started for cue in self.cues)

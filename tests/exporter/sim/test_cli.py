@@ -243,3 +243,27 @@ def test_faults_are_said_in_words_and_a_call_it_does_not_answer_is_refused(
     assert sim("fault", str(node), "--clear").stdout.strip() == "faults: none"
     helped = sim("fault", "--help").stdout
     assert "GPU_IS_LOST" in helped and "answers again" in helped
+
+
+def test_a_port_in_use_and_a_missing_trace_are_one_line_each(tmp_path: Path) -> None:
+    """Issue 60: `sim run --serve` on a port in use, `replay-requests` on a missing trace:
+    tracebacks, or the machinery's '[Errno 2]'."""
+    import socket
+
+    node = tmp_path / "node"
+    assert sim("init", str(node), "--gpus", "1").returncode == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = sim(
+            "run", "--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--phases", "idle",
+            "--serve", port,
+        )  # fmt: skip
+    assert busy.returncode == 2, busy.stderr
+    assert f"--serve: cannot listen on 127.0.0.1:{port}: Address already in use" in busy.stderr
+    assert "Traceback" not in busy.stderr
+    missing = sim("replay-requests", str(tmp_path / "nope.csv"), "--url", "http://127.0.0.1:1")
+    assert missing.returncode == 2
+    assert "cannot read the trace" in missing.stderr and "No such file" in missing.stderr
+    assert "Errno" not in missing.stderr and "Traceback" not in missing.stderr
