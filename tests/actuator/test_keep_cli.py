@@ -60,7 +60,7 @@ UNTIL = 4102444800.0  # 2100-01-01
             ["--list"],
             json_line(ok=True, keeps=[]),
             {"pid": 0, "action": "list", "seconds": 0.0},
-            "no keeps asked in advance on this node",
+            "no keeps on this node",
         ),
     ],
 )
