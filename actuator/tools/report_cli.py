@@ -35,7 +35,12 @@ def add_commands(commands: Any) -> None:
         type=argtypes.duration,
         help="also report the period this much earlier, side by side (e.g. 7d)",
     )
-    parser.add_argument("--price-per-gpu-hour", type=float, metavar="X")
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=float,
+        metavar="X",
+        help="the price of a GPU-hour: the idle GPU-hours' cost",
+    )
     parser.add_argument(
         "--price-per-kwh",
         type=float,
@@ -50,7 +55,12 @@ def add_commands(commands: Any) -> None:
         help="the grid's carbon intensity in g CO2e per kWh: the idle energy's emissions",
     )
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
-    parser.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
+    parser.add_argument(
+        "--format",
+        choices=["table", "csv", "json", "markdown"],
+        default="table",
+        help="table (for a terminal, the default), csv, json or markdown (for a wiki page)",
+    )
     parser.set_defaults(func=run_report)
 
 

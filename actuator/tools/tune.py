@@ -34,6 +34,7 @@ from actuator.tools.backtest import (
     evaluate,
     step_for,
 )
+from exporter.units import format_duration
 
 UTIL_SERIES = "gpu_process:sm_utilization_ratio:max_window"
 DEFAULT_UTILS = (0.02, 0.05, 0.1, 0.2)
@@ -73,7 +74,8 @@ class Evidence:
 
     def describe(self) -> str:
         return (
-            f"{self.processes} GPU processes over {self.hours:.1f} h of history "
+            f"{self.processes} GPU process{'es' if self.processes != 1 else ''} over "
+            f"{format_duration(round(self.hours * 3600))} of history "
             f"({self.process_hours:.1f} process-hours)"
         )
 
@@ -91,7 +93,8 @@ class Needs:
             return None
         return (
             f"not enough evidence: {found.describe()}; a proposal needs at least "
-            f"{self.processes} processes over {self.hours:g} h"
+            f"{self.processes} process{'es' if self.processes != 1 else ''} over "
+            f"{format_duration(self.hours * 3600)}"
         )
 
 

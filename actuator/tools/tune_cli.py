@@ -88,7 +88,13 @@ def add_commands(commands: Any) -> None:
         help="least history a project's proposal stands on, first to last sample of its "
         f"processes (default {Needs.hours:g}h)",
     )
-    parser.add_argument("--step", type=argtypes.duration, default=60.0, help="default 60s")
+    parser.add_argument(
+        "--step",
+        type=argtypes.duration,
+        default=60.0,
+        help="the evaluation step each candidate is replayed at, like a rule group's "
+        "interval (default 60s)",
+    )
     parser.add_argument("--write", type=Path, metavar="FILE", help="write the proposed rules")
     parser.set_defaults(func=run_tune)
 

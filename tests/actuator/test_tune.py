@@ -116,8 +116,8 @@ def test_defect_6_tune_without_evidence_proposes_nothing_and_exits_non_zero(
     assert "not enough evidence" in minutes.stderr and "+++" not in minutes.stdout
     thin = tune(prom, start, "--project", "p-alice", "--write", str(written), needs=())
     assert thin.returncode == 3, thin.stderr
-    assert "1 GPU processes over 2.0 h of history" in thin.stdout
-    assert "at least 10 processes over 24 h" in thin.stderr
+    assert "1 GPU process over 2h of history" in thin.stdout
+    assert "at least 10 processes over 24h" in thin.stderr
     everyone = tune(prom, start, needs=())
     assert everyone.returncode == 3 and "<- proposed" not in everyone.stdout
     assert not written.exists()
