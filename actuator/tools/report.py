@@ -146,7 +146,8 @@ def build(
     if not gpus:
         raise NoData(f"no GPU data between {_iso(start)} and {_iso(end)}")
     utilisation = _scalar(prom.custom_query(AVG_UTILISATION.format(range=span), params=at))
-    progress(f"idle processes, {int(span // step)} steps of {step:g}s")
+    steps = int(span // step)
+    progress(f"idle processes, {steps} step{'s' if steps != 1 else ''} of {step:g}s")
 
     def per_step(template: str) -> list[dict[str, Any]]:
         # Evaluated at step ends: a step (t - step, t] counts when the condition held in it.
@@ -298,7 +299,8 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
             "period",
             f"{_iso(f.start)} .. {_iso(f.end)} ({f.hours:.1f} h)"
             + (
-                f"; data covers only this of {_iso(f.asked[0])} .. {_iso(f.asked[1])}"
+                f"; the data covers only this part of the period asked, "
+                f"{_iso(f.asked[0])} .. {_iso(f.asked[1])}"
                 if f.asked
                 else ""
             ),
@@ -460,4 +462,5 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
         return "\n".join(out)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=False)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*r) for r in [head, *rows]).rstrip()
+    # Each line ends where its text does: a long last cell pads no other row.
+    return "\n".join(fmt.format(*r).rstrip() for r in [head, *rows])

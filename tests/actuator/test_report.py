@@ -286,8 +286,10 @@ def test_a_period_longer_than_the_data_is_computed_over_the_data_and_says_so(
     assert got["gpu_hours"] == pytest.approx(8.0, abs=0.2)  # 2 GPUs x 4 h, not x 720 h
     table = report(prom, "--since", "30d", "--compare-to", "60d")
     assert table.returncode == 0, table.stderr
-    assert "data covers only this of" in table.stdout
+    assert "the data covers only this part of the period asked" in table.stdout
     assert "no comparison: no GPU data" in table.stderr
+    # No line is padded to the longest cell (the period's): a terminal's width is not wasted.
+    assert all(line == line.rstrip() for line in table.stdout.splitlines())
 
 
 def test_a_period_shorter_than_one_step_is_reported_over_one_step(
