@@ -107,9 +107,11 @@ def _headline(case: Case) -> str:
         for part in (facts.get("user") or case.user, _project(facts.get("project") or case.project))
         if part
     )
+    # The state only: its reason is the last step's, said there in full (a headline that
+    # carried it too was cut short and then repeated).
     return plain(
         f"case {case.id}: {command} (PID {case.pid}{', ' + who if who else ''}) on {where}, "
-        f"alert {case.alertname}: {case.state}" + (f" ({case.reason})" if case.reason else "")
+        f"alert {case.alertname}: now {case.state}"
     )
 
 

@@ -209,3 +209,13 @@ def test_why_says_what_the_re_check_read_of_the_network() -> None:
     assert "listens on loopback only (ports [40001, 40002]): no service" in kernel.evidence
     assert "data beyond keep-alive moved on its connections 10s before" in kernel.evidence
     assert "its network unknown (pid 9 is gone)" in unknown.evidence
+
+
+def test_the_headline_says_the_state_and_leaves_the_reason_to_its_step() -> None:
+    """Issue 60: a long reason was cut with '…' in the headline and repeated whole below."""
+    reason = "process tree exited; 10.0 GiB freed on GPU-" + "0" * 200
+    case = make_case(state=State.RECLAIMED, reason=reason)
+    timeline = [{"ts": 100.0, "state": "reclaimed", "reason": reason, "evidence": {}}]
+    said = explain(case, timeline).render()
+    assert said.count("freed on") == 1 and "…" not in said.splitlines()[0]
+    assert said.splitlines()[0].endswith(": now reclaimed")
