@@ -30,11 +30,22 @@ def gpu_reclaimer(*args: str, timeout: float = 60) -> subprocess.CompletedProces
     )
 
 
+# Ports handed out by this process: the kernel may give a port that was just closed again
+# to the next bind(0), and two of a test's servers (an agent and an exporter) then collide.
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after), never one
+    this process handed out before."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise AssertionError("no fresh free port in 100 tries")
 
 
 def free_service_port() -> int:
@@ -43,12 +54,15 @@ def free_service_port() -> int:
     (which the exporter counts as a job's own rendezvous)."""
     for _ in range(200):
         port = random.randint(20000, 29000)
+        if port in _GIVEN:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("0.0.0.0", port))
             except OSError:
                 continue
-            return port
+        _GIVEN.add(port)
+        return port
     raise AssertionError("no free port between 20000 and 29000")
 
 
