@@ -27,6 +27,7 @@ from exporter.netactivity import (
     DEFAULT_FLOOR,
     DEFAULT_RENDEZVOUS_PORTS,
     DEFAULT_WINDOW,
+    HeldListeners,
     NetworkMeter,
     NetworkReading,
     Rendezvous,
@@ -367,7 +368,7 @@ class GpuCollector(Collector):
 
     def _read_networks(
         self, stats: dict[int, procfs.ProcStat], progressing: set[int]
-    ) -> dict[int, NetworkReading | str]:
+    ) -> dict[int, NetworkReading | HeldListeners | str]:
         """Each GPU process tree's network reading, or why it is unknown (one pass); a tree
         that progresses may be left unread (absent)."""
         if self._network is None or self._sockets is None:
@@ -431,9 +432,17 @@ class GpuCollector(Collector):
             families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)
 
 
-def _add_network(families: _Families, labels: tuple[str, ...], net: NetworkReading | str) -> None:
+def _add_network(
+    families: _Families, labels: tuple[str, ...], net: NetworkReading | HeldListeners | str
+) -> None:
     if isinstance(net, str):
         families.p_net_unknown.add((*labels, net), 1)
+        return
+    if isinstance(net, HeldListeners):  # not read while it progresses: its listeners only
+        if net.loopback or net.rendezvous:
+            for scope, count in (("loopback", net.loopback), ("external", 0)):
+                families.p_listening.add((*labels, scope), count)
+            families.p_listening.add((*labels, "rendezvous"), net.rendezvous)
         return
     if not net.covered:  # a first reading says nothing of what moved before it
         families.p_net_unknown.add((*labels, "warming_up"), 1)

@@ -73,6 +73,15 @@ class NetworkReading:
 
 
 @dataclass(frozen=True)
+class HeldListeners:
+    """A tree not read this pass (it progresses; `NetworkMeter.read_many`): its listeners as
+    its last reading found them, so their series do not flap. It had none that may serve."""
+
+    loopback: int
+    rendezvous: int
+
+
+@dataclass(frozen=True)
 class Rendezvous:
     """The ports a job's own ranks meet on, which make no service."""
 
@@ -112,6 +121,7 @@ class _Meter:
     connected: bool = False
     namespace: tuple[int, NamespaceCounters] | None = None  # its own namespace's, last read
     serving: bool = False  # its last reading found a listener that may serve
+    listeners: HeldListeners = HeldListeners(0, 0)  # ...and these others
     paused: bool = False  # not read while it progressed: the next reading is a baseline
 
 
@@ -176,12 +186,12 @@ class NetworkMeter:
         self,
         trees: dict[tuple[int, int], list[int]],
         progressing: Iterable[tuple[int, int]] = (),
-    ) -> dict[tuple[int, int], NetworkReading | SocketsUnknown]:
+    ) -> dict[tuple[int, int], NetworkReading | SocketsUnknown | HeldListeners]:
         """`read` for many trees in one pass: their open sockets first, then one dump per
         namespace that decodes only theirs. A tree in `progressing` (a heartbeat or log
         written within the window: neither idle nor stalled, whatever its network says)
-        whose last reading found no listener that may serve is not read (absent from the
-        answer); its next reading is a fresh baseline (`pause`)."""
+        whose last reading found no listener that may serve is not read: its answer is the
+        listeners that reading found, and its next reading is a fresh baseline."""
         held: dict[tuple[int, int], set[int] | SocketsUnknown] = {}
         skipped = {key for key in progressing if key in trees and self._may_skip(key)}
         for key in skipped:
@@ -195,7 +205,9 @@ class NetworkMeter:
                 held[key] = exc
         # One dump per namespace, for every tree's sockets at once.
         wanted = {i for h in held.values() if isinstance(h, set) for i in h}
-        out: dict[tuple[int, int], NetworkReading | SocketsUnknown] = {}
+        out: dict[tuple[int, int], NetworkReading | SocketsUnknown | HeldListeners] = {
+            key: self._meters[key].listeners for key in skipped
+        }
         for key, inodes in held.items():
             if isinstance(inodes, SocketsUnknown):
                 out[key] = inodes
@@ -287,6 +299,7 @@ class NetworkMeter:
         watched = mono - meter.first_at
         meter.connected = meter.connected or bool(counters)
         meter.serving = bool(serving)
+        meter.listeners = HeldListeners(len(listeners) - len(external), len(own))
         return NetworkReading(
             listening_loopback=len(listeners) - len(external),
             listening_external=len(external) - len(own),

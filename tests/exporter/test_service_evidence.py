@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.netactivity import NetworkMeter, NetworkReading, Rendezvous
+from exporter.netactivity import HeldListeners, NetworkMeter, NetworkReading, Rendezvous
 from exporter.netdiag import SocketTables
 from tests.support import Children, free_service_port
 
@@ -296,7 +296,9 @@ def test_a_progressing_tree_is_read_only_while_it_may_serve(
     tables.begin()
     dumps = tables.dumps
     progressing = meter.read_many(keys, progressing=list(keys))
-    assert set(progressing) == {(server.pid, 0)}  # the rank is left unread
+    # The rank is left unread: its listeners as last read, so their series do not flap.
+    assert progressing[(rank.pid, 0)] == HeldListeners(loopback=0, rendezvous=1)
+    assert isinstance(progressing[(server.pid, 0)], NetworkReading)
     assert tables.dumps == dumps + 1
     stopped = meter.read_many(keys)
     again = stopped[(rank.pid, 0)]
