@@ -59,6 +59,18 @@ def read(meter: NetworkMeter, pid: int) -> NetworkReading:
         meter.tables.end()
 
 
+def facts_of(user: str, seen: NetworkReading) -> Facts:
+    """What the node's meter read, as the policy's facts (as the rule book builds them)."""
+    return Facts(
+        user=user,
+        listens_external=bool(seen.listening_external),
+        listen_ports=tuple(sorted(seen.ports)),
+        clients=seen.clients,
+        client_ago=seen.client_ago,
+        watched_for=seen.watched_for,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -102,14 +114,7 @@ def main() -> int:
                 failures.append(f"rank 0 has no TCPStore on MASTER_PORT {port} other hosts reach")
             if seen.listening_external or seen.clients:
                 failures.append(f"rank {rank} reads as something that may serve")
-            facts = Facts(
-                user="trainer",
-                listens_external=bool(seen.listening_external),
-                listen_ports=tuple(sorted(seen.ports)),
-                clients=seen.clients,
-                client_ago=seen.client_ago,
-                watched_for=seen.watched_for,
-            )
+            facts = facts_of("trainer", seen)
             if resolve(policy, facts).service:
                 failures.append(f"rank {rank} would be judged a service")
             if first.connections == 0:
@@ -146,13 +151,7 @@ def check_a_server_beside_them(meter: NetworkMeter, policy: Policy) -> list[str]
         time.sleep(0.3)
         seen = read(meter, server.pid)
         client.close()
-        facts = Facts(
-            user="server",
-            listens_external=bool(seen.listening_external),
-            listen_ports=tuple(sorted(seen.ports)),
-            clients=seen.clients,
-            watched_for=seen.watched_for,
-        )
+        facts = facts_of("server", seen)
         eff = resolve(policy, facts)
         print(f"http server (pid {server.pid}): {eff.rule}")
         if not eff.service or "client connection(s) open" not in eff.rule:
