@@ -16,7 +16,6 @@ from actuator import owner_actions
 from actuator.audit import AuditError
 from actuator.audit_records import KeepLinkUsed
 from actuator.evidence.links import PictureRef
-from actuator.keep_bounds import keep_refusal, recorded_rule
 from actuator.keeplinks import KeepLinks, LinkError
 from actuator.models import Case, State
 from actuator.notifications import untrusted
@@ -139,12 +138,14 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
     hours = tuple(h for h in KEEP_HOURS if h * 3600 <= keep_max) or (int(keep_max // 3600),)
 
     def offered(case: Case) -> tuple[int, ...]:
-        """The buttons this case's owner may use: within the site's keep_max and the
-        case's rule's [keep_min, keep_max]."""
-        rule = recorded_rule(case)
-        if rule is None:
-            return hours
-        return tuple(h for h in hours if keep_refusal(rule, h * 3600.0) is None)
+        """The buttons this case's owner may use: those the owner's door would accept (the
+        site's keep_max, the case's rule's bounds and repeat step)."""
+        return tuple(h for h in hours if may_keep(case, h) is None)
+
+    def may_keep(case: Case, keep_hours: int) -> Refused | None:
+        return owner_actions.may_keep(
+            Owner("keep link"), keep_hours * 3600.0, case=case, site_max=keep_max
+        )
 
     def render(
         status: int,
@@ -188,6 +189,8 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "deadline": deadline,
                 "csrf": links.csrf(token),
                 "keep_hours": offered(case),
+                # No button offered: the door's own reason, not a silent page.
+                "keep_refused": "" if offered(case) else _detail(may_keep(case, hours[0])),
                 # No grace runs until someone waits: the State row says what the page says.
                 "state": t["states"]["idle_until_demand"]
                 if waits_for_demand
@@ -256,9 +259,8 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         except ValueError:
             keep_hours = 0
         if action == "keep" and keep_hours not in offered(case):
-            rule = recorded_rule(case)
-            refusal = keep_refusal(rule, keep_hours * 3600.0) if rule is not None else None
-            problem = refusal or f"hours must be one of {offered(case)}"
+            refusal = may_keep(case, keep_hours) if keep_hours in hours else None
+            problem = refusal.detail if refusal else f"hours must be one of {offered(case)}"
             return render(422, lang, case, token, problem=problem)
         if action not in ("keep", "release"):
             return render(422, lang, case, token, problem="unknown action")
@@ -299,6 +301,10 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         return render(200, lang, rt.store.get_case(case.id), token, done=t["released"])
 
     return page
+
+
+def _detail(refused: Refused | None) -> str:
+    return refused.detail if refused is not None else ""
 
 
 def _local(ts: float) -> str:

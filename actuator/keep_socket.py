@@ -35,7 +35,6 @@ from actuator import owner_actions
 from actuator.audit_records import KeepSocketAsked
 from actuator.demand.wait_socket import queue, serve_wait
 from actuator.demand.waitlist import WaitList
-from actuator.keep_bounds import recorded_rule
 from actuator.models import LIVE_STATES, Case, State
 from actuator.operations import Refused
 from actuator.owner_actions import Kept, Owner, Process, Released
@@ -323,15 +322,14 @@ class KeepSocket:
         elif action == "release":
             result = owner_actions.release(self.rt, asking, case=case, process=process)
         else:
-            recorded = recorded_rule(case) if case is not None else None
-            rule = recorded or (self.rule_for(pid) if self.rule_for is not None else None)
+            rule_for = self.rule_for
             result = owner_actions.keep(
                 self.rt,
                 asking,
                 seconds,
                 case=case,
                 process=process,
-                rule=rule,
+                selected=(lambda: rule_for(pid)) if rule_for is not None else lambda: None,
                 site_max=self.max_seconds,
             )
         if isinstance(result, Refused):

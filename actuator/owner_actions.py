@@ -13,6 +13,7 @@ cannot be told. Every change writes its audit record first (`operations`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from actuator import operations
@@ -78,6 +79,33 @@ def judge_keep(
     return Refused(Why.NEEDS_SRE if rule.keep_needs_sre else Why.OUT_OF_BOUNDS, refusal)
 
 
+SelectedRule = Callable[[], Effective | None]
+
+
+def _none_selected() -> Effective | None:
+    return None
+
+
+def rule_for_keep(case: Case | None, selected: SelectedRule = _none_selected) -> Effective | None:
+    """The rule a keep is judged by: the one recorded on the case; before any decision (or
+    with no case), the one the node's facts select now, asked only then."""
+    recorded = recorded_rule(case) if case is not None else None
+    return recorded or selected()
+
+
+def may_keep(
+    owner: Owner,
+    seconds: float,
+    *,
+    case: Case | None,
+    site_max: float,
+    selected: SelectedRule = _none_selected,
+) -> Refused | None:
+    """Whether `keep` would accept this: what a page offers and checks before it spends a
+    one-time link (the same judgement as `keep`, no side effect)."""
+    return judge_keep(rule_for_keep(case, selected), seconds, owner, site_max)
+
+
 def keep(
     rt: Runtime,
     owner: Owner,
@@ -85,13 +113,13 @@ def keep(
     *,
     case: Case | None,
     process: Process | None = None,
-    rule: Effective | None = None,
+    selected: SelectedRule = _none_selected,
     site_max: float,
 ) -> Kept | Refused:
-    """Keep the case (or, with no case, the process in advance) for `seconds`. `rule`:
-    the rule for a process without a case, or a case whose rule is not yet recorded."""
-    if case is not None:
-        rule = recorded_rule(case) or rule
+    """Keep the case (or, with no case, the process in advance) for `seconds`. `selected`:
+    the rule the node's facts select for the process, asked when the case has none
+    recorded (or there is no case)."""
+    rule = rule_for_keep(case, selected)
     refused = judge_keep(rule, seconds, owner, site_max)
     if refused is not None:
         return refused

@@ -208,6 +208,7 @@ def test_after_repeated_reclaims_the_owners_keep_waits_for_an_sre(rt, client):
     path = path_of(rt.links.url(case_id))
     page = client.get(path + "?lang=en").get_data(as_text=True)
     assert 'id="keep-1h"' not in page and 'id="release"' in page
+    assert "after 5 reclaims of your jobs, keeping needs an SRE" in page  # said, not hidden
     forged = client.post(path, data={"csrf": csrf_of(page), "action": "keep", "hours": "1"})
     assert forged.status_code == 422
     assert "after 5 reclaims of your jobs, keeping needs an SRE" in forged.get_data(as_text=True)
@@ -223,3 +224,20 @@ def test_under_demand_before_any_demand_the_state_row_says_what_the_page_says(rt
     assert "kept until someone needs the GPU" in html and "grace period" not in html
     zh = client.get(path_of(rt.links.url(case_id)) + "?lang=zh-CN").get_data(as_text=True)
     assert "有人需要这块 GPU 时才会回收" in zh and "宽限期中" not in zh
+
+
+def test_a_case_whose_rule_cannot_be_told_offers_no_keep_and_says_why(rt, client):
+    """The page offers what the owner's door accepts: with no rule recorded on the case the
+    door keeps nothing, so the page offers no button (it used to offer all three and spend
+    the link on a refusal), says why, and a forged post does not spend the link."""
+    case_id = notified_case(rt, effective=None)
+    path = path_of(rt.links.url(case_id))
+    page = client.get(path + "?lang=en").get_data(as_text=True)
+    assert 'id="keep-1h"' not in page and 'id="release"' in page
+    assert "cannot tell which rule applies" in page
+    forged = client.post(path, data={"csrf": csrf_of(page), "action": "keep", "hours": "1"})
+    assert forged.status_code == 422
+    assert "cannot tell which rule applies" in forged.get_data(as_text=True)
+    again = client.get(path + "?lang=en")
+    assert again.status_code == 200  # the one-time link is still unspent
+    assert rt.store.get_case(case_id).state == State.NOTIFIED

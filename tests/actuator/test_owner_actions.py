@@ -123,3 +123,42 @@ def test_nothing_is_kept_when_the_rule_cannot_be_told(
 def test_judge_keep(seconds: float, owner: Owner, why: Why | None) -> None:
     refused = judge_keep(eff(keep_max=HOUR), seconds, owner, 24 * HOUR)
     assert (refused.why if refused is not None else None) == why
+
+
+def test_the_page_and_the_socket_have_no_side_entrance() -> None:
+    """Bounds and the rule a keep is judged by live behind the one door: neither the keep
+    page nor the keep socket judges a keep or picks its rule itself."""
+    import ast
+    import inspect
+
+    from actuator import keep_page, keep_socket
+
+    for module in (keep_page, keep_socket):
+        tree = ast.parse(inspect.getsource(module))
+        names = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "actuator.keep_bounds"
+            for alias in node.names
+        }
+        assert names == set(), f"{module.__name__} imports {names} from keep_bounds"
+
+
+def test_a_recorded_rule_wins_and_the_nodes_selection_is_asked_only_without_one() -> None:
+    from actuator.models import State
+    from actuator.owner_actions import rule_for_keep
+    from tests.helpers.cases import make_case
+
+    asked: list[int] = []
+
+    def selected() -> Effective | None:
+        asked.append(1)
+        return eff(keep_max=HOUR)
+
+    recorded = make_case(state=State.NOTIFIED, effective=eff(keep_max=2 * HOUR).model_dump())
+    rule = rule_for_keep(recorded, selected)
+    assert rule is not None and rule.keep_max == 2 * HOUR and asked == []
+    bare = make_case(state=State.PENDING, effective=None)
+    rule = rule_for_keep(bare, selected)
+    assert rule is not None and rule.keep_max == HOUR and asked == [1]
+    assert rule_for_keep(None) is None
