@@ -2,7 +2,9 @@
 # (and for `gpu-reclaimer agent` on other nodes). NVML (libnvidia-ml.so.1) is not in the
 # image: the NVIDIA Container Toolkit injects the host driver's copy into containers that
 # reserve a GPU. See docs/deployment.md.
-FROM python:3.11-slim
+# PYTHON_IMAGE: another base of the same Python (make compose-test builds on a local stand-in).
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

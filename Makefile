@@ -129,7 +129,7 @@ compose-deps:
 	$(call apt_install,$(COMPOSE_TOOLS),$(COMPOSE_PACKAGES))
 
 compose-test: $(VENV)/.installed compose-deps
-	$(SUDO) $(BIN)/python checks/compose_stack.py
+	$(SUDO) $(BIN)/python checks/compose_stack.py $(if $(KEEP_IMAGES),--keep-images)
 
 # Opt-in, not part of `make test`: the heartbeat's lifecycle with the real Ultralytics package
 # (tiny models trained on the CPU on synthetic data; a throwaway venv of several GB).

@@ -2,9 +2,14 @@
 
 Podman (Debian's, as root) serves the Docker API that Compose speaks. Images that cannot be
 pulled here are built locally and labelled as stand-ins (deploy/standins/): a Debian base
-made by mmdebstrap, Python from Debian tagged python:3.11-slim, Prometheus and Alertmanager
-from Debian's packages tagged with the names the compose file uses. The project's own
-image is built from ./Dockerfile by Compose. Grafana has no Debian package: it is left out.
+made by mmdebstrap, Python, Prometheus and Alertmanager from Debian's packages. They are
+tagged under the project's own name (localhost/gpu-reclaimer-standin/...), never with the
+upstream names, and the run's override points the services at them: a later plain
+`docker compose up` can never pick a stand-in up unknowingly. The project's own image is
+built from ./Dockerfile by Compose on the stand-in Python (its PYTHON_IMAGE argument).
+Every image the run built is removed at the end (`--keep-images` keeps them for another
+look); the images under upstream names are the same after the run as before it. Grafana
+has no Debian package: it is left out.
 
 A simulated node (the one stand-in for hardware) runs real workloads on the host as an
 unprivileged user: one idle, one busy. From outside, as an SRE would, it checks that the
@@ -20,6 +25,7 @@ built from scratch, when the rules were evaluated every 15 s), most of it waitin
 
 from __future__ import annotations
 
+import argparse
 import http.server
 import json
 import os
@@ -31,7 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,11 +45,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 STANDINS = REPO / "deploy" / "standins"
 BASE = "localhost/gpu-reclaimer-standin/debian:bookworm"
-IMAGES = {  # Containerfile -> the name docker-compose.yml (or ./Dockerfile) uses
-    "python": "docker.io/library/python:3.11-slim",
-    "prometheus": "docker.io/prom/prometheus:v2.53.0",
-    "alertmanager": "docker.io/prom/alertmanager:v0.27.0",
+STANDIN = "localhost/gpu-reclaimer-standin"
+IMAGES = {  # Containerfile -> its stand-in, under the project's own name
+    "python": f"{STANDIN}/python:3.11-slim",
+    "prometheus": f"{STANDIN}/prometheus:2.42-debian",
+    "alertmanager": f"{STANDIN}/alertmanager:0.25-debian",
 }
+OWN_IMAGE = "localhost/gpu-reclaimer-compose-test/gpu-reclaimer:0.1.0"
+# What docker-compose.yml and ./Dockerfile name: never created or changed by the run.
+UPSTREAM = ("python:3.11-slim", "prom/prometheus:v2.53.0", "prom/alertmanager:v0.27.0")
 SERVICES = ["prometheus", "alertmanager", "exporter", "actuator"]  # Grafana: no Debian package
 PROJECT = "gpu-reclaimer-compose-test"
 NODE = "gpu-node-1"  # docker-compose.yml's default GPU_RECLAIMER_NODE
@@ -161,10 +171,10 @@ def project_tree(work: Path) -> Path:
     return tree
 
 
-def override(work: Path, sim: Path, sink_port: int) -> Path:
-    """What the run changes for a machine without GPUs: the simulated node for the exporter
-    and the actuator, and an actuator that enforces (15 s grace) and warns through a
-    webhook on the host. Everything else is the shipped stack."""
+def override(work: Path, tree: Path, sim: Path, sink_port: int) -> Path:
+    """What the run changes for a machine without GPUs: the stand-in images, the simulated
+    node for the exporter and the actuator, and an actuator that enforces (15 s grace) and
+    warns through a webhook on the host. Everything else is the shipped stack."""
     config = (REPO / "deploy" / "actuator.yml").read_text()
     config = config.replace("mode: observe", "mode: enforce", 1)
     config = config.replace("  grace: 10m ", "  grace: 15s ", 1)
@@ -176,12 +186,20 @@ def override(work: Path, sim: Path, sink_port: int) -> Path:
     )
     (work / "actuator.yml").write_text(config)
     sim_mount = f"{sim}:/var/lib/gpu-reclaimer-sim"
+    own = {  # the project's image, on the stand-in Python, under the run's own name
+        "build": {"context": str(tree), "args": {"PYTHON_IMAGE": IMAGES["python"]}},
+        "image": OWN_IMAGE,
+    }
     services = {
-        "exporter": {
+        "prometheus": {"image": IMAGES["prometheus"]},
+        "alertmanager": {"image": IMAGES["alertmanager"]},
+        "exporter": own
+        | {
             "environment": {"GPU_RECLAIMER_SIM_DIR": "/var/lib/gpu-reclaimer-sim"},
             "volumes": [sim_mount],
         },
-        "actuator": {
+        "actuator": own
+        | {
             "environment": {"GPU_RECLAIMER_SIM_DIR": "/var/lib/gpu-reclaimer-sim"},
             "volumes": [sim_mount, f"{work / 'actuator.yml'}:/etc/gpu-reclaimer/actuator.yml:ro"],
         },
@@ -340,7 +358,46 @@ def leftovers(env: dict[str, str]) -> list[str]:
     return found
 
 
-def main() -> int:
+def image_ids(names: Iterable[str]) -> dict[str, str]:
+    """The image ID each name points to now ("" where there is none)."""
+    ids = {}
+    for name in names:
+        found = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Id}}", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        ids[name] = found.stdout.strip() if found.returncode == 0 else ""
+    return ids
+
+
+def remove_images(keep: bool) -> None:
+    built = [OWN_IMAGE, *IMAGES.values(), BASE]
+    if keep:
+        log(f"--keep-images: kept {', '.join(built)}")
+        return
+    for name in built:  # the project's first: it is built on the stand-in Python
+        subprocess.run(["podman", "rmi", "--force", name], capture_output=True, check=False)
+    left = [name for name, image in image_ids(built).items() if image]
+    if left:
+        raise SystemExit(f"FAILED: images of the run are left: {left}")
+    log("removed the images the run built (--keep-images keeps them)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="checks/compose_stack.py",
+        description="Run docker-compose.yml for real in podman on stand-in images and check "
+        "that it reclaims an idle host process and leaves a busy one alone (make compose-test).",
+    )
+    parser.add_argument(
+        "--keep-images",
+        action="store_true",
+        help="keep the stand-in images and the project's image the run built "
+        "(make compose-test KEEP_IMAGES=1); by default they are removed at the end",
+    )
+    args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("compose-test runs containers as root (Debian's podman): run it as root")
         return 2
@@ -352,6 +409,20 @@ def main() -> int:
     for stop in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(stop, lambda signum, _frame: sys.exit(128 + signum))
     began = time.monotonic()
+    upstream_before = image_ids(UPSTREAM)
+    try:
+        run_stack()
+    finally:
+        remove_images(args.keep_images)
+    after = image_ids(UPSTREAM)
+    changed = [name for name in UPSTREAM if after[name] != upstream_before[name]]
+    if changed:
+        raise SystemExit(f"FAILED: the run changed images under upstream names: {changed}")
+    log(f"compose-test passed in {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def run_stack() -> None:
     with tempfile.TemporaryDirectory(prefix="compose-test-") as tmp:
         work = Path(tmp)
         work.chmod(0o755)  # the workloads' user reaches the simulated node inside it
@@ -371,7 +442,7 @@ def main() -> int:
                 "-f",
                 str(tree / "docker-compose.yml"),
                 "-f",
-                str(override(work, sim, port)),
+                str(override(work, tree, sim, port)),
             ]
             log("docker-compose build (the project's image from ./Dockerfile)")
             run(*compose, "build", "actuator", env=env)
@@ -393,8 +464,6 @@ def main() -> int:
             if left:
                 raise SystemExit(f"FAILED: `down` left {left}")
             log("down: no container, volume or network of the run is left")
-    log(f"compose-test passed in {time.monotonic() - began:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class RankSockets:
         with self._lock:
             for sock in [*self.held, *self.listeners]:
                 with contextlib.suppress(OSError):
+                    # A close alone leaves a listener blocked in accept() listening.
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
                     sock.close()
             self.held = []
 
