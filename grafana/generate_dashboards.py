@@ -49,6 +49,13 @@ IDLE_PROCESSES = (
     "max by (instance, gpu, uuid, pid) "
     "(gpu_process:idle_condition or gpu_process:stalled_condition)"
 )
+# The same, counted once per panel interval: a process counts for the intervals in which its
+# condition was recorded (no 5-minute look-back past its last sample), as `report` counts.
+IDLE_PROCESSES_PER_INTERVAL = (
+    "max by (instance, gpu, uuid, pid) ("
+    "last_over_time(gpu_process:idle_condition[$__interval]) "
+    "or last_over_time(gpu_process:stalled_condition[$__interval]))"
+)
 # Per GPU: the GPU's node and number, with the memory of its idle processes (absent when none).
 IDLE_GPUS = f"max by (instance, gpu, uuid) ({IDLE_PROCESSES})"
 # PromQL's hour() and day_of_week() are UTC; the `utc_offset` variable moves them to the
@@ -109,13 +116,16 @@ def timeseries(
     step: bool = False,
     overrides: list[dict[str, Any]] | None = None,
     axis_label: str = "",
+    hourly: bool = False,
 ) -> Panel:
-    """`axis_label`: what the values count, when the unit does not say it ("cases")."""
+    """`axis_label`: what the values count, when the unit does not say it ("cases").
+    `hourly`: the targets count events per `$__interval` (`per_hour`), at least an hour: one
+    bar per hour, each that hour's total."""
     custom: dict[str, Any] = {
-        "drawStyle": "line",
+        "drawStyle": "bars" if hourly else "line",
         "lineInterpolation": "stepAfter" if step else "linear",
         "lineWidth": 1,
-        "fillOpacity": 20 if stack else 5,
+        "fillOpacity": 80 if hourly else 20 if stack else 5,
         "showPoints": "never",
         "spanNulls": False,
         "stacking": {"group": "A", "mode": "normal" if stack else "none"},
@@ -133,7 +143,8 @@ def timeseries(
         defaults["min"] = minimum
     if maximum is not None:
         defaults["max"] = maximum
-    return {
+    extra: dict[str, Any] = {"interval": "1h"} if hourly else {}
+    return extra | {
         "type": "timeseries",
         "title": title,
         "description": description,
@@ -497,8 +508,9 @@ def dashboard(
 IDLE_BARS = [
     (
         "Idle GPU-hours by user",
-        "Over the dashboard's time range: for each user, the hours their processes held a GPU "
-        "while meeting the idle or stalled condition (one process on one GPU for one hour = 1).",
+        "Over the dashboard's time range: for each user, the hours a GPU held at least one of "
+        "their processes meeting the idle or stalled condition (one GPU for one hour = 1, "
+        "however many of their processes were on it): `gpu-reclaimer report`'s idle GPU-hours.",
         "user",
         "count_over_time",
         False,
@@ -533,9 +545,10 @@ IDLE_BARS = [
 
 
 def idle_hours(by: str, over_time: str, *, gib: bool = False) -> str:
-    """Hours (or GiB-hours) of idle processes over the dashboard's range, per `by`: samples
-    of the idle condition at the panel's interval, times the interval. The identity is the
-    last one seen in the range, so a process that exited since still counts."""
+    """GiB-hours of idle processes over the dashboard's range, per `by`: samples of the idle
+    condition (its value is the memory held) at the panel's interval, times the interval.
+    The identity is the last one seen in the range, so a process that exited since still
+    counts."""
     scale = " / 1073741824" if gib else ""
     return (
         f"sum by ({by}) (\n"
@@ -543,6 +556,24 @@ def idle_hours(by: str, over_time: str, *, gib: bool = False) -> str:
         f"  * on (instance, gpu, uuid, pid) group_left ({by})\n"
         f"    max by (instance, gpu, uuid, pid, {by}) "
         f"(last_over_time(gpu_process_info{{{PROC_SEL}}}[$__range]))\n"
+        ") * $__interval_ms / 3600000"
+    )
+
+
+def idle_gpu_hours(by: str) -> str:
+    """GPU-hours per `by` over the dashboard's range: the intervals in which a GPU held at
+    least one idle or stalled process of theirs, times the interval (as the report counts
+    them: one GPU for one hour is 1, however many of their processes were on it)."""
+    return (
+        f"sum by ({by}) (\n"
+        "  count_over_time((\n"
+        f"    max by (instance, gpu, uuid, {by}) (\n"
+        f"      {IDLE_PROCESSES_PER_INTERVAL}\n"
+        f"      * on (instance, gpu, uuid, pid) group_left ({by})\n"
+        f"        max by (instance, gpu, uuid, pid, {by}) "
+        f"(last_over_time(gpu_process_info{{{PROC_SEL}}}[$__interval]))\n"
+        "    )\n"
+        "  )[$__range:$__interval])\n"
         ") * $__interval_ms / 3600000"
     )
 
@@ -714,7 +745,11 @@ def fleet() -> dict[str, Any]:
                     description,
                     [
                         target(
-                            idle_hours(by, f"{over_time}({IDLE_PROCESSES}", gib=gib),
+                            idle_gpu_hours(by)
+                            if over_time == "count_over_time"
+                            else idle_hours(
+                                by, f"{over_time}({IDLE_PROCESSES_PER_INTERVAL}", gib=gib
+                            ),
                             "{{" + by + "}}",
                             instant=True,
                         )
@@ -1141,10 +1176,10 @@ def actuator() -> dict[str, Any]:
         )
 
     def per_hour(metric: str, legend: str, ref: str = "A", by: str = "") -> dict[str, Any]:
+        """Each hour's total (the panel's interval is at least an hour: `hourly`), not a
+        short window's rate scaled up to an hour, whose peaks read as hourly totals."""
         grouping = f" by ({by})" if by else ""
-        return target(
-            f"sum{grouping} (rate({metric}{{{ACT_SEL}}}[$__rate_interval])) * 3600", legend, ref
-        )
+        return target(f"sum{grouping} (increase({metric}{{{ACT_SEL}}}[$__interval]))", legend, ref)
 
     items: list[tuple[Panel, int, int]] = [
         (row("Outcomes"), 24, 1),
@@ -1252,10 +1287,10 @@ def actuator() -> dict[str, Any]:
         (
             timeseries(
                 "Cases opened, released, failed",
-                "Per hour, from the actuator's counters: cases opened, reclaimed, failed, and "
-                "the owners warned.",
+                "Each hour's totals, from the actuator's counters: cases opened, reclaimed, "
+                "failed, and the owners warned.",
                 [
-                    per_hour("gpu_idle_detected_total", "detected"),
+                    per_hour("gpu_idle_detected_total", "opened"),
                     per_hour("gpu_released_success_total", "released", "B"),
                     per_hour("gpu_release_failed_total", "failed", "C"),
                     per_hour("gpu_reclaimer_notices_total", "owners warned", "D"),
@@ -1263,6 +1298,7 @@ def actuator() -> dict[str, Any]:
                 "short",
                 minimum=0,
                 axis_label="cases per hour",
+                hourly=True,
             ),
             12,
             8,
@@ -1275,6 +1311,7 @@ def actuator() -> dict[str, Any]:
                 "bytes",
                 minimum=0,
                 axis_label="per hour",
+                hourly=True,
             ),
             12,
             8,
@@ -1334,6 +1371,7 @@ def actuator() -> dict[str, Any]:
                 "short",
                 minimum=0,
                 axis_label="signals per hour",
+                hourly=True,
             ),
             8,
             8,
@@ -1347,6 +1385,7 @@ def actuator() -> dict[str, Any]:
                 "short",
                 minimum=0,
                 axis_label="refusals per hour",
+                hourly=True,
             ),
             8,
             8,
@@ -1459,6 +1498,7 @@ def actuator() -> dict[str, Any]:
                 "short",
                 minimum=0,
                 axis_label="reclaims per hour",
+                hourly=True,
             ),
             8,
             8,

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ PREVIEWS: dict[str, tuple[str, ...]] = {
 }
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 _PER_HOUR = re.compile(r"\*\s*3600\s*$")
+_HOURS = re.compile(r"\*\s*\$__interval_ms\s*/\s*3600000\s*$")
 _LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -210,42 +212,164 @@ def draw(
             for r in q.result
         ]
         bars.sort(key=lambda b: b[1])
-        divisor, suffix = _scale(unit, [b[1] for b in bars])
-        values = [b[1] / divisor for b in bars]
+        # Hours over the range on the recorded clock: simulated hours for a compressed run.
+        hours = all(time_integral(targets[q.ref]["expr"]) for q in queries)
+        clock = scale if hours else 1.0
+        divisor, suffix = _scale(unit, [b[1] / clock for b in bars])
+        values = [b[1] / clock / divisor for b in bars]
         ax.barh([b[0] for b in bars], values, color="#f2a33a")
-        # Like Grafana's bar gauge: each bar's value beside it, the scale from 0 (all zero:
-        # zeros, not an axis around 0).
-        top = max([1.0, *values])
+        # Like Grafana's bar gauge: each bar's value beside it, the scale from 0 to the
+        # largest (all zero: zeros on a unit scale, and said in words).
+        top = max(values) if any(values) else 1.0
         ax.set_xlim(0, top * 1.15)
         for y, value in enumerate(values):
             ax.text(value + top * 0.01, y, f"{value:.3g}", va="center", fontsize=7)
-        ax.set_xlabel(y_label(panel, suffix, scale))
+        if not any(values):
+            ax.text(
+                0.5,
+                0.5,
+                "none in this range",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="grey",
+            )
+        label = y_label(panel, suffix, scale)
+        if hours:  # one clock: the recorded one, or the simulated one of a compressed run
+            what = "GiB-hours" if "GiB" in panel["title"] else "GPU-hours"
+            label = f"simulated {what}" if scale != 1 else what
+        ax.set_xlabel(label)
         return
     factor = {q.ref: scale if per_hour(targets[q.ref]["expr"]) else 1.0 for q in queries}
     everything = [
         float(v) * factor[q.ref] for q in queries for r in q.result for _, v in r["values"]
     ]
     divisor, suffix = _scale(unit, everything)
-    for q in queries:
-        for r in q.result:
-            stamps = [float(t) for t, _ in r["values"]]
-            times: list[Any] = (
-                hours_since(start, scale, stamps)
-                if scale != 1
-                else [datetime.fromtimestamp(t) for t in stamps]
+    lines = collapse_identical(
+        [
+            (
+                legend(targets[q.ref], r["metric"]),
+                [(float(t), float(v) * factor[q.ref] / divisor) for t, v in r["values"]],
             )
+            for q in queries
+            for r in q.result
+        ]
+    )
+    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+    stacked = custom.get("stacking", {}).get("mode") == "normal"
+    bars = custom.get("drawStyle") == "bars"
+    colours = _colours(len(lines))
+    if bars:
+        _hourly_bars(ax, lines, colours, start, scale, int(panel_step(queries)))
+    elif stacked:
+        _stacked(ax, lines, colours, start, scale)
+    else:
+        for (label, points), colour in zip(lines, colours, strict=True):
             ax.plot(
-                times,
-                [float(v) * factor[q.ref] / divisor for _, v in r["values"]],
+                _times([t for t, _ in points], start, scale),
+                [v for _, v in points],
                 linewidth=1.2,
-                label=legend(targets[q.ref], r["metric"]),
+                label=label,
+                color=colour,
             )
     ax.set_ylabel(y_label(panel, suffix, scale))
     if scale != 1:
         ax.set_xlabel("simulated hours")
     else:
         ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(lines) > 6 else 1)
+
+
+def time_integral(expr: str) -> bool:
+    """Hours over the range (the idle bars: samples times `$__interval_ms / 3600000`)."""
+    return bool(_HOURS.search(expr))
+
+
+def collapse_identical(
+    lines: list[tuple[str, list[tuple[float, float]]]],
+) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Series with the very same points drawn once, named for all of them (four GPUs' equal
+    totals are one line, not four hiding each other under four legend entries)."""
+    groups: dict[tuple[tuple[float, float], ...], list[str]] = {}
+    for label, points in lines:
+        groups.setdefault(tuple(points), []).append(label)
+    drawn = []
+    for same, labels in groups.items():
+        name = labels[0] if len(labels) == 1 else f"{labels[0]} (and {len(labels) - 1} equal)"
+        drawn.append((name, list(same)))
+    return drawn
+
+
+def _colours(n: int) -> list[Any]:
+    """A colour of its own for every series: matplotlib's ten, or twenty beyond ten."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _times(stamps: list[float], start: float, scale: float) -> list[Any]:
+    return (
+        hours_since(start, scale, stamps)
+        if scale != 1
+        else [datetime.fromtimestamp(t) for t in stamps]
+    )
+
+
+def panel_step(queries: list[Query]) -> float:
+    """The panel's step: the smallest gap between samples."""
+    stamps = sorted({float(t) for q in queries for r in q.result for t, _ in r.get("values", [])})
+    gaps = [b - a for a, b in pairwise(stamps) if b > a]
+    return min(gaps) if gaps else 1.0
+
+
+def _stacked(
+    ax: Any,
+    lines: list[tuple[str, list[tuple[float, float]]]],
+    colours: list[Any],
+    start: float,
+    scale: float,
+) -> None:
+    """Grafana's normal stacking: each series on top of the ones before, as steps."""
+    stamps = sorted({t for _, points in lines for t, _ in points})
+    values = [dict(points) for _, points in lines]
+    rows = [[v.get(t, 0.0) for t in stamps] for v in values]
+    ax.stackplot(
+        _times(stamps, start, scale),
+        rows,
+        labels=[label for label, _ in lines],
+        colors=colours,
+        step="post",
+        alpha=0.8,
+    )
+
+
+def _hourly_bars(
+    ax: Any,
+    lines: list[tuple[str, list[tuple[float, float]]]],
+    colours: list[Any],
+    start: float,
+    scale: float,
+    step: int,
+) -> None:
+    """Each interval's totals as bars side by side, each ending at its sample's time (an
+    `increase` over the interval before it)."""
+    import matplotlib.dates as mdates
+
+    # The interval in the time axis's own unit: simulated hours, or matplotlib's days.
+    width = step / scale / 3600 if scale != 1 else step / 86400
+    share = width / max(1, len(lines))
+    for i, ((label, points), colour) in enumerate(zip(lines, colours, strict=True)):
+        stamps = [t for t, _ in points]
+        ends = (
+            hours_since(start, scale, stamps)
+            if scale != 1
+            else [float(mdates.date2num(datetime.fromtimestamp(t))) for t in stamps]
+        )
+        xs = [x - width + share * i for x in ends]
+        ax.bar(xs, [v for _, v in points], width=share, align="edge", label=label, color=colour)
+    if scale == 1:
+        ax.xaxis_date()
 
 
 def _clock(queries: list[Query]) -> str:
@@ -268,7 +392,7 @@ def _heatmap(
         for y, r in enumerate(rows):
             for t, v in r["values"]:
                 grid[y][column[float(t)]] = float(v)
-        ax.imshow(
+        image = ax.imshow(
             grid,
             aspect="auto",
             cmap="Oranges",
@@ -277,6 +401,7 @@ def _heatmap(
             interpolation="none",
             extent=(0, len(times), len(rows), 0),
         )
+        ax.figure.colorbar(image, ax=ax, label="share of the interval idle", pad=0.01)
         ax.set_yticks(
             [i + 0.5 for i in range(len(rows))],
             [legend(target, r["metric"]) for r in rows],
@@ -292,16 +417,44 @@ def _heatmap(
         return
     # Grafana's calculated heatmap: count samples per (x bucket, y bucket).
     x_size = seconds(options["calculation"]["xBuckets"]["value"])
+    top = 24 if "hour of day" in panel["title"] else 168
     counts: dict[tuple[int, int], int] = defaultdict(int)
     for r in series:
         for t, v in r["values"]:
-            counts[(int(float(t) // x_size), int(float(v)))] += 1
+            if scale != 1:
+                # The query's hour is the recording's real clock; one clock for the whole
+                # picture: the simulated one, from the run's start.
+                simulated = (float(t) - start) / scale
+                counts[(int(simulated // x_size), int(simulated // 3600) % top)] += 1
+            else:
+                counts[(int(float(t) // x_size), int(float(v)))] += 1
     xs = sorted({x for x, _ in counts})
-    top = 24 if "hour of day" in panel["title"] else 168
     grid = [[counts.get((x, y), 0) for x in xs] for y in range(top)]
-    ax.imshow(grid, aspect="auto", cmap="Oranges", origin="lower", interpolation="none")
-    ax.set_xticks(range(len(xs)), [time.strftime("%m-%d", time.gmtime(x * x_size)) for x in xs])
-    ax.set_ylabel("hour")
+    image = ax.imshow(grid, aspect="auto", cmap="Oranges", origin="lower", interpolation="none")
+    unit = "hour" if top == 24 else "hour of the week"
+    per_hour = 3600 // seconds(panel.get("interval", "5m"))
+    ax.figure.colorbar(
+        image, ax=ax, pad=0.01, label=f"idle GPU samples ({per_hour} = one GPU the whole hour)"
+    )
+    if scale != 1:
+        ax.set_xticks(range(len(xs)), [f"day {x + 1}" for x in xs])
+        ax.set_ylabel(f"simulated {unit}")
+    else:
+        ax.set_xticks(range(len(xs)), [time.strftime("%m-%d", time.gmtime(x * x_size)) for x in xs])
+        ax.set_ylabel(unit)
+
+
+def span_words(start: float, end: float, scale: float) -> str:
+    """The range in the picture's one clock: simulated hours for a compressed run (with when
+    it was recorded), else the real range."""
+    began = time.strftime("%Y-%m-%d %H:%M", time.localtime(start))
+    if scale != 1:
+        return (
+            f"{(end - start) / scale / 3600:.1f} simulated hours, recorded at "
+            f"1/{1 / scale:g} time from {began}"
+        )
+    hours = (end - start) / 3600
+    return f"{began} + {hours:.1f} h" if hours >= 1 else f"{began} + {(end - start) / 60:.0f} min"
 
 
 def render(
@@ -325,8 +478,7 @@ def render(
             draw(ax, panels[title], [q for q in queries if q.panel == title], scale, start)
         for ax in list(axes.flat)[len(titles) :]:
             ax.axis("off")
-        span = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(start))} + {int(end - start)}s"
-        figure.suptitle(f"{dashboard['title']} ({span})", fontsize=12)
+        figure.suptitle(f"{dashboard['title']} ({span_words(start, end, scale)})", fontsize=12)
         figure.tight_layout()
         figure.savefig(out / name.replace(".json", ".png"), dpi=80)
         plt.close(figure)

@@ -3,8 +3,10 @@
 Figures come from the series the exporter, the rules and the actuator already record:
 
 - average GPU utilisation: `avg_over_time(gpu_utilization_ratio[period])`, averaged over GPUs;
-- idle time: `gpu_process:idle_condition` (the rules' own idle definition; its value is the
-  memory the idle process holds), read with a range query at a fixed step as
+- idle time: `gpu_process:idle_condition` or `gpu_process:stalled_condition` (the rules'
+  own definitions of a process that holds a GPU without working, idle or hung, as the
+  dashboards' idle panels count it; the value is the memory the process holds), read with a
+  range query at a fixed step as
   `last_over_time(...[step])`, so a series counts only for the steps it was recorded in (no
   5-minute look-back);
   idle process-hours, idle memory GiB-hours, and idle GPU-hours (steps in which at least
@@ -44,8 +46,11 @@ MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 poin
 MIN_STEP = 60.0
 GiB = 1024**3
 
+# Held and not working: the rules' idle or stalled condition (a hung job wastes its GPU as
+# an idle one does), as the dashboards' idle panels count it. Both values are the memory held.
 IDLE_BY_PROCESS = (
-    "max by (instance, gpu, uuid, pid) (last_over_time(gpu_process:idle_condition[{step}s]))"
+    "max by (instance, gpu, uuid, pid) (last_over_time(gpu_process:idle_condition[{step}s])"
+    " or last_over_time(gpu_process:stalled_condition[{step}s]))"
     " * on (instance, gpu, uuid, pid) group_left (node, user, project)"
     " max by (instance, gpu, uuid, pid, node, user, project)"
     " (last_over_time(gpu_process_info[{step}s]))"
@@ -56,8 +61,12 @@ IDLE_POWER_BY_PROCESS = (
     " max by (instance, gpu, uuid, pid, node, user, project)"
     " (last_over_time(gpu_process_info[{step}s]))"
 )
-SERVICE_IDLE_BY_PROCESS = IDLE_BY_PROCESS.replace(
-    "gpu_process:idle_condition", "gpu_process:service_idle_condition"
+SERVICE_IDLE_BY_PROCESS = (
+    "max by (instance, gpu, uuid, pid)"
+    " (last_over_time(gpu_process:service_idle_condition[{step}s]))"
+    " * on (instance, gpu, uuid, pid) group_left (node, user, project)"
+    " max by (instance, gpu, uuid, pid, node, user, project)"
+    " (last_over_time(gpu_process_info[{step}s]))"
 )
 AVG_UTILISATION = "avg(avg_over_time(gpu_utilization_ratio[{range}s]))"
 # The sample times of the GPU series, per step: where in the period data exists at all.

@@ -45,6 +45,7 @@ def _history(s: int) -> str:
         "gpu_utilization_ratio": [],
         "gpu_process_info": [],
         "gpu_process:idle_condition": [],
+        "gpu_process:stalled_condition": [],
         "gpu_process:idle_power_watts": [],
         "gpu_process:service_idle_condition": _series(
             "gpu_process:service_idle_condition",
@@ -80,14 +81,15 @@ def _history(s: int) -> str:
     idle = [  # pid, memory, from, to
         (100, 4 * GiB, start, start + 3600),
         (200, 2 * GiB, start + 1800, start + 3600),
-        (201, 1 * GiB, start + 1800, start + 3600),
+        (201, 1 * GiB, start + 1800, start + 3600),  # hung: stalled, counted as idle is
         (300, 8 * GiB, before, start),
     ]
     watts = {100: 120.0, 200: 80.0, 201: 40.0, 300: 90.0}  # its share of its GPU's draw
     for pid, memory, a, b in idle:
         g = info[pid][0]
-        families["gpu_process:idle_condition"] += _series(
-            "gpu_process:idle_condition",
+        condition = "gpu_process:stalled_condition" if pid == 201 else "gpu_process:idle_condition"
+        families[condition] += _series(
+            condition,
             f'{EXPORTER},gpu="{g}",uuid="GPU-{g}",pid="{pid}"',
             memory,
             a,
@@ -315,3 +317,59 @@ def test_the_period_s_gpu_hours_are_never_printed_below_its_idle_gpu_hours() -> 
     rows = dict(summary_rows(Figures(0.0, 72.0, 12.0, 2, 0.5, idle), Price()))
     assert float(rows["GPU-hours in the period"]) >= float(rows["idle GPU-hours"])
     assert rows["GPU-hours in the period"] == "0.04"
+
+
+def test_the_fleet_previews_idle_bars_agree_with_the_report(backfilled: tuple[Server, int]) -> None:
+    """The same run, the same figures: the fleet dashboard's idle bars (as its preview runs
+    and draws them) against `report`. Bob's two idle processes on one GPU for half an hour are
+    0.5 GPU-hours in both (the bars once counted process-hours under a GPU-hours title)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from prometheus_api_client import PrometheusConnect
+
+    from tests.helpers.previews import previews_module
+
+    prom, start = backfilled
+    got = json.loads(
+        report(
+            prom, "--since", _iso(start), "--until", _iso(start + 7200), "--format", "json"
+        ).stdout
+    )
+    said = {(g["by"], g["name"]): g for g in got["groups"]}
+    previews = previews_module()
+    dashboard = json.loads(
+        (previews.DASHBOARDS / "gpu-reclaimer-fleet.json").read_text(encoding="utf-8")
+    )
+    panels = {p["title"]: p for p in dashboard["panels"]}
+    titles = ("Idle GPU-hours by user", "Idle memory by project (GiB-hours)")
+    queries = previews.run_queries(
+        PrometheusConnect(prom.url), dashboard, titles, start, start + 7200, 15
+    )
+    step_hours = 72 / 3600  # the panels' interval: the range over 100 points
+    for title, by, figure in (
+        (titles[0], "user", "idle_gpu_hours"),
+        (titles[1], "project", "idle_memory_gib_hours"),
+    ):
+        (query,) = [q for q in queries if q.panel == title]
+        bars = {r["metric"][by]: float(r["value"][1]) for r in query.result}
+        expected = {name: g[figure] for (kind, name), g in said.items() if kind == by}
+        # Within one panel interval: the subquery's first step may sit on the period's start
+        # (carol, idle until then, gets that one step), where the report's steps end after it.
+        per_step = step_hours * (8 if figure == "idle_memory_gib_hours" else 1)
+        for name in set(bars) | set(expected):
+            assert abs(bars.get(name, 0.0) - expected.get(name, 0.0)) <= per_step + 1e-9, (
+                title,
+                name,
+                bars,
+                expected,
+            )
+        # And the picture shows those values, on the same clock.
+        drawing, ax = plt.subplots()
+        previews.draw(ax, panels[title], [query])
+        assert sorted(round(b.get_width(), 6) for b in ax.patches) == sorted(
+            round(v, 6) for v in bars.values()
+        )
+        plt.close(drawing)
+    assert said[("user", "bob")]["idle_gpu_hours"] == 0.5
