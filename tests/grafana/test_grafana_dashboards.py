@@ -117,12 +117,12 @@ def referenced(text: str) -> set[str]:
     return {next(g for g in m.groups() if g) for m in VARIABLE_RE.finditer(text)}
 
 
-def expand(expr: str, values: dict[str, str], range_s: int) -> str:
+def expand(expr: str, values: dict[str, str], range_s: int, interval_s: int = 1) -> str:
     """Substitute template variables as Grafana does for a Prometheus query."""
     builtins = {
         "__rate_interval": RATE_INTERVAL,
-        "__interval": "1s",
-        "__interval_ms": "1000",
+        "__interval": f"{interval_s}s",
+        "__interval_ms": str(interval_s * 1000),
         "__range": f"{range_s}s",
         "__range_s": str(range_s),
         "__range_ms": str(range_s * 1000),
@@ -530,10 +530,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield live
 
 
-def _run_target(stack: Stack, target: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
+def panel_interval_s(panel: dict[str, Any]) -> int:
+    """Grafana's $__interval for the panel here: its minimum interval at the rules' scale
+    (an hourly panel's hour is 240 s), else the 1 s scrape."""
+    minimum = panel.get("interval")
+    if not minimum:
+        return 1
+    number, unit = int(minimum[:-1]), minimum[-1]
+    return max(1, round(number * {"s": 1, "m": 60, "h": 3600}[unit] * SCALE))
+
+
+def _run_target(
+    stack: Stack,
+    target: dict[str, Any],
+    values: dict[str, str],
+    panel: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run one Grafana target the way Grafana would; the API's whole answer."""
     range_s = stack.range_s()
-    expr = expand(target["expr"], values, range_s)
+    expr = expand(target["expr"], values, range_s, panel_interval_s(panel or {}))
     if target.get("instant"):
         return api_response(stack.prom.url, "/api/v1/query", query=expr)
     end = time.time()
@@ -552,7 +567,7 @@ def _check_dashboard(stack: Stack, path: Path, values: dict[str, str]) -> list[s
     empty: list[str] = []
     for panel in query_panels(load(path)):
         for target in panel["targets"]:
-            answer = _run_target(stack, target, values)
+            answer = _run_target(stack, target, values, panel)
             where = f"{path.name}: {panel['title']!r} [{target['refId']}] {values}"
             assert answer.get("status") == "success", f"{where}: {answer}\n{target['expr']}"
             if not answer["data"]["result"]:
