@@ -3,17 +3,26 @@
 The event loop reads every request in full before the app sees it, so idle or trickling
 connections cost a file descriptor and a coroutine, never one of the threads that answer
 webhooks (gunicorn's sync and thread workers read a request in the thread that serves it:
-two slow clients were enough to stall them). asgiref's `WsgiToAsgi` runs the Flask app in
-a thread; `BodyLimit` refuses an oversized body before it is read or spooled to disk.
+two slow clients were enough to stall them). The Flask app runs in a pool of
+`APP_THREADS` threads per worker (asgiref runs it in one thread by default: one request at
+a time per worker), so the webhook's deliveries that arrive together commit together
+(actuator/store/group_commit.py). `BodyLimit` refuses an oversized body before it is read
+or spooled to disk.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.wsgi import WsgiToAsgi
+from asgiref.sync import sync_to_async
+from asgiref.wsgi import WsgiToAsgi, WsgiToAsgiInstance
+
+# Requests a worker answers at once. The app holds no lock across a request; the store keeps
+# a connection per thread, and its writes serialise in the database (and group there).
+APP_THREADS = 16
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -73,5 +82,23 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class _PooledInstance(WsgiToAsgiInstance):
+    # asgiref's own method, run in the pool instead of its one shared thread.
+    run_wsgi_app = sync_to_async(
+        WsgiToAsgiInstance.__dict__["run_wsgi_app"].func,
+        thread_sensitive=False,
+        executor=ThreadPoolExecutor(APP_THREADS, thread_name_prefix="app"),
+    )
+
+
+class PooledWsgiToAsgi(WsgiToAsgi):
+    """WsgiToAsgi whose requests run in `APP_THREADS` threads at once."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _PooledInstance(self.wsgi_application, self.duplicate_header_limit)(
+            scope, receive, send
+        )
+
+
 def asgi_app(flask_app: Any, max_body: int, on_refused: Callable[[str], None]) -> Asgi:
-    return BodyLimit(WsgiToAsgi(flask_app), max_body, on_refused)
+    return BodyLimit(PooledWsgiToAsgi(flask_app), max_body, on_refused)

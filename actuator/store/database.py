@@ -39,6 +39,19 @@ def _duplicate_errors() -> tuple[type[Exception], ...]:
 
 # A unique constraint said no, on either backend.
 DUPLICATE = _duplicate_errors()
+
+
+def _database_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [sqlite3.Error]
+    with suppress(ImportError):
+        import psycopg
+
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+# The database failed (not one statement's input): the transaction fails as a whole.
+DATABASE_ERRORS = _database_errors()
 # The write-ahead log is checkpointed every WAL_PAGES pages and cut back to that size, so
 # it never holds more than about 400 KiB: on a small volume the log itself must not take
 # the space a full disk needs to recover (SQLite's default lets it grow to 4 MiB and keep it).

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from actuator.models import AlertmanagerAlert, Case, epoch, is_reclaimable, is_zero_time
 from actuator.store.cases import insert_case
 from actuator.store.counters import bump
-from actuator.store.database import Database
+from actuator.store.database import DATABASE_ERRORS, DUPLICATE, Conn, Database
+from actuator.store.group_commit import GroupCommit
 
 
 @dataclass(frozen=True)
@@ -42,58 +43,39 @@ class EpisodeQueries(Database):
 
         `resolved` is sticky: once any delivery said an episode resolved, it stays resolved,
         so a late or duplicated `firing` copy can never revive it.
+
+        Deliveries that arrive together are committed together (store/group_commit.py): one
+        transaction and one fsync for the group, each delivery in a savepoint of its own, and
+        none answered before the group committed.
         """
-        recorded = ignored = 0
-        duplicates: list[tuple[str, str, int]] = []
+        group = self.__dict__.get("_alert_group")
+        if group is None:  # setdefault: two first deliveries at once share one
+            group = self.__dict__.setdefault("_alert_group", GroupCommit(self._record_group))
+        return group.submit(_Delivery(alerts, rejected, now))
+
+    @property
+    def alert_groups(self) -> GroupCommit[_Delivery, Ingest] | None:
+        """The webhook's group commit (None before its first delivery): for tests."""
+        return self.__dict__.get("_alert_group")
+
+    def _record_group(self, deliveries: list[_Delivery]) -> list[Ingest | BaseException]:
+        answers: list[Ingest | BaseException] = []
         with self._tx() as conn:
-            for alert in alerts:
-                if not is_reclaimable(alert):
-                    ignored += 1
-                    continue
-                ends = None if is_zero_time(alert.endsAt) else epoch(alert.endsAt)  # type: ignore[arg-type]
-                starts_ts = epoch(alert.startsAt)
-                row = conn.execute(
-                    """
-                    INSERT INTO episodes (fingerprint, starts_at, starts_ts, alertname, labels,
-                        annotations, status, ends_ts, first_seen, last_seen)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (fingerprint, starts_at) DO UPDATE SET
-                        status = CASE WHEN episodes.status = 'resolved' OR
-                                 excluded.status = 'resolved' THEN 'resolved' ELSE 'firing' END,
-                        ends_ts = COALESCE(excluded.ends_ts, episodes.ends_ts),
-                        last_seen = excluded.last_seen,
-                        deliveries = episodes.deliveries + 1,
-                        processed = CASE WHEN episodes.status = 'firing' AND
-                                    excluded.status = 'resolved' THEN 0 ELSE episodes.processed END
-                    RETURNING deliveries
-                    """,
-                    (
-                        alert.fingerprint,
-                        repr(starts_ts),
-                        starts_ts,
-                        alert.labels.get("alertname", ""),
-                        json.dumps(alert.labels, sort_keys=True),
-                        json.dumps(alert.annotations, sort_keys=True),
-                        alert.status,
-                        ends,
-                        now,
-                        now,
-                    ),
-                ).fetchone()
-                deliveries = int(row["deliveries"])
-                if deliveries > 1:
-                    duplicates.append((alert.fingerprint, repr(starts_ts), deliveries))
-                recorded += 1
-            bump(conn, "webhook_requests", "200")
-            if rejected:
-                bump(conn, "alerts_rejected", "", rejected)
-        return Ingest(
-            received=len(alerts) + rejected,
-            recorded=recorded,
-            ignored=ignored,
-            rejected=rejected,
-            duplicates=tuple(duplicates),
-        )
+            for n, delivery in enumerate(deliveries):
+                savepoint = f"delivery_{n}"
+                conn.execute(f"SAVEPOINT {savepoint}")
+                try:
+                    answers.append(_record(conn, delivery))
+                except DUPLICATE as exc:  # this delivery's input alone: the others commit
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    answers.append(exc)
+                except DATABASE_ERRORS:
+                    raise  # the database failed: the whole group fails with it (503, resent)
+                except Exception as exc:  # this delivery alone: the others still commit
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    answers.append(exc)
+                conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+        return answers
 
     def pending_episodes(self, limit: int = 500) -> list[Episode]:
         rows = self._read(
@@ -147,3 +129,65 @@ class EpisodeQueries(Database):
             (case_id,),
         )
         return int(rows[0]["n"])
+
+
+@dataclass(frozen=True)
+class _Delivery:
+    alerts: list[AlertmanagerAlert]
+    rejected: int
+    now: float
+
+
+def _record(conn: Conn, delivery: _Delivery) -> Ingest:
+    """One delivery's upserts and counters, in the group's transaction."""
+    alerts, rejected, now = delivery.alerts, delivery.rejected, delivery.now
+    recorded = ignored = 0
+    duplicates: list[tuple[str, str, int]] = []
+    for alert in alerts:
+        if not is_reclaimable(alert):
+            ignored += 1
+            continue
+        ends = None if is_zero_time(alert.endsAt) else epoch(alert.endsAt)  # type: ignore[arg-type]
+        starts_ts = epoch(alert.startsAt)
+        row = conn.execute(
+            """
+            INSERT INTO episodes (fingerprint, starts_at, starts_ts, alertname, labels,
+                annotations, status, ends_ts, first_seen, last_seen)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (fingerprint, starts_at) DO UPDATE SET
+                status = CASE WHEN episodes.status = 'resolved' OR
+                         excluded.status = 'resolved' THEN 'resolved' ELSE 'firing' END,
+                ends_ts = COALESCE(excluded.ends_ts, episodes.ends_ts),
+                last_seen = excluded.last_seen,
+                deliveries = episodes.deliveries + 1,
+                processed = CASE WHEN episodes.status = 'firing' AND
+                            excluded.status = 'resolved' THEN 0 ELSE episodes.processed END
+            RETURNING deliveries
+            """,
+            (
+                alert.fingerprint,
+                repr(starts_ts),
+                starts_ts,
+                alert.labels.get("alertname", ""),
+                json.dumps(alert.labels, sort_keys=True),
+                json.dumps(alert.annotations, sort_keys=True),
+                alert.status,
+                ends,
+                now,
+                now,
+            ),
+        ).fetchone()
+        deliveries = int(row["deliveries"])
+        if deliveries > 1:
+            duplicates.append((alert.fingerprint, repr(starts_ts), deliveries))
+        recorded += 1
+    bump(conn, "webhook_requests", "200")
+    if rejected:
+        bump(conn, "alerts_rejected", "", rejected)
+    return Ingest(
+        received=len(alerts) + rejected,
+        recorded=recorded,
+        ignored=ignored,
+        rejected=rejected,
+        duplicates=tuple(duplicates),
+    )

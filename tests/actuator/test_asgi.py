@@ -93,3 +93,47 @@ def test_a_chunked_body_is_counted_as_it_arrives() -> None:
     assert status == 413 and refused == ["/api/v1/alerts"]
     assert pulled == 3  # stopped at the chunk that crossed the limit, not all ten
     assert "larger than" in answer["error"]
+
+
+def test_requests_of_one_worker_run_at_once() -> None:
+    """Eight requests that each wait for the others (a barrier) all finish: the app runs
+    in a pool, not asgiref's one shared thread (where the first would wait for ever)."""
+    import threading
+
+    barrier = threading.Barrier(8, timeout=10)
+    app = Flask("t")
+
+    @app.post("/api/v1/alerts")
+    def alerts() -> dict[str, int]:
+        return {"arrived": barrier.wait()}
+
+    served = asgi_app(app, LIMIT, lambda _: None)
+
+    async def one() -> int:
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> MutableMapping[str, Any]:
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/api/v1/alerts",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "http_version": "1.1",
+            "scheme": "http",
+            "server": ("127.0.0.1", 80),
+            "client": ("127.0.0.1", 1),
+            "root_path": "",
+        }
+        await served(scope, receive, send)
+        return int(sent[0]["status"])
+
+    async def all_at_once() -> list[int]:
+        return await asyncio.gather(*(one() for _ in range(8)))
+
+    assert asyncio.run(all_at_once()) == [200] * 8
