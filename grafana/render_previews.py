@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -93,11 +94,16 @@ def variable_values(dashboard: dict[str, Any]) -> dict[str, str]:
     return values
 
 
+# Grafana's $__interval is the range over the panel's max data points, by default its width
+# in pixels: a half-width panel on a laptop is about 800.
+POINTS = 800
+
+
 def panel_interval(panel: dict[str, Any], range_s: int, scrape_s: float, scale: float) -> int:
-    """Grafana's $__interval: the range over ~100 points, at least the panel's minimum (x the
+    """Grafana's $__interval: the range over POINTS, at least the panel's minimum (x the
     time scale, for data recorded by the compressed demo)."""
     minimum = seconds(panel["interval"]) * scale if panel.get("interval") else scrape_s
-    return max(1, math.ceil(minimum), math.ceil(range_s / 100))
+    return max(1, math.ceil(minimum), math.ceil(range_s / POINTS))
 
 
 def run_queries(
@@ -245,19 +251,25 @@ def draw(
         float(v) * factor[q.ref] for q in queries for r in q.result for _, v in r["values"]
     ]
     divisor, suffix = _scale(unit, everything)
-    lines = collapse_identical(
-        [
-            (
-                legend(targets[q.ref], r["metric"]),
-                [(float(t), float(v) * factor[q.ref] / divisor) for t, v in r["values"]],
-            )
-            for q in queries
-            for r in q.result
-        ]
-    )
+    lines = [
+        (
+            legend(targets[q.ref], r["metric"]),
+            [(float(t), float(v) * factor[q.ref] / divisor) for t, v in r["values"]],
+        )
+        for q in queries
+        for r in q.result
+    ]
     custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
     stacked = custom.get("stacking", {}).get("mode") == "normal"
     bars = custom.get("drawStyle") == "bars"
+    # Stacked, equal series are layers of their own; a layer of zeros adds nothing to see
+    # and is left out of the legend (said in its title). Lines: equal ones drawn once.
+    left_out = [label for label, points in lines if stacked and not any(v for _, v in points)]
+    lines = (
+        [(label, points) for label, points in lines if label not in left_out]
+        if stacked
+        else collapse_identical(lines)
+    )
     colours = _colours(len(lines))
     if bars:
         _hourly_bars(ax, lines, colours, start, scale, int(panel_step(queries)))
@@ -277,7 +289,14 @@ def draw(
         ax.set_xlabel("simulated hours")
     else:
         ax.xaxis.set_major_formatter(mdates.DateFormatter(_clock(queries)))
-    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(lines) > 6 else 1)
+    title = f"0 throughout: {', '.join(left_out)}" if left_out else None
+    ax.legend(
+        fontsize=7,
+        loc="upper left",
+        ncol=2 if len(lines) > 6 else 1,
+        title=title,
+        title_fontsize=6,
+    )
 
 
 def time_integral(expr: str) -> bool:
@@ -419,12 +438,18 @@ def _heatmap(
     x_size = seconds(options["calculation"]["xBuckets"]["value"])
     top = 24 if "hour of day" in panel["title"] else 168
     counts: dict[tuple[int, int], int] = defaultdict(int)
+    last = max((float(t) for r in series for t, _ in r["values"]), default=start)
     for r in series:
         for t, v in r["values"]:
             if scale != 1:
                 # The query's hour is the recording's real clock; one clock for the whole
-                # picture: the simulated one, from the run's start.
-                simulated = (float(t) - start) / scale
+                # picture: the simulated one, from the run's start. A sample stands for
+                # the interval before it (the last one, at the range's end, for its last
+                # hour, not the next day's first).
+                simulated = max(0.0, (float(t) - start) / scale - 1e-6)
+                # A scale given rounded (0.00833 for 1/120) must not push the range's last
+                # sample into a day of its own.
+                simulated = min(simulated, max(0.0, (last - start) / scale - 1e-6))
                 counts[(int(simulated // x_size), int(simulated // 3600) % top)] += 1
             else:
                 counts[(int(float(t) // x_size), int(float(v)))] += 1
@@ -432,7 +457,7 @@ def _heatmap(
     grid = [[counts.get((x, y), 0) for x in xs] for y in range(top)]
     image = ax.imshow(grid, aspect="auto", cmap="Oranges", origin="lower", interpolation="none")
     unit = "hour" if top == 24 else "hour of the week"
-    per_hour = 3600 // seconds(panel.get("interval", "5m"))
+    per_hour = round(3600 / (panel_step(queries) / scale))  # samples an idle GPU-hour holds
     ax.figure.colorbar(
         image, ax=ax, pad=0.01, label=f"idle GPU samples ({per_hour} = one GPU the whole hour)"
     )
@@ -485,6 +510,17 @@ def render(
     return everything
 
 
+def fraction(text: str) -> float:
+    """A time scale: 0.00833, or as the demo states it, 1/120."""
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a scale: {text!r} (e.g. 1/120 or 0.00833)") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"a scale is above 0 and at most 1, not {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -502,9 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--scale",
-        type=float,
+        type=fraction,
         default=1.0,
-        help="time scale the data was recorded at (the demo's: 0.0667): "
+        help="time scale the data was recorded at (the demo's: 1/15; the day's: 1/120): "
         "panels' minimum intervals shrink by it",
     )
     parser.add_argument("--out", type=Path, default=Path("docs/previews"))

@@ -114,8 +114,10 @@ class Figures:
         return (self.end - self.start) / 3600
 
 
-def step_for(start: float, end: float) -> float:
-    return max(MIN_STEP, -(-(end - start) // MAX_POINTS))
+def step_for(start: float, end: float, asked: float | None = None) -> float:
+    """The step: `asked` (at least 1 s), else MIN_STEP; longer where the period would need
+    more than MAX_POINTS of them."""
+    return max(max(1.0, asked) if asked else MIN_STEP, -(-(end - start) // MAX_POINTS))
 
 
 def _scalar(result: Any) -> float | None:
@@ -129,11 +131,14 @@ def build(
     start: float,
     end: float,
     progress: Callable[[str], None] = lambda _: None,
+    step: float | None = None,
 ) -> Figures:
-    """Query Prometheus for the period [start, end] (unix seconds)."""
+    """Query Prometheus for the period [start, end] (unix seconds), at `step` (default
+    MIN_STEP)."""
     if end <= start:
         raise ValueError("the period is empty: --until must be after --since")
-    step = step_for(start, end)
+    asked_step = step
+    step = step_for(start, end, asked_step)
     progress("what the data covers")
     covered = _covered(prom, start, end, step)
     if covered is None:
@@ -144,7 +149,7 @@ def build(
     asked = None
     if covered != (start, end):  # figures over the span the data covers, and said so
         asked, (start, end) = (start, end), covered
-        step = step_for(start, end)
+        step = step_for(start, end, asked_step)
     if end - start < step:  # less than one step (a new exporter, a short period): one step
         asked = asked or (start, end)
         start = end - step

@@ -56,6 +56,16 @@ def add_commands(commands: Any) -> None:
     )
     parser.add_argument("--currency", default="", help="shown beside costs, e.g. CNY")
     parser.add_argument(
+        "--step",
+        type=argtypes.duration,
+        default=None,
+        metavar="DURATION",
+        help="how finely idle time is counted: a process counts for a step when it was "
+        "idle within it (default 60s, longer past about a week; at least 1s). A run "
+        "recorded with time compressed wants a shorter one: at 1/120, 1s is 2 simulated "
+        "minutes",
+    )
+    parser.add_argument(
         "--format",
         choices=["table", "csv", "json", "markdown"],
         default="table",
@@ -139,11 +149,13 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"querying {args.prometheus}: {step} ...", file=sys.stderr, flush=True)
 
     try:
-        figures = build(prom, start, end, progress)
+        figures = build(prom, start, end, progress, args.step)
         before = None
         if args.compare_to:
             try:
-                before = build(prom, start - args.compare_to, end - args.compare_to, progress)
+                before = build(
+                    prom, start - args.compare_to, end - args.compare_to, progress, args.step
+                )
             except NoData as error:  # the current period stands on its own
                 print(f"no comparison: {error}", file=sys.stderr)
     except NoData as error:

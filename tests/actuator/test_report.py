@@ -347,7 +347,7 @@ def test_the_fleet_previews_idle_bars_agree_with_the_report(backfilled: tuple[Se
     queries = previews.run_queries(
         PrometheusConnect(prom.url), dashboard, titles, start, start + 7200, 15
     )
-    step_hours = 72 / 3600  # the panels' interval: the range over 100 points
+    step_hours = previews.panel_interval({}, 7200, 15, 1.0) / 3600  # the panels' interval
     for title, by, figure in (
         (titles[0], "user", "idle_gpu_hours"),
         (titles[1], "project", "idle_memory_gib_hours"),
@@ -373,3 +373,34 @@ def test_the_fleet_previews_idle_bars_agree_with_the_report(backfilled: tuple[Se
         )
         plt.close(drawing)
     assert said[("user", "bob")]["idle_gpu_hours"] == 0.5
+
+
+def test_a_finer_step_counts_idle_time_more_finely(backfilled: tuple[Server, int]) -> None:
+    """Bob's processes are idle from 30 minutes in to the hour. Over the 1,600 s from
+    2,000 s in, each step counts whole: within one step of the truth, and a 15 s step is
+    closer than a 10-minute one. A step under 1 s is taken as 1 s (never a query
+    Prometheus refuses)."""
+    prom, start = backfilled
+    truth = 1600 / 3600
+    errors = {}
+    for step, seconds in (("10m", 600), ("15s", 15)):
+        done = report(
+            prom,
+            "--since",
+            _iso(start + 2000),
+            "--until",
+            _iso(start + 3600),
+            "--step",
+            step,
+            "--format",
+            "json",
+        )
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert got["step_seconds"] == seconds
+        bob = {(g["by"], g["name"]): g for g in got["groups"]}[("user", "bob")]
+        errors[step] = abs(bob["idle_gpu_hours"] - truth)
+        assert errors[step] <= seconds / 3600 + 1e-9, (step, bob["idle_gpu_hours"], truth)
+    assert errors["15s"] < errors["10m"]
+    tiny = report(prom, "--since", _iso(start), "--until", _iso(start + 60), "--step", "0.1s")
+    assert tiny.returncode == 0, tiny.stderr

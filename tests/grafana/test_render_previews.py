@@ -144,11 +144,12 @@ def test_idle_hours_of_a_compressed_run_are_simulated_hours(previews: Any) -> No
 def test_hour_of_day_of_a_compressed_run_is_the_simulated_hour_with_a_colour_scale(
     previews: Any,
 ) -> None:
-    """At 1/120 a 5-minute sample is 2.5 real seconds; samples 30 real seconds apart are an
-    hour apart on the simulated clock, whatever hour the real clock said (the value)."""
+    """At 1/120 samples 30 real seconds apart are an hour apart on the simulated clock,
+    whatever hour the real clock said (the value); each stands for the hour before it, and
+    the colour scale says what a full hour holds at that spacing."""
     panel = _fleet_panel("Idle GPU time by hour of day")
     start = 1_000_000.0
-    samples = [[start + 30 * h, "13"] for h in range(3)]  # the real clock: 13h all along
+    samples = [[start + 30 * h, "13"] for h in range(1, 4)]  # the real clock: 13h all along
     result = [{"metric": {}, "values": samples}]
     figure, ax = _axes()
     previews.draw(
@@ -157,7 +158,7 @@ def test_hour_of_day_of_a_compressed_run_is_the_simulated_hour_with_a_colour_sca
     grid = ax.images[0].get_array()
     assert [int(grid[h][0]) for h in range(4)] == [1, 1, 1, 0]
     assert ax.get_ylabel() == "simulated hour"
-    assert len(figure.axes) == 2 and "12 = one GPU the whole hour" in figure.axes[1].get_ylabel()
+    assert len(figure.axes) == 2 and "1 = one GPU the whole hour" in figure.axes[1].get_ylabel()
     figure.clf()
 
 
