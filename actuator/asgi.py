@@ -21,8 +21,9 @@ from asgiref.sync import sync_to_async
 from asgiref.wsgi import WsgiToAsgi, WsgiToAsgiInstance
 
 # Requests a worker answers at once. The app holds no lock across a request; the store keeps
-# a connection per thread, and its writes serialise in the database (and group there).
-APP_THREADS = 16
+# a connection per thread (on PostgreSQL: workers x APP_THREADS per replica at most, beside
+# the reconciler's), and its writes serialise in the database (and group there).
+APP_THREADS = 8
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
