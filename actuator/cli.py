@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from actuator.config import DEFAULT_PORT, ConfigError, config_warnings, load_config
@@ -55,11 +56,14 @@ def run_actuator(args: argparse.Namespace) -> int:
             check_storage(config)
     except ConfigError as exc:  # a user's mistake: one error, as every command says it
         raise CommandError(str(exc)) from None
-    for warning in config_warnings(config):
-        log.warning("%s: %s", args.config, warning)
-    if args.check_config:
+    warnings = config_warnings(config)
+    if args.check_config:  # a person reads this: the command's own voice, not log lines
+        for warning in warnings:
+            print(f"gpu-reclaimer actuator: warning: {args.config}: {warning}", file=sys.stderr)
         print(f"{args.config}: OK (mode {config.mode})")
         return 0
+    for warning in warnings:
+        log.warning("%s: %s", args.config, warning)
     listen = args.listen or config.server.listen
     if ":" not in listen:
         listen = f"{listen}:{DEFAULT_PORT}"

@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from actuator.prometheus_api import PrometheusQueries
+from exporter.units import format_duration
 
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points
 MIN_STEP = 60.0
@@ -311,7 +312,7 @@ def summary_rows(f: Figures, price: Price) -> list[tuple[str, str]]:
     rows = [
         (
             "period",
-            f"{_iso(f.start)} .. {_iso(f.end)} ({f.hours:.1f} h)"
+            f"{_iso(f.start)} .. {_iso(f.end)} ({format_duration(round(f.end - f.start))})"
             + (
                 f"; the data covers only this part of the period asked, "
                 f"{_iso(f.asked[0])} .. {_iso(f.asked[1])}"

@@ -317,6 +317,7 @@ def test_the_period_s_gpu_hours_are_never_printed_below_its_idle_gpu_hours() -> 
     rows = dict(summary_rows(Figures(0.0, 72.0, 12.0, 2, 0.5, idle), Price()))
     assert float(rows["GPU-hours in the period"]) >= float(rows["idle GPU-hours"])
     assert rows["GPU-hours in the period"] == "0.04"
+    assert rows["period"].endswith("(1m12s)")  # not "(0.0 h)"
 
 
 def test_the_fleet_previews_idle_bars_agree_with_the_report(backfilled: tuple[Server, int]) -> None:

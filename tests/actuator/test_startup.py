@@ -148,3 +148,20 @@ def test_the_documented_check_config_without_a_token_says_how_to_give_one(
     assert done.stderr.startswith("gpu-reclaimer actuator: error: "), done.stderr
     assert "Make one" in done.stderr and "--token-file" in done.stderr
     assert "ERROR" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_config_says_its_warnings_as_the_command_not_as_log_lines(tmp_path: Path) -> None:
+    """Issue 60: a warning of `--check-config` reads like every command's own message."""
+    config = tmp_path / "actuator.yml"
+    config.write_text(
+        f"mode: enforce\ndefaults: {{grace: 15s}}\nstorage: {{database: {tmp_path / 'db'}, "
+        f"audit_log: {tmp_path / 'audit.jsonl'}}}\nnotice: {{required: false}}\n"
+    )
+    done = check_config(tmp_path, config)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if line.strip()]
+    assert warned and all(
+        line.startswith(f"gpu-reclaimer actuator: warning: {config}: ") for line in warned
+    ), done.stderr
+    assert any("owners have almost no time to react" in line for line in warned)
+    assert done.stdout.strip() == f"{config}: OK (mode enforce)"
