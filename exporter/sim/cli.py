@@ -132,7 +132,39 @@ def add_commands(commands: Any) -> None:
         help="utilisation samples of GPU name PID+OFFSET (another PID namespace)",
     )
     fault.add_argument("--leak", choices=["on", "off"], help="leak memory of exited processes")
+    fault.add_argument(
+        "--checkpoint-lock-hang",
+        choices=["on", "off"],
+        help="the driver's checkpoint lock never returns in time (a kernel that never ends)",
+    )
     fault.set_defaults(func=_fault, command_prog=fault.prog)
+
+    suspend = sub.add_parser(
+        "suspend",
+        help="checkpoint a process's GPU state into host memory (the CUDA driver's checkpoint)",
+        description="As cuCheckpointProcessLock then cuCheckpointProcessCheckpoint: the "
+        "process stops, its GPU memory is copied into its host memory and the GPU released "
+        "(exporter/sim/checkpoint.py). Refused for an NCCL rank or where host memory is short.",
+    )
+    suspend.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
+    suspend.add_argument("pid", type=argtypes.positive_int, help="the process to suspend")
+    suspend.add_argument(
+        "--lock-timeout",
+        type=argtypes.duration,
+        default=10.0,
+        help="how long the lock waits for the process to stop (default 10s)",
+    )
+    suspend.set_defaults(func=_suspend, command_prog=suspend.prog)
+    resume = sub.add_parser(
+        "resume",
+        help="restore a suspended process onto a GPU and let it run",
+        description="As cuCheckpointProcessRestore then cuCheckpointProcessUnlock: onto its "
+        "own GPU, or --gpu I of the same chip; refused (still suspended) without room.",
+    )
+    resume.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
+    resume.add_argument("pid", type=argtypes.positive_int, help="the suspended process")
+    resume.add_argument("--gpu", type=int, metavar="I", help="restore onto GPU I")
+    resume.set_defaults(func=_resume, command_prog=resume.prog)
 
     status = sub.add_parser("status", help="show a node's GPUs, processes and faults")
     status.add_argument("dir", type=Path, help="the simulated node's directory (sim init)")
@@ -326,6 +358,8 @@ def _fault(args: argparse.Namespace) -> int:
         )
     if args.hang is not None:
         changes["hang_call"] = args.hang
+    if args.checkpoint_lock_hang:
+        changes["checkpoint_lock_hang"] = args.checkpoint_lock_hang == "on"
     if args.hang_seconds is not None:
         changes["hang_seconds"] = args.hang_seconds
     if args.ghost:
@@ -366,7 +400,44 @@ def describe_faults(faults: Faults) -> str:
         f"GPU {gpu}'s utilisation samples name PID+{offset}"
         for gpu, offset in faults.util_pid_offsets
     ]
+    if faults.checkpoint_lock_hang:
+        said.append("the checkpoint lock never returns in time")
     return "faults: " + ("; ".join(said) if said else "none")
+
+
+def _suspend(args: argparse.Namespace) -> int:
+    from exporter.sim.checkpoint import CheckpointError, checkpoint, lock, unlock
+
+    _load(args.dir)
+    try:
+        lock(args.dir, args.pid, timeout_s=args.lock_timeout)
+        try:
+            done = checkpoint(args.dir, args.pid)
+        except CheckpointError:
+            unlock(args.dir, args.pid)  # refused: it runs on, as before
+            raise
+    except CheckpointError as exc:
+        raise CommandError(f"cannot suspend process {args.pid}: {exc}") from None
+    print(
+        f"process {args.pid} suspended: {format_size(done.footprint)} copied from GPU "
+        f"{done.gpu} into host memory; the GPU is released"
+    )
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from exporter.sim.checkpoint import CheckpointError, restore, unlock
+
+    node = _load(args.dir)
+    if args.gpu is not None:
+        _check_gpus(node, "--gpu", [args.gpu])
+    try:
+        done = restore(args.dir, args.pid, args.gpu)
+        unlock(args.dir, args.pid)
+    except CheckpointError as exc:
+        raise CommandError(f"cannot resume process {args.pid}: {exc}") from None
+    print(f"process {args.pid} resumed on GPU {done.gpu} ({format_size(done.footprint)})")
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -385,6 +456,13 @@ def _status(args: argparse.Namespace) -> int:
                 f"  pid {p.pid:>7} {format_size(p.memory_used):>10} util {p.sm_util:>3}% "
                 f"{p.extra.get('phase', '?'):<6} {'alive' if alive else 'exited'}"
             )
+    from exporter.sim.checkpoint import suspended
+
+    for record in suspended(args.dir):
+        print(
+            f"suspended: pid {record.pid} (GPU {record.gpu}, {format_size(record.footprint)} "
+            "in host memory)"
+        )
     print(describe_faults(load_faults(args.dir)))
     print(f"process files: {args.dir / PROCS_DIR}")
     return 0

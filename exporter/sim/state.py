@@ -25,6 +25,8 @@ NODE_FILE = "node.json"
 FAULTS_FILE = "faults.json"
 PROCS_DIR = "procs"
 DEFAULT_RESERVED_BYTES = 512 * 1024**2  # what a real driver keeps on an idle card
+DEFAULT_HOST_MEMORY = 512 * 1024**3  # the host's memory checkpoints are copied into
+DEFAULT_COPY_RATE = 20 * 1024**3  # bytes a second between GPU and host (PCIe Gen5 x16-ish)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class SimNode:
     gpus: tuple[SimGpu, ...]
     driver_version: str = "550.127.05"
     leak_on_exit: bool = False
+    host_memory: int = DEFAULT_HOST_MEMORY  # what checkpoints may take (sim/checkpoint.py)
+    copy_bytes_per_second: int = DEFAULT_COPY_RATE  # a checkpoint's and a restore's copy
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Faults:
     # (gpu, offset): utilisation samples name PID + offset, as when a container or vGPU layer
     # reports PIDs of another namespace than the process list
     util_pid_offsets: tuple[tuple[int, int], ...] = ()
+    # cuCheckpointProcessLock never returns in time: the process's kernel never finishes
+    checkpoint_lock_hang: bool = False
 
 
 @dataclass
@@ -127,6 +133,8 @@ def load_node(directory: Path) -> SimNode:
         gpus=tuple(SimGpu(**gpu) for gpu in raw["gpus"]),
         driver_version=raw.get("driver_version", "550.127.05"),
         leak_on_exit=bool(raw.get("leak_on_exit", False)),
+        host_memory=int(raw.get("host_memory", DEFAULT_HOST_MEMORY)),
+        copy_bytes_per_second=int(raw.get("copy_bytes_per_second", DEFAULT_COPY_RATE)),
     )
 
 
@@ -147,6 +155,7 @@ def load_faults(directory: Path) -> Faults:
         hang_seconds=float(raw.get("hang_seconds", 3600.0)),
         ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),
         util_pid_offsets=tuple(tuple(o) for o in raw.get("util_pid_offsets", ())),
+        checkpoint_lock_hang=bool(raw.get("checkpoint_lock_hang", False)),
     )
 
 

@@ -22,6 +22,7 @@ from typing import TextIO
 from exporter import argtypes
 from exporter.argtypes import CommandError
 from exporter.procfs import start_ticks
+from exporter.sim.checkpoint import ProcessState, acknowledge, placement
 from exporter.sim.phases import Phase, parse_phases, phase_at
 from exporter.sim.state import ProcState, load_node, proc_path, write_proc
 
@@ -159,10 +160,17 @@ def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
 
 
 def _report(
-    spec: WorkloadSpec, pid: int, ticks: int, memory: int, util: int, extra: dict[str, object]
+    spec: WorkloadSpec,
+    pid: int,
+    ticks: int,
+    memory: int,
+    util: int,
+    extra: dict[str, object],
+    gpu: int | None = None,
 ) -> None:
     """Publish what this process holds; the simulated NVML reads it."""
-    state = ProcState(pid, ticks, spec.gpu, memory, util, updated=time.time(), extra=extra)
+    where = spec.gpu if gpu is None else gpu
+    state = ProcState(pid, ticks, where, memory, util, updated=time.time(), extra=extra)
     write_proc(spec.directory, state)
 
 
@@ -187,6 +195,7 @@ class Workload:
         self.pid = os.getpid()
         self.ticks = start_ticks(self.pid) or 0
         self.children: list[int] = []
+        self.gpu = spec.gpu  # where the driver runs it (another GPU after a restore)
         self.step = 0
         self.last_log = 0.0
         self.cues: list[float] = []  # monotonic times of SIGUSR1
@@ -214,7 +223,20 @@ class Workload:
             self.heartbeat = Heartbeat(spec.heartbeat_dir, min_interval=spec.tick)
 
     def report(self, memory: int, util: int, phase: str) -> None:
-        _report(self.spec, self.pid, self.ticks, memory, util, {"phase": phase, "step": self.step})
+        extra: dict[str, object] = {"phase": phase, "step": self.step}
+        if self.spec.rank:
+            extra["nccl"] = True  # a rank of a multi-process job: the driver cannot checkpoint it
+        _report(self.spec, self.pid, self.ticks, memory, util, extra, self.gpu)
+
+    def stopped_by_the_driver(self) -> bool:
+        """Locked or checkpointed (exporter/sim/checkpoint.py): no CUDA work, so no
+        progress and nothing reported; otherwise run on the GPU the driver restored it to."""
+        state, gpu = placement(self.spec.directory, self.pid)
+        if gpu is None:
+            return False  # never locked
+        acknowledge(self.spec.directory, self.pid, state)
+        self.gpu = gpu
+        return state in (ProcessState.LOCKED, ProcessState.CHECKPOINTED)
 
     def write_progress(self, out: TextIO) -> None:
         now = time.monotonic()
@@ -268,6 +290,9 @@ class Workload:
                 name = current.phase.name
                 if name == "done":  # the job finished: exit 0, memory released below
                     return 0
+                if self.stopped_by_the_driver():
+                    time.sleep(spec.tick)
+                    continue
                 if self.server is not None and self.server.busy(spec.tick):
                     jitter = random.randint(-3, 3)
                     self.report(spec.memory, max(1, min(100, spec.util + jitter)), "serving")
