@@ -22,6 +22,10 @@ Steps, each printed as it ends (a step that cannot run says why and the others g
               once a second: CPU per collection, scrape latency p50/p99, server p99
               (our `gpu_exporter_scrape_duration_seconds`), RSS, and whether both list the
               same PIDs
+  suspend     with --suspend 8,40: processes of those sizes suspended and resumed through
+              the CUDA driver's checkpoint API, each step timed, the GPU's memory while
+              suspended, the memory compared after the restore, and a restore into a full
+              GPU (benchmarks/gpu_suspend.py)
 
 Exits 2 where no NVIDIA driver answers (nothing measured: docs/performance.md says the
 figures are missing). The figures go to docs/performance.md with the card's name.
@@ -252,6 +256,12 @@ def main() -> int:
     parser.add_argument("--scrapes", type=int, default=60)
     parser.add_argument("--power-seconds", type=float, default=20.0)
     parser.add_argument("--nvitop-venv", type=Path, help="a venv with nvitop-exporter")
+    parser.add_argument(
+        "--suspend",
+        metavar="GIB,GIB",
+        help="also suspend and resume processes of these sizes through the CUDA driver's "
+        "checkpoint API (benchmarks/gpu_suspend.py; driver 570+), e.g. 8,40",
+    )
     parser.add_argument("--out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args()
     if args.hold:
@@ -287,6 +297,11 @@ def main() -> int:
             ),
         ),
     ]
+    if args.suspend:
+        from gpu_suspend import run as suspend_runs
+
+        sizes = [float(size) for size in args.suspend.split(",") if size]
+        steps.append(("suspend", lambda: suspend_runs(0, sizes)))
     for name, step in steps:
         print(f"== {name}", flush=True)
         try:
