@@ -113,3 +113,36 @@ def test_init_is_idempotent_and_the_clock_is_the_server_s(store: PostgresStore) 
     assert [r["name"] for r in store._read("SELECT name FROM counters")] == ["kept"]
     assert store.clock_id == "postgres"
     assert abs(store.mono() - time.time()) < 5  # the server's wall clock, on this host
+
+
+def test_deliveries_that_arrive_together_commit_together_on_postgresql(
+    store: PostgresStore,
+) -> None:
+    """The webhook's group commit (store/group_commit.py) on PostgreSQL: its savepoints in
+    the server's dialect, 16 threads at once, every alert recorded once and each delivery
+    answered with its own counts."""
+    from actuator.models import AlertmanagerAlert
+    from tests.helpers.api import alert
+
+    start = threading.Barrier(16)
+    answers: dict[int, int] = {}
+
+    def deliver(n: int) -> None:
+        start.wait()
+        for k in range(4):
+            fired = AlertmanagerAlert.model_validate(alert(fingerprint=f"pg-{n}-{k}"))
+            answers[n] = answers.get(n, 0) + store.record_alerts([fired], 0, time.time()).recorded
+
+    threads = [threading.Thread(target=deliver, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == {n: 4 for n in range(16)}
+    assert len(store.pending_episodes(1000)) == 64
+    again = store.record_alerts(
+        [AlertmanagerAlert.model_validate(alert(fingerprint="pg-0-0"))], 0, time.time()
+    )
+    assert again.duplicates and again.duplicates[0][2] == 2
+    groups = store.alert_groups
+    assert groups is not None and groups.groups < 65
