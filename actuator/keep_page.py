@@ -178,6 +178,7 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                     _local(at), t["minutes"].format(left) if left else t["now"]
                 )
             facts = ProvenFacts.of_case(case)
+            buttons = offered(case)
             values |= {
                 # What the node proved (never the alert's claims); autoescaped HTML.
                 "command": untrusted.plain(facts.cmdline or facts.program, 300) if facts else "?",
@@ -188,9 +189,9 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "why": t["stalled" if "Stalled" in case.alertname else "idle"],
                 "deadline": deadline,
                 "csrf": links.csrf(token),
-                "keep_hours": offered(case),
+                "keep_hours": buttons,
                 # No button offered: the door's own reason, not a silent page.
-                "keep_refused": "" if offered(case) else _detail(may_keep(case, hours[0])),
+                "keep_refused": "" if buttons else _detail(may_keep(case, hours[0])),
                 # No grace runs until someone waits: the State row says what the page says.
                 "state": t["states"]["idle_until_demand"]
                 if waits_for_demand

@@ -140,13 +140,15 @@ def verify(process: subprocess.Popen[str]) -> int:
     return int(answer[1])
 
 
-def stop(processes: list[subprocess.Popen[str]]) -> None:
+def stop(processes: list[subprocess.Popen[Any]], grace_s: float = 20.0) -> None:
+    """SIGTERM each, then SIGKILL what is left after `grace_s` (a context's teardown of tens
+    of GiB takes seconds)."""
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
     for process in processes:
         try:
-            process.wait(20)
+            process.wait(grace_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

@@ -58,6 +58,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from exporter_scrape import Exporter, start_exporter  # noqa: E402
 from exporter_vs_nvitop import start_nvitop  # noqa: E402
+from gpu_suspend import stop  # noqa: E402
 from measure import percentile  # noqa: E402
 from scratch import scratch_dir  # noqa: E402
 
@@ -100,18 +101,6 @@ def start_holder(gpu: int, gib: float) -> subprocess.Popen[str]:
         process.kill()
         raise RuntimeError(f"a CUDA holder on GPU {gpu} did not start ({line or 'no output'})")
     return process
-
-
-def stop(processes: list[subprocess.Popen[Any]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def timed(call: Callable[[], object], repeat: int = 200) -> tuple[float, float]:

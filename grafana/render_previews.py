@@ -47,7 +47,6 @@ PREVIEWS: dict[str, tuple[str, ...]] = {
     ),
 }
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
-_PER_HOUR = re.compile(r"\*\s*3600\s*$")
 _HOURS = re.compile(r"\*\s*\$__interval_ms\s*/\s*3600000\s*$")
 _LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
@@ -165,11 +164,6 @@ def _scale(unit: str, values: list[float]) -> tuple[float, str]:
     return 1.0, {"h": "hours", "s": "seconds"}.get(unit, "")
 
 
-def per_hour(expr: str) -> bool:
-    """A rate shown per hour (the dashboards write `rate(...) * 3600`)."""
-    return bool(_PER_HOUR.search(expr))
-
-
 def y_label(panel: dict[str, Any], suffix: str, scale: float) -> str:
     """The unit's suffix and the panel's axis label, as Grafana shows them; for data
     recorded with time compressed, rates are per simulated hour."""
@@ -198,8 +192,8 @@ def draw(
     ax: Any, panel: dict[str, Any], queries: list[Query], scale: float = 1.0, start: float = 0.0
 ) -> None:
     """One panel. With `scale` below 1 (a compressed run), the time axis counts simulated
-    hours from `start` and per-hour rates are per simulated hour, not extrapolated from
-    compressed seconds."""
+    hours from `start`, hourly totals are per simulated hour (a panel's 1 h interval shrinks
+    with the scale), and idle hours are simulated hours."""
     import matplotlib.dates as mdates
 
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
@@ -246,15 +240,12 @@ def draw(
             label = f"simulated {what}" if scale != 1 else what
         ax.set_xlabel(label)
         return
-    factor = {q.ref: scale if per_hour(targets[q.ref]["expr"]) else 1.0 for q in queries}
-    everything = [
-        float(v) * factor[q.ref] for q in queries for r in q.result for _, v in r["values"]
-    ]
+    everything = [float(v) for q in queries for r in q.result for _, v in r["values"]]
     divisor, suffix = _scale(unit, everything)
     lines = [
         (
             legend(targets[q.ref], r["metric"]),
-            [(float(t), float(v) * factor[q.ref] / divisor) for t, v in r["values"]],
+            [(float(t), float(v) / divisor) for t, v in r["values"]],
         )
         for q in queries
         for r in q.result

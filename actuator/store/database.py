@@ -28,30 +28,20 @@ class Conn(Protocol):
     def execute(self, sql: str, params: Any = ...) -> Any: ...
 
 
-def _duplicate_errors() -> tuple[type[Exception], ...]:
-    errors: list[type[Exception]] = [sqlite3.IntegrityError]
+def _on_both_backends(name: str) -> tuple[type[Exception], ...]:
+    """sqlite3's exception class `name`, and psycopg's where it is installed."""
+    errors: list[type[Exception]] = [getattr(sqlite3, name)]
     with suppress(ImportError):
         import psycopg
 
-        errors.append(psycopg.IntegrityError)
+        errors.append(getattr(psycopg, name))
     return tuple(errors)
 
 
 # A unique constraint said no, on either backend.
-DUPLICATE = _duplicate_errors()
-
-
-def _database_errors() -> tuple[type[Exception], ...]:
-    errors: list[type[Exception]] = [sqlite3.Error]
-    with suppress(ImportError):
-        import psycopg
-
-        errors.append(psycopg.Error)
-    return tuple(errors)
-
-
+DUPLICATE = _on_both_backends("IntegrityError")
 # The database failed (not one statement's input): the transaction fails as a whole.
-DATABASE_ERRORS = _database_errors()
+DATABASE_ERRORS = _on_both_backends("Error")
 # The write-ahead log is checkpointed every WAL_PAGES pages and cut back to that size, so
 # it never holds more than about 400 KiB: on a small volume the log itself must not take
 # the space a full disk needs to recover (SQLite's default lets it grow to 4 MiB and keep it).

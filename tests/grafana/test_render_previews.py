@@ -1,12 +1,13 @@
 """The previews draw a panel the way Grafana shows it: "No data" instead of empty axes,
 the panel's axis label beside the unit, and, for a run recorded with time compressed,
-simulated hours on the time axis and rates per simulated hour (not compressed seconds
-extrapolated to an hour). The previews against a real Prometheus are in
+one clock, the simulated one: time axes, hourly totals, the hour of day and idle hours.
+The previews against a real Prometheus are in
 test_grafana_dashboards.py."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,6 @@ def test_labels_say_what_is_counted_and_per_which_hour(previews: Any) -> None:
     freed = _panel("GPU memory freed per hour")
     assert previews.y_label(freed, "GiB", 1.0) == "GiB per hour"
     assert previews.y_label(freed, "GiB", 1 / 240) == "GiB per simulated hour"
-    assert not previews.per_hour(freed["targets"][0]["expr"])  # each hour's total, not a rate
-    assert not previews.per_hour(cases["targets"][0]["expr"])
     assert previews.hours_since(1000.0, 1 / 240, [1000.0, 1015.0, 1030.0]) == [0.0, 1.0, 2.0]
 
 
@@ -167,3 +166,13 @@ def test_the_title_speaks_one_clock(previews: Any) -> None:
         "24.4 simulated hours, recorded at 1/120"
     )
     assert previews.span_words(0, 7200, 1.0).endswith("+ 2.0 h")
+
+
+def test_no_panel_scales_a_short_rate_to_an_hour() -> None:
+    """Per-hour panels count each hour (`increase(...[$__interval])`, an interval of at least
+    1h): a rate over a few scrapes times 3600 peaks as if it were an hour's total, and the
+    previews draw no such series any more."""
+    for path in (GRAFANA / "dashboards").glob("*.json"):
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                assert not re.search(r"\*\s*3600\s*$", target["expr"]), (path.name, panel["title"])

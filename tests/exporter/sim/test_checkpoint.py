@@ -230,3 +230,18 @@ def test_sim_suspend_and_resume_say_what_they_did_and_refusals_are_one_line(
     timed_out = sim("suspend", str(node), str(pid), "--lock-timeout", "0.3s")
     assert timed_out.returncode == 2 and "CUDA_ERROR_TIMEOUT" in timed_out.stderr
     assert get_state(node, pid) == ProcessState.RUNNING
+
+
+def test_a_process_that_cannot_say_it_stopped_is_not_locked_and_runs_on(
+    node: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A workload that cannot write its word (another user's, in a folder it may not write;
+    here its file is a folder) does not crash: the lock never hears back, times out, and
+    the process runs on."""
+    pid = start(node, started, "2GiB")
+    (node / "checkpoints" / f"{pid}.seen").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match="CUDA_ERROR_TIMEOUT"):
+        lock(node, pid, timeout_s=0.5)
+    held = step(node, pid)
+    wait_until(lambda: step(node, pid) > held, timeout=10)
+    assert started[-1].poll() is None
