@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from actuator.demand.fit import Choice, Verdict
 from actuator.keep_bounds import owner_allowance
+from actuator.ladder import SIGNALLED_STATES, Action, next_rung, rung_at, rung_of, takes_tree
 from actuator.models import (
-    SIGNALLED_STATES,
     Case,
     CaseUpdate,
     LiveState,
@@ -28,14 +27,6 @@ from exporter.units import format_duration, format_size
 
 STALLED_ALERTS = frozenset({"GpuProcessStalled"})
 DEFAULT_NOTICE = Notice()
-
-
-class Action(StrEnum):
-    WAIT = "wait"  # nothing to do yet (samples may be updated)
-    MOVE = "move"  # a state change without a side effect (cancel, refuse, observe, ...)
-    NOTIFY = "notify"
-    TERM = "sigterm"
-    KILL = "sigkill"
 
 
 @dataclass(frozen=True)
@@ -82,7 +73,7 @@ def not_twice(
     included; `signalled`: those other cases' trees). A DataLoader worker flagged on its
     own is reached by its parent's tree signal and its case ends when it exits; a parent
     whose worker's own case signalled it goes on once the worker has exited."""
-    if decision.action != Action.TERM or not any(p in signalled for p in tree):
+    if not takes_tree(decision.action) or not any(p in signalled for p in tree):
         return decision
     return Decision(Action.WAIT, updates=decision.updates)
 
@@ -585,10 +576,12 @@ def decide_live(
             )
         if held is not None:
             return defer(case, held, samples)
-        code, reason = Reason.IDLE, "still idle after the grace period"
+        after = next_rung(Action.NOTIFY)
+        assert after is not None  # the notice always leads somewhere
+        code, reason = rung_of(Action.NOTIFY).timeout_code, "still idle after the grace period"
         if eff.reclaim_when == ReclaimWhen.DEMAND and case.demand_who:
             code, reason = Reason.DEMAND, f"still idle after the grace; {case.demand_who} waits"
-        return Decision(Action.TERM, State.TERMINATING, code, reason, CaseUpdate(**samples))
+        return Decision(after.action, after.state, code, reason, CaseUpdate(**samples))
     return wait(**samples)
 
 
@@ -601,28 +594,30 @@ def decide_signalled(
     *,
     mono: float,
 ) -> Decision:
-    """Next step for a case that has been sent SIGTERM or SIGKILL (waits on `mono`)."""
+    """Next step for a case that has been sent SIGTERM or SIGKILL (waits on `mono`): while
+    any member lives, the rung's timeout leads to the ladder's next rung (or to failure)."""
     if alive:
-        if case.state == State.TERMINATING and case.term_mono is not None:
-            if mono >= case.term_mono + eff.term_timeout:
-                return Decision(
-                    Action.KILL,
-                    State.KILLING,
-                    Reason.TERM_TIMEOUT,
-                    f"{len(alive)} process(es) still alive {eff.term_timeout:g}s after SIGTERM",
-                )
+        rung = rung_at(case.state)
+        started = getattr(case, rung.stamps.mono) if rung and rung.stamps else None
+        if rung is None or started is None:
             return wait()
-        if (
-            case.state == State.KILLING
-            and case.kill_mono is not None
-            and mono >= case.kill_mono + eff.kill_timeout
-        ):
+        runs_for = float(getattr(eff, rung.timeout))
+        if mono < started + runs_for:
+            return wait()
+        after = next_rung(rung.action)
+        said = f"{rung.signal.name if rung.signal else rung.action}"
+        if after is None:
             return move(
                 State.FAILED,
-                Reason.UNKILLABLE,
-                f"pids {[m.pid for m in alive]} survived SIGKILL for {eff.kill_timeout:g}s",
+                rung.timeout_code,
+                f"pids {[m.pid for m in alive]} survived {said} for {runs_for:g}s",
             )
-        return wait()
+        return Decision(
+            after.action,
+            after.state,
+            rung.timeout_code,
+            f"{len(alive)} process(es) still alive {runs_for:g}s after {said}",
+        )
     exited = case.exited_mono if case.exited_mono is not None else mono
     updates: dict[str, Any] = (
         {} if case.exited_mono is not None else {"exited_at": now, "exited_mono": mono}

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from actuator.audit import AuditError, AuditLog
 from actuator.audit_records import FollowupSent, FreedForRequest, NoticeSent, SignalsSent
 from actuator.decision_alerts import DecisionAlerts
-from actuator.decisions import Action, Decision, after_notice
+from actuator.decisions import Decision, after_notice
 from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
+from actuator.ladder import LADDER, Action, Rung, next_rung, rung_for, rung_of
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
 from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts
@@ -71,6 +72,11 @@ class Step:
     now: float
 
 
+class NoHandler(RuntimeError):
+    """A rung of the ladder that the executor cannot carry out: it would be committed and
+    audited but send nothing, so the executor refuses to exist instead."""
+
+
 class Executor:
     def __init__(
         self,
@@ -89,15 +95,21 @@ class Executor:
         self.clock, self.mono = clock, mono
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
         self.pictures = pictures
+        # One handler per rung of the ladder (actuator/ladder.py), checked here: exhaustive.
+        self._effects: dict[Action, Callable[[Step], Outcome]] = {
+            Action.NOTIFY: self._notify_owner,
+            Action.TERM: self._stop,
+            Action.KILL: self._stop,
+        }
+        missing = [str(r.action) for r in LADDER if r.action not in self._effects]
+        if missing:
+            raise NoHandler(f"no handler for the ladder's rung(s) {', '.join(missing)}")
 
     def carry_out(self, step: Step) -> Outcome:
-        """What the committed decision means: its action's effect, then its new state's;
+        """What the committed decision means: its rung's effect, then its new state's;
         returns what was done."""
-        effect = {
-            Action.NOTIFY: self._notify_owner,
-            Action.TERM: self._terminate,
-            Action.KILL: self._kill,
-        }.get(step.decision.action)
+        rung = rung_for(step.decision.action)
+        effect = self._effects[rung.action] if rung is not None else None
         done = effect(step) if effect is not None else NOTHING
         state, case = step.decision.state, step.case
         if state == State.RECLAIMED:
@@ -122,33 +134,36 @@ class Executor:
             return NOTHING
         return self.notify(step.case, step.eff, step.now, dry_run=False)
 
-    def _terminate(self, step: Step) -> Outcome:
-        return self._stop(step, kill=False)
-
-    def _kill(self, step: Step) -> Outcome:
-        return self._stop(step, kill=True)
-
-    def _stop(self, step: Step, *, kill: bool) -> Outcome:
-        case, scheduler = step.case, step.scheduler
+    def _stop(self, step: Step) -> Outcome:
+        """A signalling rung: the scheduler's verb where one owns the case, else the rung's
+        signal to the recorded process tree."""
+        case, scheduler, rung = step.case, step.scheduler, rung_of(step.decision.action)
         if scheduler is not None and scheduler.owns(case):
-            return self._through_scheduler(case, scheduler, kill=kill, dry_run=False)
-        sig = signal.SIGKILL if kill else signal.SIGTERM
-        return self._signal(case, step.node, sig, dry_run=False)
+            return self._through_scheduler(case, scheduler, rung, dry_run=False)
+        assert rung.signal is not None
+        return self._signal(case, step.node, rung.signal, dry_run=False)
 
     def _rehearse(self, step: Step) -> None:
-        """Observe/notify mode: the same side effects enforcement would use, as dry runs."""
+        """Observe/notify mode: the same side effects enforcement would use, as dry runs
+        (the notice, and the rung after it)."""
         case, live, scheduler = step.case, step.live, step.scheduler
+        rehearsed = next_rung(Action.NOTIFY)
         assert live is not None
         if step.eff.mode == "observe":
             self.notify(case, step.eff, step.now, dry_run=True)
         rehearsal = dataclasses.replace(case, members=list(live.members))
         if scheduler is not None:
             scheduler.claim(rehearsal, live).apply_to(rehearsal)  # a copy: nothing recorded
-            if scheduler.owns(rehearsal):
-                self._through_scheduler(rehearsal, scheduler, kill=False, dry_run=True)
+            if scheduler.owns(rehearsal) and rehearsed is not None:
+                self._through_scheduler(rehearsal, scheduler, rehearsed, dry_run=True)
                 return
+        assert rehearsed is not None and rehearsed.signal is not None
         step.node.signal_tree(
-            rehearsal.target, rehearsal.members, signal.SIGTERM, dry_run=True, key=f"case-{case.id}"
+            rehearsal.target,
+            rehearsal.members,
+            rehearsed.signal,
+            dry_run=True,
+            key=f"case-{case.id}",
         )
 
     # -- the one place each side effect happens ------------------------------------------
@@ -325,9 +340,10 @@ class Executor:
         return Outcome(sent=sent)
 
     def _through_scheduler(
-        self, case: Case, scheduler: Scheduler, *, kill: bool, dry_run: bool
+        self, case: Case, scheduler: Scheduler, rung: Rung, *, dry_run: bool
     ) -> Outcome:
-        step = scheduler.reclaim(case, kill=kill, dry_run=dry_run)
+        assert rung.verb is not None
+        step = scheduler.reclaim(case, rung.verb, dry_run=dry_run)
         if dry_run:
             log.info("case %d: DRY-RUN: would %s (%s)", case.id, step.name, step.detail)
             return NOTHING

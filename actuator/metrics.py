@@ -12,6 +12,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from actuator.ladder import SIGNAL_NAMES
 from actuator.models import HOLDS, REFUSALS, Reason, State
 from actuator.store import Store, StoreUnavailable
 from actuator.store.counters import DEMAND_TO_FREE_BUCKETS
@@ -79,7 +80,7 @@ class ActuatorCollector(Collector):
         signals = CounterMetricFamily(
             "gpu_reclaimer_signals_sent", "Signals delivered to processes", labels=["signal"]
         )
-        for name in ("SIGTERM", "SIGKILL"):
+        for name in SIGNAL_NAMES:
             signals.add_metric([name], snap["signals"].get(name, 0))
         yield signals
         refusals = CounterMetricFamily(

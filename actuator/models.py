@@ -137,7 +137,6 @@ LIVE_STATES = frozenset(
         State.DEFERRED,
     }
 )
-SIGNALLED_STATES = frozenset({State.TERMINATING, State.KILLING})
 ENDED_STATES = frozenset(set(State) - LIVE_STATES)
 
 

@@ -21,9 +21,10 @@ from typing import Any
 from actuator.audit import AuditError, AuditLog
 from actuator.audit_records import DecisionAborted, DecisionMade
 from actuator.decision_record import StepEvidence, decision_record
-from actuator.decisions import Action, Decision
+from actuator.decisions import Decision
 from actuator.demand.planner import DemandPlanner
 from actuator.executor import Executor, Outcome, Step
+from actuator.ladder import Action, commits_alone, rung_for, takes_tree
 from actuator.models import Case, CaseUpdate, LiveState, State
 from actuator.notifications.notice import ProvenFacts, disagreements
 from actuator.policy import Effective
@@ -84,20 +85,17 @@ def state_change(
     if live is not None and _this_process(case, live):
         facts = ProvenFacts.from_live(case, live)
         update = update.then(CaseUpdate(facts=facts.to_json(), project=facts.project or None))
-    if d.action == Action.TERM:
-        assert live is not None
+    rung = rung_for(d.action)
+    if rung is not None and rung.stamps is not None:
+        stamped: dict[str, Any] = {rung.stamps.wall: now, rung.stamps.mono: mono}
+        update = update.then(CaseUpdate(**stamped))
+    if rung is not None and rung.takes_tree:
+        assert live is not None  # a rung that takes the tree is decided on a live look
         update = update.then(
-            CaseUpdate(
-                term_at=now,
-                term_mono=mono,
-                members=list(live.members),
-                gpu_memory_bytes=live.gpu_memory_bytes,
-            )
+            CaseUpdate(members=list(live.members), gpu_memory_bytes=live.gpu_memory_bytes)
         )
         if scheduler is not None:
             update = update.then(scheduler.claim(case, live))
-    elif d.action == Action.KILL:
-        update = update.then(CaseUpdate(kill_at=now, kill_mono=mono))
     elif d.action == Action.NOTIFY and live is not None and scheduler is not None:
         owner = scheduler.owner(case, live)
         if owner:
@@ -219,7 +217,7 @@ class NodeBatches:
         # Signals first: a KILL's escalation never waits on another case's notice.
         ordered = sorted(
             zip(steps, made, strict=True),
-            key=lambda item: item[0].step.decision.action not in (Action.TERM, Action.KILL),
+            key=lambda item: not commits_alone(item[0].step.decision.action),
         )
         for b, committed in ordered:
             case, d = b.step.case, b.step.decision
@@ -227,7 +225,7 @@ class NodeBatches:
                 self.aborted(case, b.record.decision_id, "the case changed meanwhile (snoozed?)")
                 continue
             log.info("case %d: %s -> %s (%s)", case.id, b.previous, d.state, d.reason)
-            if d.action == Action.TERM:
+            if takes_tree(d.action):
                 batch.signalled.add(case)  # before its signal: the pass's next decisions
             try:
                 batch.done(case, self.executor.carry_out(b.step))

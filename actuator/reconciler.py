@@ -28,7 +28,6 @@ from actuator.audit_records import StepError
 from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
-    Action,
     Decision,
     FleetState,
     decide_live,
@@ -43,8 +42,8 @@ from actuator.demand.planner import DemandPlanner
 from actuator.executor import Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.intake import Intake
+from actuator.ladder import SIGNALLED_STATES, commits_alone, last_look_before, takes_tree
 from actuator.models import (
-    SIGNALLED_STATES,
     Case,
     CaseUpdate,
     LiveState,
@@ -313,7 +312,7 @@ class Reconciler:
             scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
             if scheduler is not None and live is not None:
                 decision = gate(scheduler, case, live, decision)
-            if decision.action == Action.TERM and live is not None:
+            if last_look_before(decision.action) and live is not None:
                 # The node's decisions so far are carried out first (their notices may take
                 # seconds): only this one's record and commit come between the look and
                 # the signal.
@@ -327,7 +326,7 @@ class Reconciler:
                 )
                 if veto is not None:
                     decision = veto
-            if decision.action == Action.TERM and live is not None:
+            if takes_tree(decision.action) and live is not None:
                 tree = [(case.pid, case.start_ticks)]
                 tree += [(m.pid, m.start_ticks) for m in live.members]
                 signalled = self.batches.signalled_on(case.node)
@@ -432,5 +431,5 @@ class Reconciler:
         move = Transition(case, d.state, d.reason, evidence, now, d.code or "", mono)
         step = Step(case, d, live, eff, node, scheduler, now)
         self.batches.add(case, Decided(step, previous, record, move, mono))
-        if d.action in (Action.TERM, Action.KILL):
+        if commits_alone(d.action):
             self.batches.commit(case.node)  # a signal leaves right after its decision, as ever

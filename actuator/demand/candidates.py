@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from actuator.demand.fit import Candidate
-from actuator.models import SIGNALLED_STATES, Case, State
+from actuator.ladder import SIGNALLED_STATES
+from actuator.models import Case, State
 from actuator.notifications.notice import ProvenFacts
 from actuator.policy import ReclaimWhen
 

@@ -19,7 +19,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from actuator.demo.stack import Stack
-from actuator.models import ENDED_STATES, SIGNALLED_STATES, State
+from actuator.ladder import SIGNALLED_STATES
+from actuator.models import ENDED_STATES, State
 
 TERMINAL_STATES = frozenset(str(s) for s in ENDED_STATES)
 # States a case can only be in after a signal was sent.

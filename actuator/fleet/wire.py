@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from actuator.ladder import SIGNAL_NAMES
 from actuator.models import LiveState, Member, SignalResult, Target
 
 PROTOCOL = "gpu-reclaimer-agent/1"
@@ -41,7 +42,7 @@ class SignalRequest(_Body):
     key: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
     target: Target
     members: list[Member] = Field(max_length=MAX_MEMBERS)
-    signal: str = Field(pattern=r"^(SIGTERM|SIGKILL)$")
+    signal: str = Field(pattern="^(" + "|".join(SIGNAL_NAMES) + ")$")  # the ladder's own
     dry_run: bool = False
 
     @property

@@ -1,4 +1,4 @@
-"""The interface every scheduler implements, and the gate on the SIGTERM step."""
+"""The interface every scheduler implements, and the gate on the ladder's gated rung."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from actuator.audit_records import KubeReclaim, KubeVerified, SlurmCancel, SlurmVerified
-from actuator.decisions import Action, Decision, defer, move, wait
+from actuator.decisions import Decision, defer, move, wait
+from actuator.ladder import Verb, rung_for
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 
 Why = tuple[Reason, str]
@@ -54,20 +55,23 @@ class Scheduler(Protocol):
         every scheduler, whether or not it gates the process)."""
         ...
 
-    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
-        """The step enforcement takes (or, with `dry_run`, what it would take: nothing is
-        changed, and the Step says what would have been done)."""
+    def reclaim(self, case: Case, verb: Verb, *, dry_run: bool = False) -> Step:
+        """The rung's verb in the scheduler's terms (actuator/ladder.py), as enforcement
+        takes it (or, with `dry_run`, what it would take: nothing is changed, and the Step
+        says what would have been done)."""
         ...
 
     def verify(self, case: Case) -> KubeVerified | SlurmVerified: ...
 
 
 def gate(scheduler: Scheduler, case: Case, live: LiveState, decision: Decision) -> Decision:
-    """Only the SIGTERM step and the way back to it are gated: an exit, a resolved alert or
-    a refusal goes through as for any case. A held case stays held without a new
+    """Only a gated rung (SIGTERM's) and the way back to it are gated: an exit, a resolved
+    alert or a refusal goes through as for any case. A held case stays held without a new
     transition each tick."""
     resuming = case.state == State.DEFERRED and case.reason_code == scheduler.hold
-    if decision.action != Action.TERM and not (resuming and decision.code == Reason.RESUMED):
+    rung = rung_for(decision.action)
+    gated = rung is not None and rung.gated
+    if not gated and not (resuming and decision.code == Reason.RESUMED):
         return decision
     why = scheduler.not_ready(case, live)
     if why is None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from actuator.audit_records import KubeReclaim, KubeVerified
 from actuator.config import KubernetesSettings
+from actuator.ladder import Verb
 from actuator.models import Case, CaseUpdate, LiveState, Reason
 from actuator.schedulers.base import Step, Why
 from actuator.schedulers.kube_api import EvictionBlocked, KubeApi, KubeError, Pod
@@ -144,17 +145,18 @@ class KubePods:
         assert case.pod is not None
         return Pod(case.pod["namespace"], case.pod["name"], case.pod["uid"], case.node, "", False)
 
-    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
+    def reclaim(self, case: Case, verb: Verb, *, dry_run: bool = False) -> Step:
         assert case.pod is not None
+        kill = verb == Verb.FORCE
         pod, action = self._pod(case), case.pod.get("action", "evict")
         name = "EVICT" if action == "evict" else "DELETE"
         if dry_run:
-            verb = "evict" if action == "evict" else "delete"
+            doing = "evict" if action == "evict" else "delete"
             return self._step(
                 case,
                 "DELETE-NOW" if kill else name,
                 True,
-                f"would {verb} pod {pod.namespace}/{pod.name}",
+                f"would {doing} pod {pod.namespace}/{pod.name}",
             )
         try:
             if not kill:
@@ -163,7 +165,7 @@ class KubePods:
                 else:
                     self.api.delete(pod)
                 return self._step(case, name, True, "evicted" if action == "evict" else "deleted")
-            # SIGKILL's step: a termination under way is ended at once; an eviction that
+            # The forced rung: a termination under way is ended at once; an eviction that
             # did not take is asked again (never a deletion past the disruption budget).
             now = self.api.pod(pod.namespace, pod.name)
             if now is None or now.uid != pod.uid:

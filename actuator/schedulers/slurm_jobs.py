@@ -5,6 +5,7 @@ from __future__ import annotations
 from actuator.audit_records import SlurmCancel, SlurmVerified
 from actuator.config import SlurmSettings
 from actuator.fleet.directory import NodeDirectory
+from actuator.ladder import Verb
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State, Target
 from actuator.node import NodeUnreachable
 from actuator.schedulers.base import Step, Why
@@ -110,8 +111,9 @@ class SlurmJobs:
     def owns(self, case: Case) -> bool:
         return case.slurm_job is not None and self.settings.action == "cancel"
 
-    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> Step:
+    def reclaim(self, case: Case, verb: Verb, *, dry_run: bool = False) -> Step:
         assert case.slurm_job is not None
+        kill = verb == Verb.FORCE
         name, sig = ("SCANCEL-KILL", "KILL") if kill else ("SCANCEL", None)
         if dry_run:
             return Step(

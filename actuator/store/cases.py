@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actuator.models import LIVE_STATES, SIGNALLED_STATES, Case, Member, Reason, State, Target
+from actuator.ladder import SIGNALLED_STATES
+from actuator.models import LIVE_STATES, Case, Member, Reason, State, Target
 from actuator.store.database import DUPLICATE, Conn, Database, Row
 from actuator.store.lease import Fence, check_fence
 

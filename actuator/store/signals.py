@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from actuator.ladder import LIMITED
 from actuator.store.database import Database
 
 
@@ -36,10 +37,13 @@ class SignalQueries(Database):
         return [{"ts": r["ts"], "pid": r["pid"], "signal": r["signal"]} for r in rows]
 
     def terminations_since(self, since_mono: float, clock: str, node: str | None = None) -> int:
-        """SIGTERMs sent since `since_mono` on the clock `clock` (Database.clock_id): a
-        reading of another clock (an earlier boot) says nothing about "since". Not the
-        target's boot id: a central actuator's cases are on other nodes' boots."""
-        sql = "SELECT COUNT(*) AS n FROM cases WHERE term_mono >= ? AND clock = ?"
+        """Cases that took the ladder's limited rung (SIGTERM) since `since_mono` on the
+        clock `clock` (Database.clock_id): a reading of another clock (an earlier boot) says
+        nothing about "since". Not the target's boot id: a central actuator's cases are on
+        other nodes' boots."""
+        assert LIMITED.stamps is not None  # a column name from the ladder, never from input
+        column = LIMITED.stamps.mono
+        sql = f"SELECT COUNT(*) AS n FROM cases WHERE {column} >= ? AND clock = ?"
         params: tuple[Any, ...] = (since_mono, clock)
         if node is not None:
             sql += " AND node = ?"

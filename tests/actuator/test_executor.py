@@ -15,6 +15,7 @@ from actuator.audit import AuditLog
 from actuator.audit_records import KubeReclaim
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
+from actuator.ladder import Verb
 from actuator.models import UNSET, Case, CaseUpdate, Reason, SignalResult, State
 from actuator.notifications.notice import ProvenFacts
 from actuator.notifications.notify import NullNotifier
@@ -54,8 +55,8 @@ class Pods:
     def owns(self, case: Case) -> bool:
         return case.pod is not None
 
-    def reclaim(self, case: Case, *, kill: bool, dry_run: bool = False) -> SchedulerStep:
-        self.steps.append((kill, dry_run))
+    def reclaim(self, case: Case, verb: Verb, *, dry_run: bool = False) -> SchedulerStep:
+        self.steps.append((verb == Verb.FORCE, dry_run))
         return SchedulerStep(
             "EVICT",
             True,
