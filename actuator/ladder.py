@@ -196,9 +196,11 @@ def table() -> str:
         if r.takes_tree:
             records += ["members", "gpu_memory_bytes"]
         then = f"`{r.then}`" if r.then is not None else f"`failed` ({r.timeout_code})"
+        signal_name = r.signal.name if r.signal else ""
+        verb = VERB_MEANING[r.verb] if r.verb else ""
         rows.append(
-            f"| `{r.action}` | `{r.state}` | {r.meaning} | {r.signal.name if r.signal else ''} "
-            f"| {VERB_MEANING[r.verb] if r.verb else ''} | {yes(r.last_look)} | {yes(r.commits_alone)} "
+            f"| `{r.action}` | `{r.state}` | {r.meaning} | {signal_name} "
+            f"| {verb} | {yes(r.last_look)} | {yes(r.commits_alone)} "
             f"| {yes(r.gated)} | {yes(r.limited)} | {', '.join(records)} "
             f"| `{r.timeout}` | {then} | {r.end} |"
         )
