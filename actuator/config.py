@@ -131,6 +131,12 @@ class NodeConfig(Strict):
         description="ports a job's own ranks meet on, never a service, as the exporter's "
         "(ports bound to 0 and the process's MASTER_PORT always are)",
     )
+    presence: bool = Field(
+        True,
+        description="read the owner's presence (login sessions, notebook connections), as "
+        "the exporter's; it only matters where a rule sets presence_grace",
+    )
+    utmp_file: str = Field("/var/run/utmp", description="the login records, as the exporter's")
 
 
 class WebhookSettings(Strict):

@@ -348,6 +348,26 @@ def decide_unreachable(
     return wait()
 
 
+def owner_present(case: Case, live: LiveState, eff: Effective, mono: float) -> str | None:
+    """Why the owner's presence holds the step after the notice back, or None: presence only
+    ever makes a decision gentler, for at most `presence_grace` past the grace; absent,
+    unknown (not read) or past that, it holds nothing; nor once the owner said go ahead."""
+    if eff.presence_grace <= 0 or live.presence is None or case.notified_mono is None:
+        return None
+    if case.release_requested_mono is not None:
+        return None
+    until = case.notified_mono + eff.grace + case.notice_extra_grace + eff.presence_grace
+    if mono >= until:
+        return None
+    seen = live.presence.present(eff.presence_idle)
+    if seen is None:
+        return None
+    return (
+        f"its owner is on the node ({seen}): the reclaim waits while they are, "
+        f"{format_duration(until - mono)} at most"
+    )
+
+
 def would_do(eff: Effective) -> str:
     when = (
         f"{eff.grace:g}s after someone needs its GPU"
@@ -508,6 +528,8 @@ def decide_live(
             return wait(**samples)  # need one full CPU window of evidence first
     held = held_back(case, guard, limits)
     if case.state == State.DEFERRED:
+        if case.reason_code == Reason.OWNER_PRESENT and owner_present(case, live, eff, mono):
+            return wait(**samples)  # still around, and the presence grace still runs
         if held is not None:
             return wait(**samples)
         back = State(case.deferred_from or State.PENDING)
@@ -576,6 +598,9 @@ def decide_live(
             )
         if held is not None:
             return defer(case, held, samples)
+        seen = owner_present(case, live, eff, mono)
+        if seen is not None:
+            return defer(case, (Reason.OWNER_PRESENT, seen), samples)
         after = next_rung(Action.NOTIFY)
         assert after is not None  # the notice always leads somewhere
         code, reason = rung_of(Action.NOTIFY).timeout_code, "still idle after the grace period"

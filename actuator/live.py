@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from actuator.models import KEEP_VARIABLE, Excluded, LiveState, Member, Target
+from actuator.models import KEEP_VARIABLE, Excluded, LiveState, Member, OwnerPresence, Target
 from actuator.protect import Protection, command_names
 from exporter import procfs
 from exporter.cgroup import read_cgroup_identity
@@ -32,6 +32,7 @@ from exporter.netactivity import (
 )
 from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReading
+from exporter.presence import UTMP, PresenceReader
 from exporter.procfs import ProcStat
 from exporter.slurm import slurm_job_of
 
@@ -42,6 +43,9 @@ POD_LIST_MAX_AGE = 0.25  # as the shared NVML reading (actuator/node.py)
 TABLE_MAX_AGE = 0.1
 # A process not re-checked for this long starts its network metering afresh.
 NETWORK_METER_MAX_AGE = 3600.0
+
+
+PRESENCE_MAX_AGE = 10.0  # seconds an owner's presence reading is reused across re-checks
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Evidence:
     network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute, as the exporter's
     network_window: float = DEFAULT_WINDOW  # ...counted over this, as the exporter's
     rendezvous_ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS  # a job's own, as the exporter's
+    utmp: Path | None = UTMP  # the owner's login sessions, as the exporter's (None: not read)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class Inspector:
         root = evidence.proc_root
         self._boot_time = procfs.boot_time(root)
         self._boot_id = procfs.boot_id(root)
+        self._presence_lock = threading.Lock()
+        self._presence: dict[int, tuple[float, OwnerPresence | None]] = {}
         # One meter for every re-check on this node: a tree's first reading is its baseline,
         # and data moved after it (a served request during the grace) is activity.
         self._network_lock = threading.Lock()
@@ -148,6 +155,41 @@ class Inspector:
     @property
     def proc_root(self) -> Path:
         return self.evidence.proc_root
+
+    def _presence_of(self, uid: int) -> OwnerPresence | None:
+        """The owner's presence through the exporter's own reader (None: not read), read at
+        most every PRESENCE_MAX_AGE seconds per uid: finding notebook servers lists /proc."""
+        if self.evidence.utmp is None:
+            return None
+        with self._presence_lock:
+            cached = self._presence.get(uid)
+            if cached is not None and self._mono() - cached[0] < PRESENCE_MAX_AGE:
+                return cached[1]
+        found = self._read_presence(uid)
+        with self._presence_lock:
+            self._presence[uid] = (self._mono(), found)
+        return found
+
+    def _read_presence(self, uid: int) -> OwnerPresence | None:
+        assert self.evidence.utmp is not None
+        tables = SocketTables(str(self.proc_root)) if self.evidence.network else None
+        reader = PresenceReader(
+            utmp=self.evidence.utmp, proc_root=self.proc_root, sockets=tables, clock=self.clock
+        )
+        try:
+            seen = reader.read([uid])[uid]
+        except OSError:
+            return None  # unknown presence is absence
+        finally:
+            if tables is not None:
+                tables.close()
+        latest = min(seen.sessions, key=lambda s: s.idle_seconds, default=None)
+        return OwnerPresence(
+            sessions=len(seen.sessions),
+            idle_seconds=latest.idle_seconds if latest else None,
+            terminal=latest.terminal if latest else "",
+            notebook_connections=seen.notebook_connections,
+        )
 
     def _host_children(self) -> dict[int, list[int]]:
         """Parent -> children of every process on the host, from a /proc pass at most
@@ -307,6 +349,7 @@ class Inspector:
             network_watched_for=net.watched_for if net is not None else None,
             network_covered=net.covered if net is not None else None,
             keep_asked=_keep_asked(procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir)),
+            presence=self._presence_of(status.uid),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),

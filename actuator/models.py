@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import Enum, StrEnum
 from typing import Any, Literal
@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from exporter.procfs import PID_MAX_LIMIT
+from exporter.units import format_duration
 
 MAX_ALERTS = 10_000
 RECLAIMABLE_LABEL = ("reclaim", "true")
@@ -156,6 +157,7 @@ class Reason(StrEnum):
     AGENT_UNREACHABLE = "agent_unreachable"  # deferred, then refused, while it lasts
     SLURM_JOB_BUSY = "slurm_job_busy"  # deferred: another rank of the job is not idle
     POD_BLOCKED = "pod_blocked"  # deferred: a disruption budget, or the API server is away
+    OWNER_PRESENT = "owner_present"  # deferred past the grace: the owner is on the node
     BAD_TARGET = "bad_target"
     NOTICE_UNDELIVERED = "notice_undelivered"
     # deferred: held back by the breaker or a blast-radius limit
@@ -252,6 +254,27 @@ class Member:
 
 
 @dataclass(frozen=True)
+class OwnerPresence:
+    """What the node saw of the process's owner being around (exporter/presence.py): their
+    login sessions, how long since the most recently used one's terminal saw input, and
+    the connections open to their notebook servers (None: unreadable)."""
+
+    sessions: int = 0
+    idle_seconds: float | None = None
+    terminal: str = ""
+    notebook_connections: int | None = None
+
+    def present(self, terminal_within: float) -> str | None:
+        """What shows the owner present, in words, or None (absent, or unknown)."""
+        seen = []
+        if self.sessions and self.idle_seconds is not None and self.idle_seconds <= terminal_within:
+            seen.append(f"logged in on {self.terminal}, idle {format_duration(self.idle_seconds)}")
+        if self.notebook_connections:
+            seen.append(f"{self.notebook_connections} connection(s) to their notebook server")
+        return "; ".join(seen) or None
+
+
+@dataclass(frozen=True)
 class Excluded:
     """A process of the target's tree that is never signalled, and why."""
 
@@ -328,6 +351,8 @@ class LiveState:
     # Watched for a whole window: quiet can be told from unknown (None: not read, or an
     # agent that does not say; both unknown).
     network_covered: bool | None = None
+    # The owner's presence on the node (None: not read; absence and unknown are the same).
+    presence: OwnerPresence | None = None
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
@@ -381,6 +406,7 @@ class LiveState:
             "network_watched_for": self.network_watched_for,
             "network_covered": self.network_covered,
             "keep_asked": self.keep_asked,
+            "presence": asdict(self.presence) if self.presence else None,
             "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],
             "excluded": [e.__dict__ for e in self.excluded],

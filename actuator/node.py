@@ -268,6 +268,7 @@ def local_node(
         network_floor=settings.network_keepalive_bytes,
         network_window=settings.network_window,
         rendezvous_ports=frozenset(settings.rendezvous_ports),
+        utmp=Path(settings.utmp_file) if settings.presence else None,
     )
     return LocalNode(
         settings.name,

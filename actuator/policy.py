@@ -64,6 +64,7 @@ class Timing(Strict):
     service_window: Duration | None = None
     service_reclaim_when: ReclaimWhen | None = None
     service_ports: tuple[Port, ...] | None = None
+    presence_grace: Duration | None = None
 
     @model_validator(mode="after")
     def _keep_bounds_in_order(self) -> Timing:
@@ -95,6 +96,15 @@ class Defaults(Strict):
     term_timeout: Duration = Field(10.0, description="time between SIGTERM and SIGKILL")
     kill_timeout: Duration = Field(10.0, description="time after SIGKILL before 'unkillable'")
     release_timeout: Duration = Field(5.0, description="time for NVML to show memory freed")
+    presence_grace: Duration = Field(
+        0.0,
+        description="how much longer than the grace an idle process waits, deferred, while "
+        "its owner is present on the node (a terminal used within presence_idle, or a "
+        "notebook tab connected); 0: presence changes nothing",
+    )
+    presence_idle: Duration = Field(
+        1800.0, description="a login session whose terminal saw input this recently is presence"
+    )
     reclaim_when: ReclaimWhen = Field(
         ReclaimWhen.IDLE,
         description="idle: after the grace; demand: only when a waiting "
@@ -342,6 +352,8 @@ class Effective(Strict):
     kill_timeout: float
     release_timeout: float
     reclaim_when: ReclaimWhen = ReclaimWhen.IDLE
+    presence_grace: float = 0.0
+    presence_idle: float = 1800.0
     # The service class: set when the node (or, only ever to be safer, the alert) says the
     # process is a service; the three service_* values are the rule's, applied when it is.
     service: bool = False
@@ -478,6 +490,8 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             kill_timeout=d.kill_timeout,
             release_timeout=d.release_timeout,
             reclaim_when=d.reclaim_when,
+            presence_grace=d.presence_grace,
+            presence_idle=d.presence_idle,
             service_window=d.service_window,
             service_reclaim_when=d.service_reclaim_when,
             service_ports=d.service_ports,
@@ -496,6 +510,8 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         kill_timeout=d.kill_timeout if rule.kill_timeout is None else rule.kill_timeout,
         release_timeout=d.release_timeout,
         reclaim_when=rule.reclaim_when or d.reclaim_when,
+        presence_grace=d.presence_grace if rule.presence_grace is None else rule.presence_grace,
+        presence_idle=d.presence_idle,
         service_window=d.service_window if rule.service_window is None else rule.service_window,
         service_reclaim_when=rule.service_reclaim_when or d.service_reclaim_when,
         service_ports=d.service_ports if rule.service_ports is None else rule.service_ports,
@@ -546,6 +562,9 @@ def safer(base: Effective, other: Effective) -> Effective:
             "grace": max(base.grace, other.grace),
             "term_timeout": max(base.term_timeout, other.term_timeout),
             "kill_timeout": max(base.kill_timeout, other.kill_timeout),
+            # the owner's presence holds the process longer, and more of it counts
+            "presence_grace": max(base.presence_grace, other.presence_grace),
+            "presence_idle": max(base.presence_idle, other.presence_idle),
             # demand reclaims a subset of what idle reclaims: the safer of the two
             "reclaim_when": _safer_when(base.reclaim_when, other.reclaim_when),
             "service_window": max(base.service_window, other.service_window),

@@ -34,8 +34,10 @@ from exporter.netactivity import (
 )
 from exporter.netdiag import SocketsUnknown, SocketTables
 from exporter.nvml_reader import GpuReading, NvmlReader, NvmlReading
+from exporter.presence import UTMP, Presence, PresenceReader
 from exporter.proctree import HostProcesses
 from exporter.selfmetrics import own_families
+from exporter.text import label
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ INFO_LABELS = [
     "start_ticks",  # start in clock ticks since boot: with boot_id, the identity the
     "boot_id",  # actuator checks (immune to wall-clock steps)
 ]
+OWNER_LABELS = ["uid", "user"]  # one row per uid holding GPU memory on this node
 
 
 @dataclass
@@ -70,6 +73,8 @@ class ExporterSettings:
     network_floor: int = DEFAULT_FLOOR  # keep-alive bytes per minute that are not work
     network_window: float = DEFAULT_WINDOW  # ...counted over this; a first reading is unknown
     rendezvous_ports: frozenset[int] = DEFAULT_RENDEZVOUS_PORTS  # a job's own, never a service
+    presence: bool = True  # each GPU owner's sessions and notebook connections
+    utmp: Path = UTMP
 
 
 @dataclass
@@ -98,6 +103,9 @@ class _Families:
     p_last_client: Family = field(init=False)
     p_net_watched: Family = field(init=False)
     p_info: Family = field(init=False)
+    o_sessions: Family = field(init=False)
+    o_idle: Family = field(init=False)
+    o_notebooks: Family = field(init=False)
 
     def __post_init__(self) -> None:
         gpu, process = tuple(GPU_LABELS), tuple(PROCESS_LABELS)
@@ -206,6 +214,25 @@ class _Families:
             "Identity of a process holding GPU memory.",
             tuple(INFO_LABELS),
         )
+        owner = tuple(OWNER_LABELS)
+        self.o_sessions = g(
+            "gpu_owner_login_sessions",
+            "Login sessions of a GPU process's owner on this node: live utmp records whose "
+            "terminal the owner's uid owns.",
+            owner,
+        )
+        self.o_idle = g(
+            "gpu_owner_terminal_idle_seconds",
+            "Seconds since the owner's most recently used terminal saw input (its atime, as "
+            "`w` reads it); absent without a login session.",
+            owner,
+        )
+        self.o_notebooks = g(
+            "gpu_owner_notebook_connections",
+            "Connections the owner's Jupyter servers have accepted (an open browser tab "
+            "holds its websockets there); absent where their sockets cannot be read.",
+            owner,
+        )
 
     def __iter__(self) -> Iterator[Family]:
         return iter(vars(self).values())
@@ -236,6 +263,11 @@ class GpuCollector(Collector):
                 rendezvous=Rendezvous.of_host(settings.rendezvous_ports, str(settings.proc_root)),
             )
             if self._sockets
+            else None
+        )
+        self._presence = (
+            PresenceReader(utmp=settings.utmp, proc_root=settings.proc_root, sockets=self._sockets)
+            if settings.presence
             else None
         )
         self._exposition = Exposition()
@@ -326,6 +358,7 @@ class GpuCollector(Collector):
         network = self._read_networks(stats, progressing)
         info: dict[tuple[tuple[str, ...], float], tuple[ProcessIdentity, tuple[str, ...]]] = {}
         live_keys: set[tuple[int, int]] = set()
+        owners: set[int] = set()
         for index in reading.failed_gpus:
             families.device_up.add([str(index)], 0)
         for gpu in reading.gpus:
@@ -355,6 +388,7 @@ class GpuCollector(Collector):
                     families.p_log.add(labels, written)
                 identity = self.identities.get(process.pid, stat.start_ticks, gpu.uuid)
                 if identity is not None:
+                    owners.add(identity.uid)
                     key = (labels, started)
                     known = self._info.get(key)
                     if known is None or known[0] is not identity:
@@ -362,9 +396,21 @@ class GpuCollector(Collector):
                     info[key] = known
                     families.p_info.add(known[1], 1)
         self._info = info  # kept while the series lives
+        self._add_presence(families, owners)
         self.identities.prune(live_keys)
         if self._network is not None:
             self._network.prune(live_keys)
+
+    def _add_presence(self, families: _Families, owners: set[int]) -> None:
+        if self._presence is None or not owners:
+            return
+        try:
+            seen = self._presence.read(owners)
+        except Exception:  # evidence that only makes a decision gentler: absent, not fatal
+            log.exception("reading the GPU owners' presence failed")
+            return
+        for presence in seen.values():
+            _add_owner(families, presence)
 
     def _read_networks(
         self, stats: dict[int, procfs.ProcStat], progressing: set[int]
@@ -430,6 +476,15 @@ class GpuCollector(Collector):
         families.util_supported.add(labels, 1 if gpu.process_util_supported else 0)
         if gpu.util_unknown_reason:
             families.util_unknown.add([*labels, gpu.util_unknown_reason], 1)
+
+
+def _add_owner(families: _Families, presence: Presence) -> None:
+    labels = (str(presence.uid), label(presence.user))
+    families.o_sessions.add(labels, len(presence.sessions))
+    if presence.idle_seconds is not None:
+        families.o_idle.add(labels, round(presence.idle_seconds, 1))
+    if presence.notebook_connections is not None:
+        families.o_notebooks.add(labels, presence.notebook_connections)
 
 
 def _add_network(

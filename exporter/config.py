@@ -42,6 +42,10 @@ class ExporterConfig(BaseModel):
     network_window_seconds: Seconds = Field(default=60.0, gt=0, le=3600)
     # Ports a job's own ranks meet on (never a service): TCPStore's and torchrun's defaults.
     rendezvous_ports: list[int] = Field(default_factory=lambda: [29400, 29500])
+    # Each GPU owner's presence: login sessions, terminal idle, notebook connections
+    # (exporter/presence.py); the utmp file the login sessions are read from.
+    presence: bool = True
+    utmp_file: Path = Path("/var/run/utmp")
 
     @field_validator("rendezvous_ports")
     @classmethod

@@ -102,6 +102,22 @@ def add_commands(commands: Any) -> None:
         help="a port a job's own ranks meet on, never a service (repeatable; default 29400 "
         "and 29500, torchrun's and TCPStore's; ports bound to 0 and MASTER_PORT always are)",
     )
+    parser.add_argument(
+        "--no-presence",
+        dest="presence",
+        action="store_const",
+        const=False,
+        help="do not export the GPU owners' presence (login sessions, terminal idle, "
+        "connections to their notebook servers)",
+    )
+    parser.add_argument(
+        "--utmp",
+        dest="utmp_file",
+        type=Path,
+        metavar="PATH",
+        help="the utmp file login sessions are read from (default /var/run/utmp; in a "
+        "container, the host's, mounted read-only)",
+    )
     parser.set_defaults(func=run_exporter)
 
 
@@ -120,6 +136,8 @@ _FLAGS = {
     "network_keepalive_bytes": ("--network-keepalive-bytes", "network_keepalive_bytes"),
     "network_window_seconds": ("--network-window", "network_window"),
     "rendezvous_ports": ("--rendezvous-port", "rendezvous_ports"),
+    "presence": ("--no-presence", "presence"),
+    "utmp_file": ("--utmp", "utmp_file"),
 }
 
 
@@ -174,6 +192,8 @@ def run_exporter(args: argparse.Namespace) -> int:
         network_floor=config.network_keepalive_bytes,
         network_window=config.network_window_seconds,
         rendezvous_ports=frozenset(config.rendezvous_ports),
+        presence=config.presence,
+        utmp=config.utmp_file,
     )
     registry = CollectorRegistry(auto_describe=False)
     pods = None

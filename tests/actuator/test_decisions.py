@@ -551,3 +551,88 @@ def test_a_first_network_reading_with_a_connection_is_unknown_not_quiet():
     # An agent that does not say whether it covered a window: unknown, still no notice.
     silent = replace(first, network_covered=None, network_watched_for=None)
     assert decide_live(case, silent, eff(), IDLE, LIMITS, GUARD, T0).action == Action.WAIT
+
+
+def _warned(read_at: float = T0, **kw):
+    """Warned at T0; its CPU last read at `read_at` (a case is re-checked every pass)."""
+    return make_case(
+        state=State.NOTIFIED,
+        notified_at=T0,
+        notified_mono=T0,
+        cpu_seconds=10.0,
+        cpu_at=read_at,
+        cpu_rate=0,
+        **kw,
+    )
+
+
+def test_an_owner_on_the_node_defers_the_sigterm_for_at_most_the_presence_grace() -> None:
+    from actuator.models import OwnerPresence
+
+    here = OwnerPresence(sessions=1, idle_seconds=240.0, terminal="pts/3")
+    rules = eff(grace=600.0, presence_grace=3600.0, presence_idle=1800.0)
+    now = T0 + 600
+    d = decide_live(_warned(), make_live(now, presence=here), rules, IDLE, LIMITS, GUARD, now)
+    assert (d.state, d.code) == (State.DEFERRED, Reason.OWNER_PRESENT)
+    assert "logged in on pts/3, idle 4m" in d.reason and "1h at most" in d.reason
+    # Deferred: waits while they are there, and no longer than the presence grace.
+    later = T0 + 600 + 3599
+    held = replace(_warned(later - 30), state=State.DEFERRED, deferred_from="notified")
+    held = replace(held, reason_code=Reason.OWNER_PRESENT)
+    waiting = decide_live(held, make_live(later, presence=here), rules, IDLE, LIMITS, GUARD, later)
+    assert waiting.action == Action.WAIT
+    over = T0 + 600 + 3600
+    back = decide_live(held, make_live(over, presence=here), rules, IDLE, LIMITS, GUARD, over)
+    assert (back.state, back.code) == (State.NOTIFIED, Reason.RESUMED)
+    resumed = replace(_warned(later - 30), state=State.NOTIFIED)
+    term = decide_live(resumed, make_live(over, presence=here), rules, IDLE, LIMITS, GUARD, over)
+    assert term.action == Action.TERM
+    # Gone from the node: back to the ladder at once.
+    away = OwnerPresence(sessions=1, idle_seconds=7200.0, terminal="pts/3")
+    left = decide_live(held, make_live(later, presence=away), rules, IDLE, LIMITS, GUARD, later)
+    assert left.state == State.NOTIFIED
+
+
+@pytest.mark.parametrize(
+    "presence",
+    [
+        None,  # not read: unknown is absence
+        "absent",  # no session, no notebook tab
+        "stale",  # logged in, but the terminal has been quiet for longer than presence_idle
+        "unreadable",  # the notebook server's sockets could not be read
+    ],
+)
+def test_absent_or_unknown_presence_holds_nothing(presence: str | None) -> None:
+    from actuator.models import OwnerPresence
+
+    seen = {
+        None: None,
+        "absent": OwnerPresence(),
+        "stale": OwnerPresence(sessions=2, idle_seconds=1801.0, terminal="pts/1"),
+        "unreadable": OwnerPresence(notebook_connections=None),
+    }[presence]
+    rules = eff(grace=600.0, presence_grace=3600.0, presence_idle=1800.0)
+    now = T0 + 600
+    d = decide_live(_warned(), make_live(now, presence=seen), rules, IDLE, LIMITS, GUARD, now)
+    assert d.action == Action.TERM
+
+
+def test_presence_is_only_read_where_a_rule_asks_and_never_over_the_owners_go_ahead() -> None:
+    from actuator.models import OwnerPresence
+
+    tab = OwnerPresence(notebook_connections=2)
+    now = T0 + 600
+    shipped = eff(grace=600.0)  # presence_grace 0: presence changes nothing
+    assert shipped.presence_grace == 0
+    d = decide_live(_warned(), make_live(now, presence=tab), shipped, IDLE, LIMITS, GUARD, now)
+    assert d.action == Action.TERM
+    rules = eff(grace=600.0, presence_grace=3600.0)
+    d = decide_live(_warned(), make_live(now, presence=tab), rules, IDLE, LIMITS, GUARD, now)
+    assert d.code == Reason.OWNER_PRESENT and "2 connection(s) to their notebook server" in d.reason
+    released = _warned(release_requested_mono=T0 + 5)
+    d = decide_live(released, make_live(now, presence=tab), rules, IDLE, LIMITS, GUARD, now)
+    assert d.action == Action.TERM  # the owner said go ahead
+    working = make_live(now, presence=tab, sm_util=0.9)
+    assert decide_live(_warned(), working, rules, IDLE, LIMITS, GUARD, now).state == (
+        State.CANCELLED
+    )

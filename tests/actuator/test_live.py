@@ -158,3 +158,54 @@ def test_defect_1_a_named_pipe_under_the_heartbeat_name_does_not_hold_the_re_che
     worker.join(5)
     assert seen, "the re-check blocked on the pipe"
     assert seen[0].exists and seen[0].heartbeat is None
+
+
+def test_the_re_check_reads_the_owners_presence_through_the_exporters_reader(
+    tmp_path: Path,
+) -> None:
+    """A real pty and a utmp record of the owner's (root here) session: the re-check says so,
+    reuses the reading for PRESENCE_MAX_AGE, and the agent's wire carries it."""
+    from actuator.fleet.wire import dump_live, load_live
+    from actuator.live import PRESENCE_MAX_AGE
+    from exporter.presence import USER_PROCESS
+    from tests.helpers.utmp import utmp_record
+
+    main, follower = os.openpty()
+    leader = subprocess.Popen(["sleep", "60"])
+    try:
+        name = os.ttyname(follower).removeprefix("/dev/")
+        os.chown(f"/dev/{name}", os.getuid(), -1)
+        utmp = tmp_path / "utmp"
+        utmp.write_bytes(utmp_record(USER_PROCESS, leader.pid, name, "root"))
+        mono = Mono()
+        check = Inspector(
+            Protection(Protect(protect_root=False, protected_uid_below=0)),
+            lambda _not_before: NvmlReading(up=True),
+            Evidence(utmp=utmp),
+            nvml_timeout=1.0,
+            mono=mono,
+        )
+        live = check.inspect(target(os.getpid()))
+        assert live.presence is not None
+        assert live.presence.sessions == 1 and live.presence.terminal == name
+        assert live.presence.present(1800.0) is not None
+        assert load_live(dump_live(live)).presence == live.presence
+        assert live.evidence()["presence"]["sessions"] == 1  # audited with the decision
+
+        utmp.write_bytes(b"")  # logged out
+        assert check.inspect(target(os.getpid())).presence == live.presence  # reused
+        mono.now += PRESENCE_MAX_AGE
+        assert check.inspect(target(os.getpid())).presence.sessions == 0
+        blind = Inspector(
+            Protection(Protect(protect_root=False, protected_uid_below=0)),
+            lambda _not_before: NvmlReading(up=True),
+            Evidence(utmp=None),
+            nvml_timeout=1.0,
+            mono=mono,
+        )
+        assert blind.inspect(target(os.getpid())).presence is None
+    finally:
+        leader.kill()
+        leader.wait()
+        os.close(follower)
+        os.close(main)
