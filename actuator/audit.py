@@ -54,6 +54,7 @@ class Event(StrEnum):
     KUBE_VERIFIED = "kube_verified"
     NOTICE = "notice"
     SIGNALS = "signals"
+    CHECKPOINT = "checkpoint"  # the suspend rung's driver call, or the owner's resume
     SLURM_CANCEL = "slurm_cancel"
     SLURM_VERIFIED = "slurm_verified"
     SNOOZE = "snooze"

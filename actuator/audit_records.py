@@ -118,6 +118,19 @@ class SignalsSent(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointCalled(Record):
+    """A checkpoint call the node made (SUSPEND: lock and checkpoint; RESUME: restore and
+    unlock), as the node answered: what it proves is judged at the next step."""
+
+    event = Event.CHECKPOINT
+    case: int
+    call: str
+    ok: bool
+    state: str
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class FreedForRequest(Record):
     event = Event.FREED_FOR_REQUEST
     case: int

@@ -20,12 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actuator.audit import AuditError, AuditLog
-from actuator.audit_records import FollowupSent, FreedForRequest, NoticeSent, SignalsSent
+from actuator.audit_records import (
+    CheckpointCalled,
+    FollowupSent,
+    FreedForRequest,
+    NoticeSent,
+    SignalsSent,
+)
+from actuator.checkpoint import CheckpointResult
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import Decision, after_notice
 from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
-from actuator.ladder import LADDER, Action, Rung, next_rung, rung_for, rung_of
+from actuator.ladder import FIRST_SIGNAL, LADDER, Action, Rung, rung_of
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
 from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts
@@ -98,8 +105,10 @@ class Executor:
         # One handler per rung of the ladder (actuator/ladder.py), checked here: exhaustive.
         self._effects: dict[Action, Callable[[Step], Outcome]] = {
             Action.NOTIFY: self._notify_owner,
+            Action.SUSPEND: self._suspend,
             Action.TERM: self._stop,
             Action.KILL: self._stop,
+            Action.RESUME: self._resume,  # the way back from the suspend rung
         }
         missing = [str(r.action) for r in LADDER if r.action not in self._effects]
         if missing:
@@ -108,8 +117,7 @@ class Executor:
     def carry_out(self, step: Step) -> Outcome:
         """What the committed decision means: its rung's effect, then its new state's;
         returns what was done."""
-        rung = rung_for(step.decision.action)
-        effect = self._effects[rung.action] if rung is not None else None
+        effect = self._effects.get(step.decision.action)  # WAIT and MOVE have none
         done = effect(step) if effect is not None else NOTHING
         state, case = step.decision.state, step.case
         if state == State.RECLAIMED:
@@ -134,6 +142,32 @@ class Executor:
             return NOTHING
         return self.notify(step.case, step.eff, step.now, dry_run=False)
 
+    def _suspend(self, step: Step) -> Outcome:
+        """The suspend rung: the node checkpoints the process (the driver's lock, then its
+        checkpoint); whether it worked is proven at the next step, not taken from here."""
+        case = step.case
+        done = step.node.suspend(case.target, step.eff.suspend_lock_timeout)
+        return self._checkpoint_call(case, "SUSPEND", done)
+
+    def _resume(self, step: Step) -> Outcome:
+        """The owner asked it back: the node restores it onto its GPU and lets it run."""
+        case = step.case
+        done = step.node.resume(case.target)
+        return self._checkpoint_call(case, "RESUME", done)
+
+    def _checkpoint_call(self, case: Case, name: str, done: CheckpointResult) -> Outcome:
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                CheckpointCalled(
+                    case=case.id, call=name, ok=done.ok, state=done.state, detail=done.detail
+                ),
+                sync=False,  # the call was made before this record could say so
+            )
+        if not done.ok:
+            log.warning("case %d: %s failed: %s", case.id, name.lower(), done.detail)
+            return NOTHING
+        return Outcome(sent=(SignalSent(case.id, case.pid, name, self.clock()),))
+
     def _stop(self, step: Step) -> Outcome:
         """A signalling rung: the scheduler's verb where one owns the case, else the rung's
         signal to the recorded process tree."""
@@ -147,17 +181,17 @@ class Executor:
         """Observe/notify mode: the same side effects enforcement would use, as dry runs
         (the notice, and the rung after it)."""
         case, live, scheduler = step.case, step.live, step.scheduler
-        rehearsed = next_rung(Action.NOTIFY)
+        rehearsed = FIRST_SIGNAL
         assert live is not None
         if step.eff.mode == "observe":
             self.notify(case, step.eff, step.now, dry_run=True)
         rehearsal = dataclasses.replace(case, members=list(live.members))
         if scheduler is not None:
             scheduler.claim(rehearsal, live).apply_to(rehearsal)  # a copy: nothing recorded
-            if scheduler.owns(rehearsal) and rehearsed is not None:
+            if scheduler.owns(rehearsal):
                 self._through_scheduler(rehearsal, scheduler, rehearsed, dry_run=True)
                 return
-        assert rehearsed is not None and rehearsed.signal is not None
+        assert rehearsed.signal is not None
         step.node.signal_tree(
             rehearsal.target,
             rehearsal.members,

@@ -24,8 +24,10 @@ class Action(StrEnum):
     WAIT = "wait"  # nothing to do yet (samples may be updated)
     MOVE = "move"  # a state change without a side effect (cancel, refuse, observe, ...)
     NOTIFY = "notify"
+    SUSPEND = "suspend"
     TERM = "sigterm"
     KILL = "sigkill"
+    RESUME = "resume"  # the way back from the suspend rung, at the owner's ask (no rung)
 
 
 class Verb(StrEnum):
@@ -45,6 +47,10 @@ class EndProof(StrEnum):
     """How the node proves a rung has done what it was for."""
 
     NOTICE_DELIVERED = "the owner's channel accepted the notice (or the gate's fallback)"
+    CHECKPOINTED = (
+        "the driver says checkpointed, the PID is gone from NVML's list and the GPU's used "
+        "memory is down by at least 90 % of the footprint, same process (start ticks)"
+    )
     TREE_GONE = (
         "every recorded member is gone (pidfds), then NVML lists none of them on the GPU "
         "within release_timeout"
@@ -71,6 +77,7 @@ class Rung:
     gated: bool  # a scheduler may hold it back (Scheduler.not_ready)
     limited: bool  # counted by the blast-radius limits (limits.per_node_hour, per_minute)
     takes_tree: bool  # records the process tree and its footprint; no other case may hold it
+    optional: bool  # taken only where the process is eligible, else skipped to `then`
     stamps: Stamps | None
     timeout: str  # the Effective field: how long the rung runs before `then`
     then: Action | None  # the rung after the timeout; None: the case fails
@@ -90,12 +97,32 @@ LADDER: tuple[Rung, ...] = (
         gated=False,
         limited=False,
         takes_tree=False,
+        optional=False,
         stamps=None,  # notified_at and notified_mono: only once delivered (after_notice)
         timeout="grace",
-        then=Action.TERM,
+        then=Action.SUSPEND,
         timeout_code=Reason.IDLE,
         end=EndProof.NOTICE_DELIVERED,
         meaning="the owner is warned, with a link to keep the job",
+    ),
+    Rung(
+        action=Action.SUSPEND,
+        state=State.SUSPENDING,
+        signal=None,
+        verb=None,
+        last_look=True,
+        commits_alone=True,
+        gated=False,
+        limited=False,
+        takes_tree=True,
+        optional=True,  # decisions.why_not_suspended
+        stamps=Stamps("suspend_at", "suspend_mono"),
+        timeout="suspend_max",
+        then=Action.TERM,
+        timeout_code=Reason.SUSPEND_EXPIRED,
+        end=EndProof.CHECKPOINTED,
+        meaning="the process's GPU state is checkpointed into its host memory; it lives on "
+        "(`suspended` once proven) until its owner resumes it",
     ),
     Rung(
         action=Action.TERM,
@@ -107,6 +134,7 @@ LADDER: tuple[Rung, ...] = (
         gated=True,
         limited=True,
         takes_tree=True,
+        optional=False,
         stamps=Stamps("term_at", "term_mono"),
         timeout="term_timeout",
         then=Action.KILL,
@@ -124,6 +152,7 @@ LADDER: tuple[Rung, ...] = (
         gated=False,
         limited=False,
         takes_tree=False,
+        optional=False,
         stamps=Stamps("kill_at", "kill_mono"),
         timeout="kill_timeout",
         then=None,
@@ -140,6 +169,7 @@ _BY_STATE = {r.state: r for r in LADDER}
 SIGNALLED_STATES = frozenset(r.state for r in LADDER if r.signal is not None)
 SIGNAL_NAMES = tuple(r.signal.name for r in LADDER if r.signal is not None)
 LIMITED = next(r for r in LADDER if r.limited)  # the rung the rate limits count
+FIRST_SIGNAL = next(r for r in LADDER if r.signal is not None)  # what observe mode rehearses
 
 
 def rung_of(action: Action) -> Rung:
@@ -185,8 +215,8 @@ def table() -> str:
 
     head = (
         "| action | state | what it does | signal | scheduler | last look | commits alone "
-        "| gated | limited | records | runs for | then | end proven by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gated | limited | where eligible | records | runs for | then | end proven by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     )
     rows = []
     for r in LADDER:
@@ -201,7 +231,7 @@ def table() -> str:
         rows.append(
             f"| `{r.action}` | `{r.state}` | {r.meaning} | {signal_name} "
             f"| {verb} | {yes(r.last_look)} | {yes(r.commits_alone)} "
-            f"| {yes(r.gated)} | {yes(r.limited)} | {', '.join(records)} "
+            f"| {yes(r.gated)} | {yes(r.limited)} | {yes(r.optional)} | {', '.join(records)} "
             f"| `{r.timeout}` | {then} | {r.end} |"
         )
     return "\n".join((*head, *rows))

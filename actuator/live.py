@@ -333,6 +333,7 @@ class Inspector:
             gpu_model=gpu.name if gpu is not None else "",
             on_gpu=on_gpu,
             gpu_memory_bytes=mem,
+            gpu_used_bytes=gpu.memory_used if gpu is not None else None,
             sm_util=util,
             util_unknown=util_unknown,
             cpu_seconds=cpu,

@@ -126,6 +126,9 @@ class State(StrEnum):
     REFUSED = "refused"
     OBSERVED = "observed"
     DEFERRED = "deferred"  # a limit or the breaker holds it: re-evaluated, not final
+    SUSPENDING = "suspending"  # the checkpoint was asked for; the node has not proven it yet
+    SUSPENDED = "suspended"  # checkpointed, its GPU proven free; the process lives on
+    RESUMING = "resuming"  # the owner asked it back; the restore is not proven yet
 
 
 LIVE_STATES = frozenset(
@@ -136,6 +139,9 @@ LIVE_STATES = frozenset(
         State.KILLING,
         State.SNOOZED,
         State.DEFERRED,
+        State.SUSPENDING,
+        State.SUSPENDED,
+        State.RESUMING,
     }
 )
 ENDED_STATES = frozenset(set(State) - LIVE_STATES)
@@ -183,6 +189,14 @@ class Reason(StrEnum):
     RECLAIMED = "reclaimed"
     UNKILLABLE = "unkillable"
     UNVERIFIED = "unverified"
+    # the suspend rung (actuator/ladder.py)
+    SUSPENDED = "suspended"  # checkpointed and proven: the GPU is free, the process lives
+    NOT_SUSPENDED = "not_suspended"  # the checkpoint failed or was not proven in time
+    SUSPEND_EXPIRED = "suspend_expired"  # suspended for suspend_max: the ladder goes on
+    HOST_MEMORY_SHORT = "host_memory_short"  # the node's memory runs short: the ladder goes on
+    RESUME_ASKED = "resume_asked"  # its owner asked it back
+    RESUMED_AS_ASKED = "resumed_as_asked"  # restored onto a GPU and running, kept
+    RESTORE_FAILED = "restore_failed"  # no room, or the driver refused: still suspended
 
 
 REFUSALS = frozenset(
@@ -351,6 +365,12 @@ class LiveState:
     # Watched for a whole window: quiet can be told from unknown (None: not read, or an
     # agent that does not say; both unknown).
     network_covered: bool | None = None
+    # The GPU's used memory now (all processes), the driver's checkpoint state of the
+    # process ("" where the node cannot checkpoint), and the host memory available for a
+    # checkpoint (the lesser of the node's and the process's cgroup's; None: unknown).
+    gpu_used_bytes: int | None = None
+    checkpoint_state: str = ""
+    host_memory_available: int | None = None
     # The owner's presence on the node (None: not read; absence and unknown are the same).
     presence: OwnerPresence | None = None
     members: tuple[Member, ...] = ()
@@ -406,6 +426,9 @@ class LiveState:
             "network_watched_for": self.network_watched_for,
             "network_covered": self.network_covered,
             "keep_asked": self.keep_asked,
+            "gpu_used_bytes": self.gpu_used_bytes,
+            "checkpoint_state": self.checkpoint_state or None,
+            "host_memory_available": self.host_memory_available,
             "presence": asdict(self.presence) if self.presence else None,
             "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],
@@ -522,6 +545,16 @@ class Case:
     rearmed_from: int | None = None  # the activity-cancelled case this one re-arms
     followup: int | None = None  # the case that re-armed this one
     release_requested_mono: float | None = None  # the owner chose "release now"
+    # The suspend rung: when it was asked (wall, boot clock), when the node proved the
+    # checkpoint, the GPU's used memory before it, and the owner's ask to have it back
+    # (with the keep that follows the restore).
+    suspend_at: float | None = None
+    suspend_mono: float | None = None
+    suspended_mono: float | None = None
+    gpu_used_before: int | None = None
+    resume_requested_mono: float | None = None
+    resume_keep: float = 0.0
+    restore_attempts: int = 0
     unreachable_since_mono: float | None = None  # the node's agent has not answered since
     slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
     pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
@@ -640,6 +673,13 @@ class CaseUpdate:
     slurm_job: str | _Unset | None = UNSET
     pod: dict[str, str] | _Unset | None = UNSET
     owner: dict[str, str] | _Unset | None = UNSET
+    suspend_at: float | _Unset | None = UNSET
+    suspend_mono: float | _Unset | None = UNSET
+    suspended_mono: float | _Unset | None = UNSET
+    gpu_used_before: int | _Unset | None = UNSET
+    resume_requested_mono: float | _Unset | None = UNSET
+    resume_keep: float | _Unset = UNSET
+    restore_attempts: int | _Unset = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

@@ -12,9 +12,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from actuator.checkpoint import CheckpointResult, checkpointer_for
 from actuator.config import NodeConfig
 from actuator.live import Evidence, Inspector, process_tree
 from actuator.models import LiveState, Member, SignalResult, Target
@@ -24,6 +26,7 @@ from actuator.protect import Protection
 from exporter import procfs
 from exporter.guard import BoundedCall
 from exporter.identity import ProjectMapping
+from exporter.nvml import resolve_sim_dir
 from exporter.nvml_reader import NvmlReader, NvmlReading
 from exporter.slurm import slurm_job_of
 
@@ -68,6 +71,17 @@ class Node(Protocol):
         ...
 
     def wait_exit(self, timeout: float) -> None: ...
+
+    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
+        """Checkpoint the process's GPU state into its host memory (the suspend rung)."""
+        ...
+
+    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
+        """Restore a suspended process onto its GPU (or `gpu`) and let it run."""
+        ...
+
+
+NO_CHECKPOINT = CheckpointResult(False, "", "this node cannot checkpoint a process")
 
 
 class _SharedReading:
@@ -125,6 +139,7 @@ class LocalNode:
         self.name = name
         evidence = evidence or Evidence()
         self.proc_root = evidence.proc_root
+        auto = nvml is None  # the node's own driver (or simulation): its checkpoint too
         if nvml is None:
             from exporter.nvml import open_nvml
 
@@ -137,11 +152,43 @@ class LocalNode:
             self.protection, self._reading, evidence, nvml_timeout=nvml_timeout, clock=clock
         )
         self.pidfds = Pidfds(self.proc_root)
+        self.checkpointer = checkpointer_for(resolve_sim_dir(sim_dir)) if auto else None
 
     # -- evidence ------------------------------------------------------------------------
 
     def inspect(self, target: Target) -> LiveState:
-        return self.inspector.inspect(target)
+        live = self.inspector.inspect(target)
+        if self.checkpointer is None or not self._same(target):
+            return live
+        room = [r for r in (self.checkpointer.host_room(), _mem_available(self.proc_root)) if r]
+        return replace(
+            live,
+            checkpoint_state=self.checkpointer.state(target.pid),
+            host_memory_available=min(room) if room else None,
+        )
+
+    def _same(self, target: Target) -> bool:
+        """The process under the PID is the target (its start ticks, this boot)."""
+        return (
+            procfs.start_ticks(target.pid, self.proc_root) == target.start_ticks
+            and procfs.boot_id(self.proc_root) == target.boot_id
+        )
+
+    # -- the suspend rung ----------------------------------------------------------------
+
+    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
+        if self.checkpointer is None:
+            return NO_CHECKPOINT
+        if not self._same(target):
+            return CheckpointResult(False, "", "gone or identity changed")
+        return self.checkpointer.suspend(target.pid, lock_timeout)
+
+    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
+        if self.checkpointer is None:
+            return NO_CHECKPOINT
+        if not self._same(target):
+            return CheckpointResult(False, "", "gone or identity changed")
+        return self.checkpointer.resume(target.pid, gpu)
 
     def gpu_processes(self, uuid: str) -> dict[int, int] | None:
         gpu, _ = self.inspector.gpu(uuid)
@@ -278,3 +325,14 @@ def local_node(
         nvml_timeout=settings.nvml_timeout,
         evidence=evidence,
     )
+
+
+def _mem_available(proc_root: Path) -> int | None:
+    """The kernel's MemAvailable, bytes (None: unreadable)."""
+    try:
+        for line in (proc_root / "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

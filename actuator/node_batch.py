@@ -92,7 +92,11 @@ def state_change(
     if rung is not None and rung.takes_tree:
         assert live is not None  # a rung that takes the tree is decided on a live look
         update = update.then(
-            CaseUpdate(members=list(live.members), gpu_memory_bytes=live.gpu_memory_bytes)
+            CaseUpdate(
+                members=list(live.members),
+                # a checkpointed process holds nothing now: its footprint stays recorded
+                gpu_memory_bytes=live.gpu_memory_bytes or case.gpu_memory_bytes,
+            )
         )
         if scheduler is not None:
             update = update.then(scheduler.claim(case, live))

@@ -120,6 +120,38 @@ def snooze(
     return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
 
 
+def request_resume(rt: Runtime, case_id: int, keep: float, by: str) -> Case | Refused:
+    """A suspended case's owner wants it back: the reconciler restores it at its next step
+    (onto its own GPU, where there is room) and then keeps it for `keep` seconds. Audited
+    first; compare-and-set, retried like the snooze."""
+    try:
+        rt.audit.write(
+            Snoozed(
+                case=case_id,
+                until=rt.clock() + keep,
+                duration=keep,
+                by=by,
+                reason="resume asked: restored, then kept",
+            )
+        )
+    except AuditError as exc:
+        return Refused(Why.AUDIT_UNAVAILABLE, str(exc))
+    for _ in range(ATTEMPTS):
+        case = rt.store.get_case(case_id)
+        if case is None:
+            return Refused(Why.NOT_FOUND, f"no case {case_id}")
+        if case.state != State.SUSPENDED:
+            return Refused(
+                Why.NOT_NOW, f"case {case.id} is {case.state}: only a suspended case is resumed"
+            )
+        case.resume_requested_mono = rt.mono()
+        case.resume_keep = keep
+        case.restore_attempts = 0
+        if rt.store.save_samples(case):
+            return case
+    return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")
+
+
 def release(rt: Runtime, case_id: int) -> Case | Refused:
     """Mark a notified case "release now": the reconciler skips the rest of the grace (every
     other check still runs). Compare-and-set, retried like the snooze."""

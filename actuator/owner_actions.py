@@ -123,6 +123,11 @@ def keep(
     refused = judge_keep(rule, seconds, owner, site_max)
     if refused is not None:
         return refused
+    if case is not None and case.state == State.SUSPENDED:  # kept: first brought back
+        resumed = operations.request_resume(rt, case.id, seconds, owner.by)
+        if isinstance(resumed, Refused):
+            return resumed
+        return Kept(resumed.id, "resuming", rt.clock() + seconds)
     if case is not None:
         kept = operations.snooze(rt, case.id, seconds, owner.by, "kept by its owner")
         if isinstance(kept, Refused):

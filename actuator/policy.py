@@ -65,6 +65,8 @@ class Timing(Strict):
     service_reclaim_when: ReclaimWhen | None = None
     service_ports: tuple[Port, ...] | None = None
     presence_grace: Duration | None = None
+    suspend: bool | None = None
+    suspend_max: Duration | None = None
 
     @model_validator(mode="after")
     def _keep_bounds_in_order(self) -> Timing:
@@ -104,6 +106,25 @@ class Defaults(Strict):
     )
     presence_idle: Duration = Field(
         1800.0, description="a login session whose terminal saw input this recently is presence"
+    )
+    suspend: bool = Field(
+        False,
+        description="after the grace, checkpoint an eligible process's GPU state into its host "
+        "memory (the suspend rung) before any signal: the GPU is freed, the work kept",
+    )
+    suspend_max: Duration = Field(
+        86400.0, gt=0, description="a suspended process is sent SIGTERM after this"
+    )
+    suspend_timeout: Duration = Field(
+        120.0, gt=0, description="the node must prove the checkpoint within this, else SIGTERM"
+    )
+    suspend_lock_timeout: Duration = Field(
+        10.0, gt=0, le=60, description="the driver's lock waits this long for the process to stop"
+    )
+    suspend_host_reserve: Size = Field(
+        2 * 1024**3,
+        ge=0,
+        description="host memory kept free: a suspended process is sent SIGTERM below it",
     )
     reclaim_when: ReclaimWhen = Field(
         ReclaimWhen.IDLE,
@@ -354,6 +375,11 @@ class Effective(Strict):
     reclaim_when: ReclaimWhen = ReclaimWhen.IDLE
     presence_grace: float = 0.0
     presence_idle: float = 1800.0
+    suspend: bool = False
+    suspend_max: float = 86400.0
+    suspend_timeout: float = 120.0
+    suspend_lock_timeout: float = 10.0
+    suspend_host_reserve: int = 2 * 1024**3
     # The service class: set when the node (or, only ever to be safer, the alert) says the
     # process is a service; the three service_* values are the rule's, applied when it is.
     service: bool = False
@@ -492,6 +518,11 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             reclaim_when=d.reclaim_when,
             presence_grace=d.presence_grace,
             presence_idle=d.presence_idle,
+            suspend=d.suspend,
+            suspend_max=d.suspend_max,
+            suspend_timeout=d.suspend_timeout,
+            suspend_lock_timeout=d.suspend_lock_timeout,
+            suspend_host_reserve=d.suspend_host_reserve,
             service_window=d.service_window,
             service_reclaim_when=d.service_reclaim_when,
             service_ports=d.service_ports,
@@ -512,6 +543,11 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         reclaim_when=rule.reclaim_when or d.reclaim_when,
         presence_grace=d.presence_grace if rule.presence_grace is None else rule.presence_grace,
         presence_idle=d.presence_idle,
+        suspend=d.suspend if rule.suspend is None else rule.suspend,
+        suspend_max=d.suspend_max if rule.suspend_max is None else rule.suspend_max,
+        suspend_timeout=d.suspend_timeout,
+        suspend_lock_timeout=d.suspend_lock_timeout,
+        suspend_host_reserve=d.suspend_host_reserve,
         service_window=d.service_window if rule.service_window is None else rule.service_window,
         service_reclaim_when=rule.service_reclaim_when or d.service_reclaim_when,
         service_ports=d.service_ports if rule.service_ports is None else rule.service_ports,
@@ -565,6 +601,9 @@ def safer(base: Effective, other: Effective) -> Effective:
             # the owner's presence holds the process longer, and more of it counts
             "presence_grace": max(base.presence_grace, other.presence_grace),
             "presence_idle": max(base.presence_idle, other.presence_idle),
+            # a suspend keeps the work: the safer rung, kept longer
+            "suspend": base.suspend or other.suspend,
+            "suspend_max": max(base.suspend_max, other.suspend_max),
             # demand reclaims a subset of what idle reclaims: the safer of the two
             "reclaim_when": _safer_when(base.reclaim_when, other.reclaim_when),
             "service_window": max(base.service_window, other.service_window),

@@ -55,6 +55,9 @@ def recheck_due(
     if case.state == State.PENDING and case.cpu_at is not None and case.cpu_rate is None:
         # Its CPU window opened at the last look (taken before `last.mono`): full by now?
         return mono - last.mono >= cpu_window
+    if case.state == State.SUSPENDED:  # waits for its owner, its suspend_max or the memory
+        asked = case.resume_requested_mono is not None and mono >= case.resume_requested_mono
+        return asked or mono - last.mono >= every
     if case.state != State.NOTIFIED or mono - last.mono >= every:
         return True
     if case.notified_mono is None or case.release_requested_mono is not None:

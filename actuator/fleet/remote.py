@@ -20,6 +20,7 @@ from urllib.parse import quote
 import urllib3
 from pydantic import ValidationError
 
+from actuator.checkpoint import CheckpointResult
 from actuator.endpoints import POOL_SIZE, EndpointError, exchange
 from actuator.fleet import wire
 from actuator.models import LiveState, Member, SignalResult, Target
@@ -120,7 +121,8 @@ class RemoteNode:
             live = wire.load_live(data.get("live"))
         except ValidationError as exc:
             raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
-        return rebase(live, data["_offset"])
+        # The suspend rung is local only for now: no checkpoint state, no rung.
+        return replace(rebase(live, data["_offset"]), checkpoint_state="")
 
     def alive(self, members: Iterable[Member]) -> list[Member]:
         data = self._call("POST", "/v1/alive", {"members": wire.dump_members(list(members))})
@@ -192,6 +194,14 @@ class RemoteNode:
                 problem = str(exc)
                 time.sleep(0.2 * (attempt + 1))
         return [SignalResult(m.pid, sig.name, False, f"not sent: {problem}") for m in members]
+
+    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
+        """Not carried over the agent's protocol yet: its re-checks report no checkpoint
+        state, so the suspend rung is never chosen for a remote node."""
+        return CheckpointResult(False, "", "the node's agent does not checkpoint yet")
+
+    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
+        return CheckpointResult(False, "", "the node's agent does not checkpoint yet")
 
     def wait_exit(self, timeout: float) -> None:
         """Exits on another node are seen by polling (the next tick), not waited for here."""

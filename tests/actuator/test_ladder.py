@@ -55,10 +55,14 @@ def test_every_rung_names_real_fields_and_its_chain_ends() -> None:
 def test_signalled_states_are_the_rungs_with_a_signal_and_never_a_stop() -> None:
     assert {State.TERMINATING, State.KILLING} == SIGNALLED_STATES
     assert all(r.signal not in (signal.SIGSTOP, signal.SIGTSTP) for r in LADDER)
-    # Only the rung that takes the tree is looked at last, gated and limited.
+    # The rungs that take the tree are looked at last; only SIGTERM's is gated and limited.
     taking = [r for r in LADDER if r.takes_tree]
-    assert [r.action for r in taking] == [Action.TERM]
-    assert taking[0].last_look and taking[0].gated and taking[0].limited
+    assert [r.action for r in taking] == [Action.SUSPEND, Action.TERM]
+    assert all(r.last_look for r in taking)
+    assert [r.action for r in LADDER if r.gated or r.limited] == [Action.TERM]
+    # The suspend rung sends no signal and is skipped where the process is not eligible.
+    suspend = rung_of(Action.SUSPEND)
+    assert suspend.optional and suspend.signal is None and suspend.then == Action.TERM
 
 
 def test_the_agent_accepts_only_the_ladders_signals() -> None:

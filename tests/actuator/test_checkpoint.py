@@ -1,0 +1,50 @@
+"""The node's checkpoint calls (actuator/checkpoint.py) on the simulated driver, with real
+workload processes: a suspend is lock then checkpoint, a failed one leaves the process
+running; a resume is restore then unlock, a refused one leaves it checkpointed."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from actuator.checkpoint import CudaCheckpointer, SimCheckpointer, checkpointer_for
+from exporter.sim.state import load_faults, read_procs, save_faults
+from tests.helpers.actuator import Workloads
+
+
+def listed(workloads: Workloads, pid: int) -> bool:
+    return any(p.pid == pid for p in read_procs(workloads.node_dir))
+
+
+def test_suspend_and_resume_through_the_simulated_driver(workloads: Workloads) -> None:
+    w = workloads.spawn(memory="2GiB")
+    driver = checkpointer_for(workloads.node_dir)
+    assert isinstance(driver, SimCheckpointer)
+    room = driver.host_room()
+    assert driver.state(w.pid) == "running"
+
+    done = driver.suspend(w.pid, lock_timeout=5)
+    assert (done.ok, done.state) == (True, "checkpointed")
+    assert not listed(workloads, w.pid) and w.alive()
+    assert driver.host_room() == room - 2 * 1024**3  # the checkpoint is in host memory
+
+    back = driver.resume(w.pid)
+    assert (back.ok, back.state) == (True, "running")
+    assert listed(workloads, w.pid)
+    assert driver.resume(w.pid).ok is False  # not checkpointed: nothing to restore
+
+
+def test_a_lock_that_times_out_leaves_the_process_running(workloads: Workloads) -> None:
+    w = workloads.spawn(memory="1GiB")
+    faults = dataclasses.replace(load_faults(workloads.node_dir), checkpoint_lock_hang=True)
+    save_faults(workloads.node_dir, faults)
+    done = SimCheckpointer(workloads.node_dir).suspend(w.pid, lock_timeout=0.5)
+    assert done.ok is False and "CUDA_ERROR_TIMEOUT" in done.detail
+    assert done.state == "running" and listed(workloads, w.pid)
+
+
+def test_a_node_without_the_drivers_calls_has_no_checkpointer(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        CudaCheckpointer(str(tmp_path / "libcuda.so.1"))  # no driver here

@@ -1,0 +1,178 @@
+"""The suspend rung end to end: a real actuator (gunicorn) on a simulated node with real
+workload processes and the simulated CUDA checkpoint driver. Notice, then suspend (the GPU
+proven free, the process alive), then the owner's keep brings it back; a suspended process
+left alone is sent SIGTERM after suspend_max; a restore into a full GPU is retried and never
+leaves the process stuck; a lock that hangs falls to SIGTERM as today; the actuator killed
+during the checkpoint's copy leaves no case stuck."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from actuator.keep_socket import request_keep
+from exporter.sim import checkpoint as sim
+from exporter.sim.state import load_faults, load_node, read_procs, save_faults, save_node
+from tests.helpers.actuator import Workloads, alert_for, payload
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+GiB = 1024**3
+SUSPEND = {"suspend": True, "suspend_host_reserve": "64MiB"}
+
+
+def listed(workloads: Workloads, pid: int) -> bool:
+    return any(p.pid == pid for p in read_procs(workloads.node_dir))
+
+
+def signals(case: dict) -> list[str]:
+    return [s["signal"] for s in case["signals"]]
+
+
+def states(case: dict) -> list[str]:
+    return [t["state"] for t in case["timeline"]]
+
+
+def _socket(request: pytest.FixtureRequest) -> Path:
+    shared = Path(tempfile.mkdtemp(prefix="keep-socket-"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    return shared / "keep.sock"
+
+
+@pytest.mark.reliability(72)
+def test_notice_then_suspend_then_the_owners_keep_resumes_it(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    sock = _socket(request)
+    actuator = actuator_factory(
+        workloads.node_dir, defaults=SUSPEND, server={"keep_socket": str(sock)}
+    )
+    w = workloads.spawn(memory="3GiB")
+    assert actuator.post(payload(alert_for(w))).status_code == 200
+    case = actuator.wait_state(w, "suspended", "reclaimed", "failed", "refused", "cancelled")
+    assert case["state"] == "suspended", case
+    assert states(case) == ["pending", "notified", "suspending", "suspended"]
+    assert signals(case) == ["SUSPEND"]  # no signal: the process lives on
+    assert w.alive() and not listed(workloads, w.pid)
+    assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED
+    assert case["freed_bytes"] == 3 * GiB
+    calls = actuator.records("checkpoint")
+    assert [(c["call"], c["ok"]) for c in calls] == [("SUSPEND", True)]
+
+    answer = request_keep(str(sock), w.pid, "keep", 3600, timeout=10)
+    assert answer["ok"], answer
+    case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", timeout=30)
+    assert case["state"] == "snoozed" and case["reason_code"] == "resumed_as_asked", case
+    assert states(case)[-3:] == ["suspended", "resuming", "snoozed"]
+    assert listed(workloads, w.pid) and w.alive()
+    assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.RUNNING
+    assert "SIGTERM" not in signals(case)
+
+
+@pytest.mark.reliability(72)
+def test_a_suspended_process_left_alone_is_sent_sigterm_after_suspend_max(
+    workloads, actuator_factory
+) -> None:
+    actuator = actuator_factory(workloads.node_dir, defaults={**SUSPEND, "suspend_max": "2s"})
+    w = workloads.spawn(memory="1GiB")
+    actuator.post(payload(alert_for(w)))
+    suspended = actuator.wait_state(w, "suspended", "reclaimed", "failed", "cancelled")
+    assert suspended["state"] == "suspended", suspended
+    case = actuator.wait_state(w, "reclaimed", "failed", "cancelled", timeout=30)
+    assert case["state"] == "reclaimed", case
+    assert signals(case) == ["SUSPEND", "SIGTERM"]
+    assert case["reason_code"] == "reclaimed"
+    suspended_at = next(t["ts"] for t in case["timeline"] if t["state"] == "suspended")
+    terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
+    assert terminating["evidence"]["code"] == "suspend_expired"
+    assert terminating["ts"] - suspended_at >= 1.5  # suspend_max counts from the suspend
+    wait_until(lambda: w.exit_code, 10)
+    assert w.exit_code == [0]  # the workload's own SIGTERM handler: a clean exit
+
+
+@pytest.mark.reliability(73)
+def test_a_restore_into_a_full_gpu_is_retried_and_never_leaves_it_stuck(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    sock = _socket(request)
+    actuator = actuator_factory(
+        workloads.node_dir, defaults=SUSPEND, server={"keep_socket": str(sock)}
+    )
+    w = workloads.spawn(memory="4GiB")
+    actuator.post(payload(alert_for(w)))
+    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
+    # Someone else takes the GPU meanwhile: 78 GiB of 80, so 4 GiB cannot come back.
+    filler = workloads.spawn(memory="78GiB", phases="busy")
+
+    assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
+    wait_until(lambda: actuator.case_for(w)["reason_code"] == "restore_failed", 30)
+    case = actuator.case_for(w)
+    assert case["state"] == "suspended"  # still suspended, never half restored
+    assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED
+    assert "tried again in 30s" in case["reason"]
+    assert w.alive()
+
+    filler.proc.terminate()  # room again: the next try (30 s later) restores it
+    wait_until(lambda: not listed(workloads, filler.pid), 15)
+    case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", timeout=60)
+    assert case["state"] == "snoozed" and listed(workloads, w.pid), case
+    calls = [(c["call"], c["ok"]) for c in actuator.records("checkpoint")]
+    assert calls == [("SUSPEND", True), ("RESUME", False), ("RESUME", True)]
+
+
+def test_a_lock_that_hangs_falls_to_sigterm_as_today(workloads, actuator_factory) -> None:
+    save_faults(
+        workloads.node_dir,
+        dataclasses.replace(load_faults(workloads.node_dir), checkpoint_lock_hang=True),
+    )
+    actuator = actuator_factory(
+        workloads.node_dir, defaults={**SUSPEND, "suspend_lock_timeout": "1s"}
+    )
+    w = workloads.spawn(memory="1GiB")
+    actuator.post(payload(alert_for(w)))
+    case = actuator.wait_state(w, "reclaimed", "failed", "cancelled", "refused", timeout=30)
+    assert case["state"] == "reclaimed", case
+    assert signals(case) == ["SIGTERM"]  # the suspend call failed: nothing was suspended
+    assert states(case) == ["pending", "notified", "suspending", "terminating", "reclaimed"]
+    terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
+    assert terminating["evidence"]["code"] == "not_suspended"
+    assert [c["ok"] for c in actuator.records("checkpoint")] == [False]
+
+
+def test_an_ineligible_process_gets_sigterm_with_the_reason(workloads, actuator_factory) -> None:
+    # Host memory for checkpoints: 2 GiB, a 3 GiB footprint needs 3.3 GiB.
+    node = load_node(workloads.node_dir)
+    save_node(workloads.node_dir, dataclasses.replace(node, host_memory=2 * GiB))
+    actuator = actuator_factory(workloads.node_dir, defaults=SUSPEND)
+    w = workloads.spawn(memory="3GiB")
+    actuator.post(payload(alert_for(w)))
+    case = actuator.wait_state(w, "reclaimed", "failed", "cancelled", "refused")
+    assert case["state"] == "reclaimed", case
+    assert states(case) == ["pending", "notified", "terminating", "reclaimed"]
+    terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
+    assert "not suspended: host memory" in terminating["reason"]
+
+
+def test_the_actuator_killed_during_the_checkpoints_copy_leaves_no_case_stuck(
+    workloads, actuator_factory
+) -> None:
+    node = load_node(workloads.node_dir)
+    save_node(workloads.node_dir, dataclasses.replace(node, copy_bytes_per_second=GiB))
+    policy = {"defaults": {**SUSPEND, "suspend_timeout": "4s"}, "reconciler": {"lease_ttl": "1s"}}
+    actuator = actuator_factory(workloads.node_dir, **policy)
+    w = workloads.spawn(memory="6GiB")  # a 6 s copy
+    actuator.post(payload(alert_for(w)))
+    actuator.wait_state(w, "suspending", "suspended", "reclaimed", "failed")
+    time.sleep(1.0)  # the copy is under way
+    actuator.kill()
+    assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.LOCKED  # mid-copy
+    actuator.start()  # the same store: the case goes on from `suspending`
+    case = actuator.wait_state(w, "reclaimed", "failed", "suspended", timeout=40)
+    assert case["state"] == "reclaimed", case
+    assert signals(case).count("SUSPEND") <= 1 and "SIGTERM" in signals(case)
+    assert not w.alive() or wait_until(lambda: w.exit_code, 10)
