@@ -146,13 +146,15 @@ class Executor:
         """The suspend rung: the node checkpoints the process (the driver's lock, then its
         checkpoint); whether it worked is proven at the next step, not taken from here."""
         case = step.case
-        done = step.node.suspend(case.target, step.eff.suspend_lock_timeout)
+        done = step.node.suspend(
+            case.target, step.eff.suspend_lock_timeout, key=f"case-{case.id}-{case.version}"
+        )
         return self._checkpoint_call(case, "SUSPEND", done)
 
     def _resume(self, step: Step) -> Outcome:
         """The owner asked it back: the node restores it onto its GPU and lets it run."""
         case = step.case
-        done = step.node.resume(case.target)
+        done = step.node.resume(case.target, key=f"case-{case.id}-{case.version}")
         return self._checkpoint_call(case, "RESUME", done)
 
     def _checkpoint_call(self, case: Case, name: str, done: CheckpointResult) -> Outcome:

@@ -72,11 +72,16 @@ class Node(Protocol):
 
     def wait_exit(self, timeout: float) -> None: ...
 
-    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
-        """Checkpoint the process's GPU state into its host memory (the suspend rung)."""
+    def suspend(
+        self, target: Target, lock_timeout: float, *, key: str | None = None
+    ) -> CheckpointResult:
+        """Checkpoint the process's GPU state into its host memory (the suspend rung);
+        `key` names the step, so a remote node carries a retried one out once."""
         ...
 
-    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
+    def resume(
+        self, target: Target, gpu: int | None = None, *, key: str | None = None
+    ) -> CheckpointResult:
         """Restore a suspended process onto its GPU (or `gpu`) and let it run."""
         ...
 
@@ -160,11 +165,12 @@ class LocalNode:
         live = self.inspector.inspect(target)
         if self.checkpointer is None or not self._same(target):
             return live
-        room = [r for r in (self.checkpointer.host_room(), _mem_available(self.proc_root)) if r]
+        # A simulated driver's room is the simulated host's; a real one's is the kernel's.
+        room = self.checkpointer.host_room()
         return replace(
             live,
             checkpoint_state=self.checkpointer.state(target.pid),
-            host_memory_available=min(room) if room else None,
+            host_memory_available=room if room is not None else _mem_available(self.proc_root),
         )
 
     def _same(self, target: Target) -> bool:
@@ -176,14 +182,18 @@ class LocalNode:
 
     # -- the suspend rung ----------------------------------------------------------------
 
-    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
+    def suspend(
+        self, target: Target, lock_timeout: float, *, key: str | None = None
+    ) -> CheckpointResult:
         if self.checkpointer is None:
             return NO_CHECKPOINT
         if not self._same(target):
             return CheckpointResult(False, "", "gone or identity changed")
         return self.checkpointer.suspend(target.pid, lock_timeout)
 
-    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
+    def resume(
+        self, target: Target, gpu: int | None = None, *, key: str | None = None
+    ) -> CheckpointResult:
         if self.checkpointer is None:
             return NO_CHECKPOINT
         if not self._same(target):

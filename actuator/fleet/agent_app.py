@@ -26,6 +26,7 @@ from werkzeug.wrappers import Request, Response
 
 from actuator.fleet import wire
 from actuator.fleet.journal import SignalJournal
+from actuator.models import SignalResult
 from actuator.node import LocalNode
 from exporter import procfs
 from exporter.selfmetrics import TEXT_FORMAT, SelfCollector
@@ -63,6 +64,7 @@ _ROUTES = Map(
         Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
         Rule("/v1/monitored", endpoint="monitored", methods=["GET"]),
         Rule("/v1/signal", endpoint="send", methods=["POST"]),
+        Rule("/v1/checkpoint", endpoint="checkpoint", methods=["POST"]),
     ]
 )
 
@@ -196,6 +198,35 @@ class AgentApp:
             if r.sent:
                 self.signals_total.labels(r.signal).inc()
         return self.answer({"results": wire.dump_results(results), "replayed": False})
+
+    def on_checkpoint(self, request: Request) -> Response:
+        """Suspend or resume one process through the node's checkpointer, once per key."""
+        req: wire.CheckpointRequest = self.body(request, wire.CheckpointRequest)
+        self.ours(req.target.node)
+        key = f"{req.key}:{req.call}"
+        with self.lock:
+            earlier = self.journal.claim(key)
+            if earlier is not None:
+                done = earlier[0] if earlier else None
+                return self.answer(
+                    {
+                        "ok": bool(done and done.sent),
+                        "state": "",  # read afresh by the next re-check
+                        "detail": done.detail if done else "interrupted: not carried out again",
+                        "replayed": True,
+                    }
+                )
+            if req.call == "suspend":
+                result = self.node.suspend(req.target, req.lock_timeout)
+            else:
+                result = self.node.resume(req.target)
+            name = req.call.upper()
+            self.journal.finish(key, [SignalResult(req.target.pid, name, result.ok, result.detail)])
+        if result.ok:
+            self.signals_total.labels(name).inc()
+        return self.answer(
+            {"ok": result.ok, "state": result.state, "detail": result.detail, "replayed": False}
+        )
 
 
 def create_agent_app(

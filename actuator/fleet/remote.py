@@ -27,6 +27,9 @@ from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.node import NodeUnreachable
 
 SIGNAL_ATTEMPTS = 3
+# A checkpoint copies the process's GPU memory to host memory (tens of GiB at PCIe speed), a
+# lock waits up to its own timeout: the agent's answer comes after both.
+CHECKPOINT_TIMEOUT = 180.0
 MAX_ANSWER = 16 * 2**20  # an agent's answer: a process tree or a GPU's list, never near this
 HEADERS = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
 
@@ -71,16 +74,25 @@ class RemoteNode:
         self._down_until = float("-inf")
         self._down_why = ""
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         if time.monotonic() < self._down_until:
             raise NodeUnreachable(f"{self._down_why} (not retried for {self.backoff:g}s)")
         try:
-            return self._answer(method, path, body)
+            return self._answer(method, path, body, timeout or self.timeout)
         except NodeUnreachable as exc:
             self._down_until, self._down_why = time.monotonic() + self.backoff, str(exc)
             raise
 
-    def _answer(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+    def _answer(
+        self, method: str, path: str, body: dict[str, Any] | None, timeout: float
+    ) -> dict[str, Any]:
         try:
             resp = exchange(
                 self._pool,
@@ -88,7 +100,7 @@ class RemoteNode:
                 f"{self.url}{path}",
                 body,
                 headers=HEADERS,
-                timeout=self.timeout,
+                timeout=timeout,
                 max_answer=MAX_ANSWER,
             )
         except EndpointError as exc:
@@ -121,8 +133,7 @@ class RemoteNode:
             live = wire.load_live(data.get("live"))
         except ValidationError as exc:
             raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
-        # The suspend rung is local only for now: no checkpoint state, no rung.
-        return replace(rebase(live, data["_offset"]), checkpoint_state="")
+        return rebase(live, data["_offset"])
 
     def alive(self, members: Iterable[Member]) -> list[Member]:
         data = self._call("POST", "/v1/alive", {"members": wire.dump_members(list(members))})
@@ -195,13 +206,35 @@ class RemoteNode:
                 time.sleep(0.2 * (attempt + 1))
         return [SignalResult(m.pid, sig.name, False, f"not sent: {problem}") for m in members]
 
-    def suspend(self, target: Target, lock_timeout: float) -> CheckpointResult:
-        """Not carried over the agent's protocol yet: its re-checks report no checkpoint
-        state, so the suspend rung is never chosen for a remote node."""
-        return CheckpointResult(False, "", "the node's agent does not checkpoint yet")
+    def suspend(
+        self, target: Target, lock_timeout: float, *, key: str | None = None
+    ) -> CheckpointResult:
+        return self._checkpoint("suspend", target, lock_timeout, key)
 
-    def resume(self, target: Target, gpu: int | None = None) -> CheckpointResult:
-        return CheckpointResult(False, "", "the node's agent does not checkpoint yet")
+    def resume(
+        self, target: Target, gpu: int | None = None, *, key: str | None = None
+    ) -> CheckpointResult:
+        return self._checkpoint("resume", target, 10.0, key)
+
+    def _checkpoint(
+        self, call: str, target: Target, lock_timeout: float, key: str | None
+    ) -> CheckpointResult:
+        """One checkpoint call, given the time the copy takes (a lost answer: the next
+        re-check reads the state, and a retry under the key changes nothing)."""
+        body = {
+            "key": key or f"adhoc-{uuid.uuid4().hex}",
+            "target": wire.dump_target(target),
+            "call": call,
+            "lock_timeout": lock_timeout,
+        }
+        self._down_until = float("-inf")  # a step is asked, not backed off
+        try:
+            data = self._call("POST", "/v1/checkpoint", body, timeout=CHECKPOINT_TIMEOUT)
+        except NodeUnreachable as exc:
+            return CheckpointResult(False, "", f"not confirmed: {exc}"[:300])
+        return CheckpointResult(
+            data.get("ok") is True, str(data.get("state") or "")[:20], str(data.get("detail"))[:300]
+        )
 
     def wait_exit(self, timeout: float) -> None:
         """Exits on another node are seen by polling (the next tick), not waited for here."""

@@ -50,6 +50,16 @@ class SignalRequest(_Body):
         return Signals[self.signal]
 
 
+class CheckpointRequest(_Body):
+    """The suspend rung's checkpoint (`suspend`) or the owner's resume (`resume`), keyed as
+    a signal step is: a retried or replayed request changes nothing."""
+
+    key: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
+    target: Target
+    call: str = Field(pattern=r"^(suspend|resume)$")
+    lock_timeout: float = Field(10.0, gt=0, le=60)
+
+
 def dump_live(live: LiveState) -> dict[str, Any]:
     return _live.dump_python(live, mode="json")
 

@@ -149,3 +149,31 @@ def test_a_signal_other_than_term_or_kill_is_refused(agent: Client, workloads: W
     answer = agent.post("/v1/signal", json=_signal(w, "case-3:stop", signal="SIGSTOP"))
     assert answer.status_code == 422
     assert w.proc.poll() is None
+
+
+def test_a_checkpoint_call_is_carried_out_once_however_often_asked(
+    agent: Client, workloads: Workloads
+) -> None:
+    from exporter.sim import checkpoint as sim
+
+    w = workloads.spawn(memory="2GiB")
+    ask = {"key": "case-3-5", "target": wire.dump_target(_target(w)), "call": "suspend"}
+    first = agent.post("/v1/checkpoint", json=ask)
+    assert first.status_code == 200, first.json
+    assert (first.json["ok"], first.json["state"], first.json["replayed"]) == (
+        True,
+        "checkpointed",
+        False,
+    )
+    again = agent.post("/v1/checkpoint", json=ask)  # a retry after a lost answer
+    assert again.json["ok"] is True and again.json["replayed"] is True
+    assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED
+    live = wire.load_live(agent.post("/v1/inspect", json={"target": ask["target"]}).json["live"])
+    assert live.checkpoint_state == "checkpointed" and live.on_gpu is False
+
+    back = agent.post("/v1/checkpoint", json={**ask, "key": "case-3-9", "call": "resume"})
+    assert back.json["ok"] is True and back.json["state"] == "running"
+    for bad in ({**ask, "call": "stop"}, {**ask, "lock_timeout": 600}):
+        assert agent.post("/v1/checkpoint", json=bad).status_code == 422
+    elsewhere = wire.dump_target(replace(_target(w), node="node-b"))
+    assert agent.post("/v1/checkpoint", json={**ask, "target": elsewhere}).status_code == 403

@@ -155,6 +155,23 @@ def test_a_step_the_agent_never_confirms_is_reported_not_sent(
     assert results[0].detail.startswith("not sent: ") and "busy" in results[0].detail
 
 
+def test_a_checkpoint_call_is_keyed_and_an_unconfirmed_one_is_not_ok(
+    script: tuple[_Script, str],
+) -> None:
+    state, url = script
+    state.answers = [(200, _agent({"ok": True, "state": "checkpointed", "detail": "done"}))]
+    done = _node(url).suspend(TARGET, 5.0, key="case-7-3")
+    assert (done.ok, done.state) == (True, "checkpointed")
+    assert state.seen[-1][1:] == (
+        "/v1/checkpoint",
+        {"key": "case-7-3", "target": state.seen[-1][2]["target"], "call": "suspend",
+         "lock_timeout": 5.0},
+    )  # fmt: skip
+    state.answers = [(503, _agent({"error": "busy"}))]
+    lost = _node(url).resume(TARGET, key="case-7-9")
+    assert lost.ok is False and lost.detail.startswith("not confirmed: ")
+
+
 def test_rebase_leaves_unknown_readings_unknown() -> None:
     live = LiveState(sampled_at=5.0, exists=True)
     moved = rebase(live, -2.5)
