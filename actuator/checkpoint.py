@@ -176,7 +176,11 @@ class SimCheckpointer:
         from exporter.sim import checkpoint as sim
         from exporter.sim.state import load_node
 
-        return load_node(self.directory).host_memory - sim.host_memory_used(self.directory)
+        try:
+            node = load_node(self.directory)
+        except (OSError, ValueError):  # no simulated node there (yet): unknown, not room
+            return None
+        return node.host_memory - sim.host_memory_used(self.directory)
 
 
 def checkpointer_for(sim_dir: str | Path | None) -> Checkpointer | None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actuator.checkpoint import CheckpointResult, checkpointer_for
+from actuator.checkpoint import CheckpointResult, SimCheckpointer, checkpointer_for
 from actuator.config import NodeConfig
 from actuator.live import Evidence, Inspector, process_tree
 from actuator.models import LiveState, Member, SignalResult, Target
@@ -167,6 +167,8 @@ class LocalNode:
             return live
         # A simulated driver's room is the simulated host's; a real one's is the kernel's.
         room = self.checkpointer.host_room()
+        if room is None and isinstance(self.checkpointer, SimCheckpointer):
+            return replace(live, checkpoint_state=self.checkpointer.state(target.pid))
         return replace(
             live,
             checkpoint_state=self.checkpointer.state(target.pid),

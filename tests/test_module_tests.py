@@ -15,6 +15,7 @@ COVERED_ELSEWHERE = {
     "actuator/api/auth.py": "tests/actuator/api/test_blueprints.py",
     "actuator/api/health.py": "tests/actuator/api/test_blueprints.py",
     "actuator/demand/kube_nodes.py": "tests/actuator/demand/test_kube_pending.py",
+    "actuator/decision.py": "tests/actuator/test_decisions.py",  # the value its functions return
     "actuator/runtime.py": "tests/actuator/test_app.py",  # a record of the parts, no logic
     "exporter/netdiag.py": "tests/exporter/test_netactivity.py",
     "exporter/sim/replay.py": "tests/exporter/sim/test_serving.py",

@@ -126,7 +126,8 @@ def add_demo_command(commands: Any) -> None:
         "--modes",
         type=_modes,
         metavar="LIST",
-        help="which runs, comma-separated (default observe,enforce,demand)",
+        help="which runs, comma-separated (default observe,enforce,demand,suspend: "
+        "observing, enforcing when idle, on demand, and with the suspend rung)",
     )
     for service in ("exporter", "actuator", "prometheus", "alertmanager"):
         parser.add_argument(

@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 # working for a while (its owner at lunch, in a meeting) and then works again and finishes;
 # the others stop working for good but keep their GPU memory until someone (the actuator)
 # frees it.
-WORKING = ("training", "debug")  # never idle: signalling one is harm
+WORKING = ("training", "debug", "redo")  # never idle: signalling one is harm
 FINISHING = (*WORKING, "paused")  # exits by itself if left alone
+# An owner who comes back from a pause and finds the session killed starts it again: a
+# "redo" of the whole work (what was done before the pause is lost, counted as such).
 KINDS: dict[str, float] = {  # share of the day's jobs
     "training": 0.45,
     "debug": 0.10,
@@ -58,12 +60,14 @@ JOBS_PER_GPU = 8.0
 ARRIVAL_WEIGHTS = [1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 3, 2, 2, 2, 1, 1, 1]
 # A reclaimed GPU that no job takes within this long was reclaimed for nothing.
 NEEDLESS_WINDOW_H = 1.0
-MODES = ("observe", "enforce", "demand")
+MODES = ("observe", "enforce", "demand", "suspend")
 MODE_NAMES = {
     "observe": "observe (nothing reclaimed)",
     "enforce": "enforce, reclaim_when: idle",
     "demand": "enforce, reclaim_when: demand",
+    "suspend": "enforce, idle, suspend rung",
 }
+OWNER_KEEPS_FOR = "2h"  # what an owner back from a pause asks when the session is suspended
 CAVEAT = (
     "Measured on a simulation: a seeded job mix on a simulated node, time compressed; the "
     "shape of the difference is what it shows, not a promise for a real fleet."
@@ -81,6 +85,7 @@ class Job:
     user: str = ""  # whose job (actuator/demo/accounts.py); "" or not usable: the caller's
     pause_h: float = 0.0  # a paused session: how long it stops working, half way through
     noticed_h: float | None = None  # abandoned: when its owner ends it, after it stopped
+    redo_of: int | None = None  # a redo: the paused job whose killed session it starts again
 
     @property
     def finishes(self) -> bool:
@@ -90,6 +95,17 @@ class Job:
     def resumes(self) -> bool:
         """Stops working for a while, then works again: reclaimed, its work is lost."""
         return self.kind == "paused"
+
+    def load_h(self, scale: float) -> float:
+        return max(0.3, 120 * scale) / 3600 / scale
+
+    def back_h(self, scale: float) -> float:
+        """A paused session: hours after its start that its owner is back (the pause over)."""
+        return self.load_h(scale) + self.busy_h / 2 + self.pause_h
+
+    def ends_h(self, scale: float) -> float:
+        """Hours after its start a finishing job ends if nothing stops it."""
+        return self.load_h(scale) + self.busy_h + self.pause_h
 
     def phases(self, scale: float) -> str:
         load = f"load={max(0.3, 120 * scale):.2f}s"
@@ -178,6 +194,9 @@ class Run:
     started_h: float | None = None
     ended_h: float | None = None
     waiter: subprocess.Popen[str] | None = None  # its `gpu-reclaimer wait`, while queued
+    back: bool = False  # a paused session whose owner came back
+    resumed: bool = False  # ... and found it suspended, and kept it (which resumes it)
+    redone: bool = False  # ... and found it killed, and started it again
 
 
 def given_gpus(output: str) -> tuple[int, ...]:
@@ -201,6 +220,7 @@ class Scheduler:
         self.runs = [Run(job) for job in jobs]
         self.t0 = time.monotonic()
         self.t0_wall = time.time()
+        self.peak_host = 0  # bytes the node's checkpoints held at once, at most
 
     def now_h(self) -> float:
         return (time.monotonic() - self.t0) / self.scale / 3600
@@ -223,6 +243,11 @@ class Scheduler:
             running = run.started_h is not None and run.ended_h is None
             if running and not any(w.alive() for w in run.workloads):
                 run.ended_h = now
+        for run in list(self.runs):
+            self._owner_back(run, now)
+        from exporter.sim.checkpoint import host_memory_used
+
+        self.peak_host = max(self.peak_host, host_memory_used(self.stack.node_dir))
         for run in self.runs:
             if run.started_h is not None or run.job.arrival_h > now:
                 continue
@@ -234,6 +259,39 @@ class Scheduler:
                 if len(gpus) == run.job.gpus:
                     self.start(run, gpus, now)
                 # else the wait failed (its error is in the actuator's log): it waits again
+
+    def _owner_back(self, run: Run, now: float) -> None:
+        """A paused session's owner, back from the pause: a suspended session is kept (the
+        keep resumes it); a killed one is started again from the beginning (a redo)."""
+        job = run.job
+        if not job.resumes or run.back or run.started_h is None:
+            return
+        if now < run.started_h + job.back_h(self.scale):
+            return
+        run.back = True
+        if run.ended_h is not None:  # killed while its owner was away
+            run.redone = True
+            redo = replace(
+                job,
+                id=len(self.runs),
+                kind="redo",
+                arrival_h=now,
+                pause_h=0.0,
+                redo_of=job.id,
+            )
+            self.runs.append(Run(redo))
+            return
+        from exporter.sim import checkpoint as sim
+
+        for w in run.workloads:
+            with contextlib.suppress(sim.CheckpointError):
+                if sim.get_state(self.stack.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED:
+                    run.resumed = True
+                    subprocess.Popen(
+                        self.stack.keep_command(str(w.pid), "--for", OWNER_KEEPS_FOR),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
 
     def user_of(self, job: Job) -> str | None:
         """The account the job runs as: its owner's, where the stack has it."""
@@ -321,6 +379,12 @@ class DayFigures:
     jobs_reclaimed: int = 0  # jobs with a process reclaimed (a crashed job: three processes)
     idle_kwh: float | None = None  # what idle processes' share of their GPUs' draw burned
     demand_to_free_h: float | None = None  # median, demand mode: from the wait to the GPU
+    work_lost_gpu_h: float = 0.0  # work done, then thrown away by a kill (owners redo it)
+    redone: int = 0  # killed sessions their owners started again
+    suspended: int = 0  # processes the suspend rung checkpointed
+    resumed: int = 0  # paused sessions found suspended by their owner, and resumed
+    ceiling: int = 0  # finishing jobs that could complete in the day if started on arrival
+    peak_host_gib: float = 0.0  # the most host memory checkpoints held at once
 
     @property
     def jobs_per_gpu_day(self) -> float:
@@ -329,6 +393,10 @@ class DayFigures:
     @property
     def gpu_hours_per_job(self) -> float | None:
         return self.gpus * self.hours / self.completed if self.completed else None
+
+    @property
+    def ceiling_per_gpu_day(self) -> float:
+        return self.ceiling / self.gpus * 24 / self.hours
 
 
 def needless_reclaims(
@@ -388,6 +456,26 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     signalled_pids = {c["target"]["pid"] for c in cases if c["state"] in signalled}
     working_pids = {w.pid for r in runs if r.job.kind in WORKING for w in r.workloads}
     harmed = len(signalled_pids & working_pids)
+    cut = [r for r in runs if r.job.finishes and any(w.pid in signalled_pids for w in r.workloads)]
+    # A paused session killed in its pause had done its first half: that work is lost.
+    work_lost = sum(
+        (r.job.busy_h / 2 if r.job.resumes else (r.ended_h or hours) - (r.started_h or 0.0))
+        * r.job.gpus
+        for r in cut
+    )
+    suspends = 0
+    with contextlib.suppress(OSError):
+        for line in stack.audit_log.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event") == Event.CHECKPOINT and record.get("call") == "SUSPEND":
+                suspends += bool(record.get("ok"))
+    ceiling = sum(
+        1
+        for r in runs
+        if r.job.finishes
+        and r.job.redo_of is None
+        and r.job.arrival_h + r.job.ends_h(scheduler.scale) <= hours
+    )
     reclaimed_pids = [c["target"]["pid"] for c in cases if c["state"] == "reclaimed"]
     # A job signalled has not completed, though its processes have ended.
     cut_short = {r.job.id for r in runs if any(w.pid in signalled_pids for w in r.workloads)}
@@ -418,6 +506,12 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         needless=needless_reclaims(scheduler, cases, uuids, hours),
         demand_to_free_h=demand_to_free(stack, scheduler),
         idle_kwh=idle_kwh,
+        work_lost_gpu_h=work_lost,
+        redone=sum(1 for r in runs if r.redone),
+        suspended=suspends,
+        resumed=sum(1 for r in runs if r.resumed),
+        ceiling=ceiling,
+        peak_host_gib=scheduler.peak_host / 1024**3,
     )
 
 
@@ -440,6 +534,13 @@ def run_day(
         **options.policy,
         "mode": "observe" if mode == "observe" else "enforce",
     }
+    if mode == "suspend":
+        policy["defaults"] = {
+            **policy.get("defaults", {}),
+            "suspend": True,
+            "suspend_max": f"{max(60.0, 24 * 3600 * options.scale):g}s",
+            "suspend_host_reserve": "1GiB",
+        }
     if mode == "demand":
         policy["defaults"] = {**policy.get("defaults", {}), "reclaim_when": "demand"}
         policy["demand"] = {"wait_list": True, "interval": f"{max(0.2, 60 * options.scale):g}s"}
@@ -503,6 +604,18 @@ def table(
     rows = [
         row("average GPU utilisation", lambda f: _pct(f.utilisation)),
         row("jobs completed per GPU per day", lambda f: _num(f.jobs_per_gpu_day)),
+        row(
+            "completion ceiling (every job started on arrival), per GPU per day",
+            lambda f: _num(f.ceiling_per_gpu_day),
+        ),
+        row("work lost (GPU-hours done, then killed)", lambda f: _num(f.work_lost_gpu_h, " h")),
+        row("killed sessions their owners started again", lambda f: str(f.redone)),
+        row("processes suspended (checkpointed into host memory)", lambda f: str(f.suspended)),
+        row("paused sessions resumed by their owner", lambda f: str(f.resumed)),
+        row(
+            "host memory held by checkpoints (peak)",
+            lambda f: _num(f.peak_host_gib, " GiB") if f.suspended else "-",
+        ),
         row("GPU-hours per completed job (cost)", lambda f: _num(f.gpu_hours_per_job, " h")),
         row(
             "mean queue wait (a job still waiting: until the end)",
@@ -557,7 +670,7 @@ def table(
 
 def demand_verdict(by_mode: dict[str, DayFigures]) -> str:
     """How much of idle's reduction in queue wait demand keeps, for how many reclaims."""
-    base, idle, demand = (by_mode.get(m) for m in MODES)
+    base, idle, demand = (by_mode.get(m) for m in ("observe", "enforce", "demand"))
     if base is None or idle is None or demand is None:
         return ""
     waits = (base.mean_wait_all_h, idle.mean_wait_all_h, demand.mean_wait_all_h)

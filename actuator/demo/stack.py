@@ -279,6 +279,10 @@ class Stack:
     def keep_socket(self) -> Path:
         return self.socket_dir / "keep.sock"
 
+    def keep_command(self, *args: str) -> list[str]:
+        """`gpu-reclaimer keep ARGS` on this stack's node (as root: any owner's process)."""
+        return _gpu_reclaimer("keep", *args, "--socket", str(self.keep_socket))
+
     def wait_command(self, *args: str) -> list[str]:
         """`gpu-reclaimer wait ARGS` on this stack's node."""
         return _gpu_reclaimer("wait", *args, "--socket", str(self.keep_socket))

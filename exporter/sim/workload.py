@@ -26,6 +26,8 @@ from exporter.sim.checkpoint import ProcessState, acknowledge, placement
 from exporter.sim.phases import Phase, parse_phases, phase_at
 from exporter.sim.state import ProcState, load_node, proc_path, write_proc
 
+WORK_PHASES = frozenset({"load", "busy"})  # progress a suspended process does not make
+
 LOG_INTERVAL_SECONDS = 1.0
 
 
@@ -283,15 +285,21 @@ class Workload:
                 except OSError as exc:
                     peer = spec.rank_peer
                     raise CommandError(f"--rank-peer {peer}: {exc.strerror or exc}") from None
+            # The phase program's clock: work (load, busy) does not advance while the driver
+            # holds the process (locked or checkpointed); the rest (idle: its owner away,
+            # a hang) is the world's time and runs on.
+            held = 0.0
             while True:
                 now = time.monotonic()
-                cues = tuple(cue - started for cue in self.cues)
-                current = phase_at(spec.phases, now - started, cues)
+                cues = tuple(cue - started - held for cue in self.cues)
+                current = phase_at(spec.phases, now - started - held, cues)
                 name = current.phase.name
                 if name == "done":  # the job finished: exit 0, memory released below
                     return 0
                 if self.stopped_by_the_driver():
                     time.sleep(spec.tick)
+                    if name in WORK_PHASES:
+                        held += time.monotonic() - now
                     continue
                 if self.server is not None and self.server.busy(spec.tick):
                     jitter = random.randint(-3, 3)

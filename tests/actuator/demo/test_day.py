@@ -142,3 +142,40 @@ def test_the_verdict_weighs_demand_against_idle() -> None:
         "| paused sessions reclaimed while their owner was away (work lost) | 0 | 1 | 0 |" in text
     )
     assert verdict in text and text.rstrip().endswith("not a promise for a real fleet.")
+
+
+def test_a_paused_sessions_owner_is_back_when_its_pause_ends_and_the_table_counts_the_work() -> (
+    None
+):
+    scale = 1 / 120
+    job = Job(0, "paused", arrival_h=1.0, gpus=1, busy_h=2.0, memory_gib=16, pause_h=1.5)
+    load = job.load_h(scale)
+    assert job.back_h(scale) == pytest.approx(load + 1.0 + 1.5)  # the first half, the pause
+    assert job.ends_h(scale) == pytest.approx(load + 2.0 + 1.5)
+    assert Job(1, "redo", 0.0, 1, 1.0, 8).finishes  # a redo works until it finishes
+    figures = DayFigures(
+        mode="suspend",
+        hours=24.0,
+        gpus=4,
+        utilisation=0.5,
+        completed=12,
+        started=20,
+        waiting_at_end=0,
+        mean_wait_h=0.5,
+        mean_wait_all_h=0.5,
+        idle_gpu_hours=3.0,
+        reclaimed=4,
+        harmed=0,
+        work_lost_gpu_h=1.3,
+        suspended=3,
+        resumed=2,
+        ceiling=16,
+        peak_host_gib=40.0,
+    )
+    report = table([figures], seed=1, scale=scale)
+    assert "| enforce, idle, suspend rung |" in report
+    assert "| completion ceiling (every job started on arrival), per GPU per day | 4.0 |" in report
+    assert "| work lost (GPU-hours done, then killed) | 1.3 h |" in report
+    assert "| processes suspended (checkpointed into host memory) | 3 |" in report
+    assert "| host memory held by checkpoints (peak) | 40.0 GiB |" in report
+    assert demand_verdict({"suspend": figures}) == ""  # demand is judged against idle alone

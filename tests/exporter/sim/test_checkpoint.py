@@ -245,3 +245,32 @@ def test_a_process_that_cannot_say_it_stopped_is_not_locked_and_runs_on(
     held = step(node, pid)
     wait_until(lambda: step(node, pid) > held, timeout=10)
     assert started[-1].poll() is None
+
+
+@pytest.mark.parametrize(
+    ("phases", "held_back"), [("busy=1.5s,done", True), ("idle=1.5s,done", False)]
+)
+def test_a_suspended_process_does_no_work_but_its_owners_time_runs_on(
+    node: Path, started: list[subprocess.Popen[bytes]], phases: str, held_back: bool
+) -> None:
+    """Work (busy) waits for the restore; an idle phase (its owner away) runs on meanwhile."""
+    argv = ["--dir", str(node), "--gpu", "0", "--memory", "1GiB", "--tick", "0.05"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.sim.workload", *argv, "--phases", phases],
+        stdout=subprocess.DEVNULL,
+    )
+    started.append(proc)
+    began = time.monotonic()
+    wait_until(lambda: any(p.pid == proc.pid for p in read_procs(node)), timeout=10)
+    lock(node, proc.pid, timeout_s=5)
+    checkpoint(node, proc.pid)
+    time.sleep(2.0)  # suspended for 2 s
+    restore(node, proc.pid)
+    unlock(node, proc.pid)
+    proc.wait(timeout=20)
+    took = time.monotonic() - began
+    assert proc.returncode == 0
+    if held_back:
+        assert took >= 3.4  # 1.5 s of work plus the 2 s it could not do any
+    else:
+        assert took < 3.0  # the owner's 1.5 s ran on while it was suspended
