@@ -38,24 +38,11 @@ from typing import Any
 
 import psutil
 
+from actuator.checkpoint import CudaCheckpointer, CudaError
+
 GiB = 1024**3
 SAMPLE = 64 * 1024**2  # bytes compared at each of 8 places
 PATTERN = 0x5EED1E55
-STATES = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed"}  # CUprocessState
-
-
-class LockArgs(ctypes.Structure):  # CUcheckpointLockArgs
-    _fields_ = [
-        ("timeoutMs", ctypes.c_uint),
-        ("reserved0", ctypes.c_uint),
-        ("reserved1", ctypes.c_uint64 * 7),
-    ]
-
-
-class CudaError(Exception):
-    def __init__(self, what: str, code: int) -> None:
-        super().__init__(f"{what}: CUresult {code}")
-        self.code = code
 
 
 def driver() -> Any:
@@ -154,35 +141,14 @@ def stop(processes: list[subprocess.Popen[Any]], grace_s: float = 20.0) -> None:
             process.wait()
 
 
-# -- the driver's checkpoint calls, on another process ---------------------------------------
+# -- the driver's checkpoint calls, on another process: the product's own -----------------
 
 
-class Checkpointer:
-    def __init__(self) -> None:
-        self.cuda = driver()
-        for name in ("Lock", "Checkpoint", "Restore", "Unlock", "GetState"):
-            if not hasattr(self.cuda, f"cuCheckpointProcess{name}"):
-                raise RuntimeError(
-                    f"this driver has no cuCheckpointProcess{name}: driver 570+ (CUDA 12.8) needed"
-                )
-
-    def state(self, pid: int) -> str:
-        found = ctypes.c_int()
-        check(self.cuda.cuCheckpointProcessGetState(pid, ctypes.byref(found)), "GetState")
-        return STATES.get(found.value, str(found.value))
+class Checkpointer(CudaCheckpointer):
+    """The node's checkpointer (actuator/checkpoint.py), its lock given the rung's default."""
 
     def lock(self, pid: int, timeout_s: float = 10.0) -> None:
-        args = LockArgs(timeoutMs=int(timeout_s * 1000))
-        check(self.cuda.cuCheckpointProcessLock(pid, ctypes.byref(args)), "Lock")
-
-    def checkpoint(self, pid: int) -> None:
-        check(self.cuda.cuCheckpointProcessCheckpoint(pid, None), "Checkpoint")
-
-    def restore(self, pid: int) -> None:
-        check(self.cuda.cuCheckpointProcessRestore(pid, None), "Restore")
-
-    def unlock(self, pid: int) -> None:
-        check(self.cuda.cuCheckpointProcessUnlock(pid, None), "Unlock")
+        super().lock(pid, timeout_s)
 
 
 def timed(call: Any) -> float:
