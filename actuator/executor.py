@@ -128,6 +128,8 @@ class Executor:
             if self.alerts is not None:
                 self.alerts.reclaimed(case)
             done = done.then(self._counted(case))
+        elif state == State.SUSPENDED:
+            self._tell_suspended(case, step.eff)
         elif state == State.FAILED and self.alerts is not None:
             self.alerts.failed(case)
         elif state == State.OBSERVED and step.live is not None:
@@ -321,6 +323,22 @@ class Executor:
                     detail=result.detail,
                     demand=case.demand_for,
                     sigterm_at=notice.deadline,
+                ),
+                sync=False,
+            )
+
+    def _tell_suspended(self, case: Case, eff: Effective) -> None:
+        """The owner is told the job was suspended, not stopped, how to resume it and when
+        it is stopped otherwise (best effort, audited: the work is kept either way)."""
+        until = (case.suspend_at or self.clock()) + eff.suspend_max
+        notice = self.notice(case, eff, until, "suspended", picture=False)
+        if notice is None:
+            return
+        result = self._told(case, lambda: self.notifier.send(notice, dry_run=False))
+        with contextlib.suppress(AuditError):
+            self.audit.write(
+                NoticeSent(
+                    case=case.id, delivered=result.delivered, detail=result.detail, kind="suspended"
                 ),
                 sync=False,
             )

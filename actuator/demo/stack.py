@@ -40,6 +40,7 @@ from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_durat
 from actuator.demo.sink import Sink
 from actuator.runbook import runbook_html
 from exporter.ownprocs import RUNTIME_DIR_ENV
+from exporter.sim.checkpoint import CHECKPOINTS_DIR
 from exporter.sim.state import PROCS_DIR, init_node, load_node, read_procs
 from exporter.sim.workload import sim_run_args
 from exporter.units import parse_size
@@ -242,7 +243,10 @@ class Stack:
                     "(e.g. under /tmp)"
                 )
         self.run_dir.chmod(0o755)
-        for folder in (*(d / PROCS_DIR for d in self.node_dirs), self.heartbeat_dir):
+        # Jobs of the day's accounts write their own process files, heartbeats and their
+        # word of the driver's checkpoint state (how a lock knows they have stopped).
+        shared = [d / sub for d in self.node_dirs for sub in (PROCS_DIR, CHECKPOINTS_DIR)]
+        for folder in (*shared, self.heartbeat_dir):
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o1777)
 

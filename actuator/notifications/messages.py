@@ -7,8 +7,9 @@ process name, user name or display name becomes a link, an image, a mention or H
 
 Templates are `<kind>.<language>.md.j2` (kinds: `warning` before the grace period ends,
 `reclaimed` after, `idle` when `reclaim_when: demand` keeps the process until someone
-needs its GPU); a site directory given in the config is searched first, so a site
-overrides one template by writing a file of the same name. A template sets `subject` with
+needs its GPU, `suspended` when the suspend rung checkpointed it); a site directory given
+in the config is searched first, so a site overrides one template by writing a file of the
+same name. A template sets `subject` with
 `{% set subject %}...{% endset %}`.
 """
 

@@ -18,7 +18,7 @@ from actuator.models import Case, LiveState
 
 # idle: `reclaim_when: demand`'s first notice (kept until someone needs the GPU);
 # warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up.
-Kind = Literal["idle", "warning", "reclaimed"]
+Kind = Literal["idle", "warning", "reclaimed", "suspended"]
 
 
 @dataclass(frozen=True)

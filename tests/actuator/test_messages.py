@@ -210,3 +210,25 @@ def test_a_services_notice_names_the_evidence_that_made_it_one(kind: str) -> Non
     assert "端口 8000 上有 2 个客户端连接" in said(
         LILEI, service_by="clients", service_ports=(8000,), service_clients=2
     )
+
+
+@pytest.mark.parametrize("contact", [BOB, LILEI])
+def test_the_suspended_notice_says_the_work_is_kept_and_how_to_resume_it(
+    contact: Contact,
+) -> None:
+    told = Renderer().render(
+        notice(kind="suspended", freed_bytes=18 * GiB, keep_url="https://gpu.example/keep/x"),
+        contact,
+        NOW,
+    )
+    if contact is BOB:
+        assert "was suspended: its work is kept" in told.subject
+        assert "its 18.0 GiB of GPU memory was saved into its host memory" in told.text
+        assert "run gpu-reclaimer keep 31337 --for 4h on gpu-node-3" in told.text  # plain text
+        assert "it is stopped at 2026-12-01 07:10" in told.text  # the notice's deadline
+    else:
+        assert (
+            "已挂起，工作进度保留" in told.subject
+            and "18.0 GiB 显存内容已存入主机内存" in told.text
+        )
+    assert "https://gpu.example/keep/x" in told.text

@@ -63,6 +63,10 @@ def test_notice_then_suspend_then_the_owners_keep_resumes_it(
     assert case["freed_bytes"] == 3 * GiB
     calls = actuator.records("checkpoint")
     assert [(c["call"], c["ok"]) for c in calls] == [("SUSPEND", True)]
+    told = wait_until(
+        lambda: [r for r in actuator.audit("notice") if r.get("kind") == "suspended"], 10
+    )
+    assert len(told) == 1  # its owner is told it was suspended, and how to resume it
 
     answer = request_keep(str(sock), w.pid, "keep", 3600, timeout=10)
     assert answer["ok"], answer
