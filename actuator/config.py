@@ -133,8 +133,8 @@ class NodeConfig(Strict):
     )
     presence: bool = Field(
         True,
-        description="read the owner's presence (login sessions, notebook connections), as "
-        "the exporter's; it only matters where a rule sets presence_grace",
+        description="read the owner's presence (login sessions, notebook connections) at the "
+        "re-checks, as the exporter's; judged only where a rule sets presence_grace",
     )
     utmp_file: str = Field("/var/run/utmp", description="the login records, as the exporter's")
 

@@ -49,6 +49,10 @@ _JUPYTER_SERVER = re.compile(
     r"jupyter-(?:lab|notebook|server|labhub)|jupyterhub-singleuser|"
     r"jupyter_server(?:\..*)?|jupyterlab(?:\..*)?|notebook(?:\.app)?"
 )
+# Finding the notebook servers lists /proc; a server lives for days, so the list is reused
+# this long (each entry re-checked by its start ticks), while its connections are read
+# at every call: a scrape does not walk /proc for it.
+SERVERS_MAX_AGE = 30.0
 MAX_RECORDS = 4096  # a utmp past this is not read further (it is a few dozen records)
 
 
@@ -113,10 +117,13 @@ class PresenceReader:
         proc_root: Path = procfs.PROC,
         sockets: SocketTables | None = None,
         clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.utmp, self.dev, self.proc_root = utmp, dev, proc_root
         self.sockets = sockets
-        self.clock = clock
+        self.clock, self.mono = clock, mono
+        # (when listed, the uids asked, [(pid, start ticks, uid)]) of the last /proc walk
+        self._servers: tuple[float, frozenset[int], list[tuple[int, int, int]]] | None = None
 
     def read(self, uids: Iterable[int]) -> dict[int, Presence]:
         wanted = set(uids)
@@ -168,6 +175,19 @@ class PresenceReader:
         return {(pid, uid): self._accepted(pid) for pid, uid in self._jupyter_servers(uids)}
 
     def _jupyter_servers(self, uids: set[int]) -> list[tuple[int, int]]:
+        """The uids' Jupyter servers, (pid, uid): the last walk's while it is fresh and
+        asked for the same uids, those still the same processes."""
+        now, asked = self.mono(), frozenset(uids)
+        cached = self._servers
+        if cached is None or cached[1] != asked or now - cached[0] >= SERVERS_MAX_AGE:
+            cached = self._servers = (now, asked, self._walk(uids))
+        return [
+            (pid, uid)
+            for pid, ticks, uid in cached[2]
+            if procfs.start_ticks(pid, self.proc_root) == ticks
+        ]
+
+    def _walk(self, uids: set[int]) -> list[tuple[int, int, int]]:
         servers = []
         with os.scandir(self.proc_root) as listing:
             pids = [int(e.name) for e in listing if e.name.isdigit()]
@@ -182,8 +202,9 @@ class PresenceReader:
                 continue
             uid = status.uid
             argv = procfs.read_cmdline(pid, self.proc_root)
-            if argv and _JUPYTER_SERVER.fullmatch(command_name(argv)):
-                servers.append((pid, uid))
+            ticks = procfs.start_ticks(pid, self.proc_root)
+            if argv and ticks is not None and _JUPYTER_SERVER.fullmatch(command_name(argv)):
+                servers.append((pid, ticks, uid))
         return servers
 
     def _accepted(self, pid: int) -> int | None:

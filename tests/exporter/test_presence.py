@@ -179,3 +179,33 @@ def test_the_collector_exports_presence_for_the_uids_holding_gpu_memory(
     finally:
         os.close(follower)
         os.close(main)
+
+
+def test_the_servers_walk_is_reused_for_a_while_and_a_gone_server_drops_at_once(
+    tmp_path: Path,
+) -> None:
+    """A scrape does not walk /proc for notebook servers each time: the list is reused for
+    SERVERS_MAX_AGE, each entry re-checked by its start ticks."""
+    from exporter.presence import SERVERS_MAX_AGE
+
+    script = tmp_path / "jupyter-lab"  # a console script's name is what names a server
+    script.write_text("import time\ntime.sleep(120)\n")
+    clock = [0.0]
+    reader = PresenceReader(utmp=tmp_path / "none", mono=lambda: clock[0])
+    first = subprocess.Popen([sys.executable, str(script)])
+    second: subprocess.Popen | None = None
+    try:
+        wait_until(lambda: (first.pid, ROOT) in reader.notebook_servers({ROOT}), timeout=10)
+        second = subprocess.Popen([sys.executable, str(script)])
+        wait_until(lambda: psutil.Process(second.pid).cmdline()[-1] == str(script), timeout=10)
+        assert (second.pid, ROOT) not in reader.notebook_servers({ROOT})  # the walk reused
+        first.kill()
+        first.wait()
+        assert (first.pid, ROOT) not in reader.notebook_servers({ROOT})  # gone: dropped now
+        clock[0] += SERVERS_MAX_AGE
+        assert (second.pid, ROOT) in reader.notebook_servers({ROOT})  # walked again
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
