@@ -192,12 +192,17 @@ def test_the_servers_walk_is_reused_for_a_while_and_a_gone_server_drops_at_once(
     script.write_text("import time\ntime.sleep(120)\n")
     clock = [0.0]
     reader = PresenceReader(utmp=tmp_path / "none", mono=lambda: clock[0])
+
+    def started(proc: subprocess.Popen) -> None:  # its command line readable as the script's
+        wait_until(lambda: psutil.Process(proc.pid).cmdline()[-1:] == [str(script)], timeout=10)
+
     first = subprocess.Popen([sys.executable, str(script)])
     second: subprocess.Popen | None = None
     try:
-        wait_until(lambda: (first.pid, ROOT) in reader.notebook_servers({ROOT}), timeout=10)
+        started(first)  # before the first walk, which is then kept
+        assert (first.pid, ROOT) in reader.notebook_servers({ROOT})
         second = subprocess.Popen([sys.executable, str(script)])
-        wait_until(lambda: psutil.Process(second.pid).cmdline()[-1] == str(script), timeout=10)
+        started(second)
         assert (second.pid, ROOT) not in reader.notebook_servers({ROOT})  # the walk reused
         first.kill()
         first.wait()
