@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import subprocess
@@ -33,37 +34,50 @@ def gpu_reclaimer(*args: str, timeout: float = 60) -> subprocess.CompletedProces
 # Ports handed out by this process: the kernel may give a port that was just closed again
 # to the next bind(0), and two of a test's servers (an agent and an exporter) then collide.
 _GIVEN: set[int] = set()
+# Test servers' ports come from below the kernel's ephemeral range (32768 and up by default):
+# a port bind(0) gave is free for the next outgoing connection of any process to take as its
+# source port, and the server started on it then fails with "address in use". Each xdist
+# worker draws from its own slice, so two workers never hand out the same port.
+_TEST_PORTS = range(10000, 20000)
+_SERVICE_PORTS = range(20000, 29000)  # apart from the rendezvous defaults (29500, ...)
+
+
+def _worker_slice(ports: range) -> range:
+    """This xdist worker's own part of `ports` (pytest-randomly seeds every worker's
+    `random` alike, so without slices two workers would draw the same ports together)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(worker) % count if worker.isdigit() else 0
+    size = len(ports) // count
+    return range(ports.start + index * size, ports.start + (index + 1) * size)
+
+
+def _draw(ports: range, host: str) -> int:
+    for _ in range(200):
+        port = random.choice(_worker_slice(ports))
+        if port in _GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise AssertionError(f"no free port between {ports.start} and {ports.stop - 1}")
 
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the caller binds it soon after), never one
-    this process handed out before."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
-    raise AssertionError("no fresh free port in 100 tries")
+    this process handed out before, and never one an outgoing connection can take first."""
+    return _draw(_TEST_PORTS, "127.0.0.1")
 
 
 def free_service_port() -> int:
     """A TCP port free on every interface right now, below the kernel's ephemeral range and
     apart from the rendezvous defaults: a port a service is deployed on, not one bound to 0
     (which the exporter counts as a job's own rendezvous)."""
-    for _ in range(200):
-        port = random.randint(20000, 29000)
-        if port in _GIVEN:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        _GIVEN.add(port)
-        return port
-    raise AssertionError("no free port between 20000 and 29000")
+    return _draw(_SERVICE_PORTS, "0.0.0.0")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:

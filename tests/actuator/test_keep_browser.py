@@ -73,7 +73,11 @@ def test_the_owner_keeps_the_job_from_the_mail_link_in_a_browser(
     )
     try:
         with (
-            background(exporter, tmp_path / "exporter.log"),
+            background(
+                exporter,
+                tmp_path / "exporter.log",
+                ready=f"http://127.0.0.1:{exporter_port}/metrics",
+            ),
             start_prometheus(prom_config, tmp_path / "prom") as prom,
             slapd(tmp_path / "slapd") as ldap,
         ):

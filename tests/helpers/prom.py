@@ -183,8 +183,12 @@ def label_values(base_url: str, label: str, match: str | None = None) -> list[st
 
 
 @contextlib.contextmanager
-def background(command: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a command in its own session, output to `log`; kill that session afterwards."""
+def background(
+    command: Sequence[str], log: Path, ready: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a command in its own session, output to `log`; kill that session afterwards.
+    With `ready` (a URL), wait until the command serves it, failing with its log if it
+    exits first (a server that could not bind its port says so here, not 30 s later)."""
     import os
     import signal
 
@@ -194,6 +198,12 @@ def background(command: Sequence[str], log: Path) -> Iterator[subprocess.Popen[b
             command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
+        if ready is not None:
+            try:
+                wait_until(lambda: process.poll() is None and http_get(ready) is not None, 30)
+            except AssertionError as error:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"{command[0]} did not serve {ready}:\n{tail}") from error
         yield process
     finally:
         with contextlib.suppress(ProcessLookupError):
