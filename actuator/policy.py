@@ -121,6 +121,9 @@ class Defaults(Strict):
     suspend_lock_timeout: Duration = Field(
         10.0, gt=0, le=60, description="the driver's lock waits this long for the process to stop"
     )
+    suspend_restore_retry: Duration = Field(
+        30.0, gt=0, description="a restore refused for room on the GPU is tried again after this"
+    )
     suspend_host_reserve: Size = Field(
         2 * 1024**3,
         ge=0,
@@ -379,6 +382,7 @@ class Effective(Strict):
     suspend_max: float = 86400.0
     suspend_timeout: float = 120.0
     suspend_lock_timeout: float = 10.0
+    suspend_restore_retry: float = 30.0
     suspend_host_reserve: int = 2 * 1024**3
     # The service class: set when the node (or, only ever to be safer, the alert) says the
     # process is a service; the three service_* values are the rule's, applied when it is.
@@ -522,6 +526,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
             suspend_max=d.suspend_max,
             suspend_timeout=d.suspend_timeout,
             suspend_lock_timeout=d.suspend_lock_timeout,
+            suspend_restore_retry=d.suspend_restore_retry,
             suspend_host_reserve=d.suspend_host_reserve,
             service_window=d.service_window,
             service_reclaim_when=d.service_reclaim_when,
@@ -547,6 +552,7 @@ def _effective(policy: Policy, index: int | None) -> Effective:
         suspend_max=d.suspend_max if rule.suspend_max is None else rule.suspend_max,
         suspend_timeout=d.suspend_timeout,
         suspend_lock_timeout=d.suspend_lock_timeout,
+        suspend_restore_retry=d.suspend_restore_retry,
         suspend_host_reserve=d.suspend_host_reserve,
         service_window=d.service_window if rule.service_window is None else rule.service_window,
         service_reclaim_when=rule.service_reclaim_when or d.service_reclaim_when,

@@ -14,7 +14,6 @@ from exporter.units import format_duration, format_size
 SUSPENSION_STATES = frozenset({State.SUSPENDING, State.SUSPENDED, State.RESUMING})
 HOST_MARGIN = 1.1  # host memory a checkpoint needs, as a multiple of the GPU footprint
 FREED_SHARE = 0.9  # the GPU's used memory must drop by this share of the footprint
-RESTORE_RETRY = 30.0  # seconds between tries of a restore that failed (no room)
 RESTORE_ATTEMPTS = 5  # then the case goes on up the ladder, its owner told
 
 
@@ -115,9 +114,9 @@ def decide_suspension(
                 State.SUSPENDED,
                 Reason.RESTORE_FAILED,
                 f"the restore failed (no room on the GPU?): still suspended, tried again in "
-                f"{RESTORE_RETRY:g}s ({tries} of {RESTORE_ATTEMPTS})",
+                f"{format_duration(eff.suspend_restore_retry)} ({tries} of {RESTORE_ATTEMPTS})",
                 restore_attempts=tries,
-                resume_requested_mono=mono + RESTORE_RETRY,
+                resume_requested_mono=mono + eff.suspend_restore_retry,
             )
         return wait()  # locked between restore and unlock, or a reading in between
     # Suspended, proven.

@@ -105,7 +105,9 @@ def test_a_restore_into_a_full_gpu_is_retried_and_never_leaves_it_stuck(
 ) -> None:
     sock = _socket(request)
     actuator = actuator_factory(
-        workloads.node_dir, defaults=SUSPEND, server={"keep_socket": str(sock)}
+        workloads.node_dir,
+        defaults={**SUSPEND, "suspend_restore_retry": "5s"},
+        server={"keep_socket": str(sock)},
     )
     w = workloads.spawn(memory="4GiB")
     actuator.post(payload(alert_for(w)))
@@ -118,10 +120,10 @@ def test_a_restore_into_a_full_gpu_is_retried_and_never_leaves_it_stuck(
     case = actuator.case_for(w)
     assert case["state"] == "suspended"  # still suspended, never half restored
     assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED
-    assert "tried again in 30s" in case["reason"]
+    assert "tried again in 5s (1 of 5)" in case["reason"]
     assert w.alive()
 
-    filler.proc.terminate()  # room again: the next try (30 s later) restores it
+    filler.proc.terminate()  # room again: the next try (5 s later) restores it
     wait_until(lambda: not listed(workloads, filler.pid), 15)
     case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", timeout=60)
     assert case["state"] == "snoozed" and listed(workloads, w.pid), case

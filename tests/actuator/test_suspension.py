@@ -115,6 +115,12 @@ def test_a_refused_restore_is_retried_then_the_ladder_goes_on() -> None:
     d = decide_suspension(resuming, still, RULES, T0, T0 + 1)
     assert (d.state, d.code) == (State.SUSPENDED, Reason.RESTORE_FAILED)
     assert d.updates.restore_attempts == 1 and d.updates.resume_requested_mono == T0 + 31
+    sooner = RULES.model_copy(
+        update={"suspend_restore_retry": 5.0}
+    )  # the rule's retry, not a constant
+    assert decide_suspension(resuming, still, sooner, T0, T0 + 1).updates.resume_requested_mono == (
+        T0 + 6
+    )
     last = replace(resuming, restore_attempts=RESTORE_ATTEMPTS - 1)
     end = decide_suspension(last, still, RULES, T0, T0 + 1)
     assert (end.action, end.code) == (Action.TERM, Reason.RESTORE_FAILED)
