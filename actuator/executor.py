@@ -252,6 +252,8 @@ class Executor:
             service_clients=eff.service_clients,
             service_client_ago=eff.service_client_ago,
             service_watched=eff.service_watched,
+            presence_grace=eff.presence_grace,
+            presence_idle=eff.presence_idle,
             picture_png=drawn.png if drawn else b"",
             picture_url=drawn.url if drawn else "",
         )

@@ -222,6 +222,17 @@ class Renderer:
             "service_clients": notice.service_clients,
             "service_client_ago": Trusted(span(notice.service_client_ago or 0.0, language)),
             "service_watched": Trusted(span(notice.service_watched or 0.0, language)),
+            # What the node saw of the owner (a terminal's name is the node's text: escaped).
+            "presence": notice.presence_seen,
+            "presence_terminal": facts.owner_terminal
+            if (facts.owner_terminal_idle or 0.0) <= notice.presence_idle
+            else "",
+            "presence_terminal_idle": Trusted(
+                duration(round(facts.owner_terminal_idle or 0.0), language)
+            ),
+            "presence_notebooks": facts.owner_notebook_connections or 0,
+            "presence_grace": Trusted(span(notice.presence_grace, language)),
+            "checked_at": local(facts.checked_at) if facts.checked_at else "",
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits

@@ -43,10 +43,16 @@ class ProvenFacts:
     slurm_job: str = ""
     last_activity: float | None = None  # its latest heartbeat or log write (unix seconds)
     power_watts: float | None = None  # its share of the GPU's board power (by memory held)
+    # Its owner's presence on the node at that check (exporter/presence.py): the most recently
+    # used login terminal and its idle time, the connections to their notebook servers.
+    owner_terminal: str = ""
+    owner_terminal_idle: float | None = None
+    owner_notebook_connections: int | None = None
     checked_at: float = 0.0
 
     @classmethod
     def from_live(cls, case: Case, live: LiveState) -> ProvenFacts:
+        seen = live.presence
         return cls(
             node=case.node,
             pid=case.pid,
@@ -65,6 +71,9 @@ class ProvenFacts:
             slurm_job=live.slurm_job,
             last_activity=live.last_activity,
             power_watts=live.power_share_watts,
+            owner_terminal=seen.terminal if seen and seen.sessions else "",
+            owner_terminal_idle=seen.idle_seconds if seen and seen.sessions else None,
+            owner_notebook_connections=seen.notebook_connections if seen else None,
             checked_at=live.sampled_at,
         )
 
@@ -152,9 +161,21 @@ class Notice:
     service_clients: int = 0
     service_client_ago: float | None = None
     service_watched: float | None = None
+    # The owner's presence holds the reclaim back this long past the deadline (0: off), a
+    # terminal counting while it saw input within `presence_idle` (policy: Owner presence).
+    presence_grace: float = 0.0
+    presence_idle: float = 1800.0
     # The evidence picture (actuator/evidence/): the PNG for e-mail, its link for chat.
     picture_png: bytes = field(default=b"", repr=False)
     picture_url: str = ""
+
+    @property
+    def presence_seen(self) -> bool:
+        """The node saw its owner present at its check, where presence holds anything back."""
+        f = self.facts
+        idle = f.owner_terminal_idle
+        on_terminal = bool(f.owner_terminal) and idle is not None and idle <= self.presence_idle
+        return self.presence_grace > 0 and (on_terminal or bool(f.owner_notebook_connections))
 
     @property
     def user(self) -> str:

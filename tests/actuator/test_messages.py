@@ -232,3 +232,44 @@ def test_the_suspended_notice_says_the_work_is_kept_and_how_to_resume_it(
             and "18.0 GiB 显存内容已存入主机内存" in told.text
         )
     assert "https://gpu.example/keep/x" in told.text
+
+
+@pytest.mark.reliability(74)
+def test_the_warning_says_what_the_node_saw_of_its_owner_where_presence_holds_it() -> None:
+    """Issue 59: "you were logged in on pts/3, idle 4 min", in the owner's language, only
+    where a rule lets presence hold the reclaim, and never a terminal idle past presence_idle."""
+    seen = {
+        "owner_terminal": "pts/3",
+        "owner_terminal_idle": 240.0,
+        "owner_notebook_connections": 2,
+        "checked_at": NOW,
+    }
+
+    def told(contact: Contact, **over: object) -> str:
+        return Renderer().render(notice(**(seen | over)), contact, NOW).text
+
+    english = told(BOB, presence_grace=7200.0)
+    assert "You are on the node: its check at" in english
+    assert "saw a login on pts/3, idle 4 min, and 2 connection(s) to the notebook server" in (
+        english
+    )
+    assert "The reclaim waits while you are, up to 2 h past" in english
+    assert "在 pts/3 上的登录，空闲 4 分钟，以及 notebook 服务器上的 2 个连接" in told(
+        LILEI, presence_grace=7200.0
+    )
+    # Presence changes nothing where the rule does not use it: the notice does not promise it.
+    assert "on the node: its check" not in told(BOB)
+    # A terminal idle past presence_idle is not presence; the connections still are.
+    stale = told(BOB, presence_grace=7200.0, owner_terminal_idle=3600.0)
+    assert "pts/3" not in stale and "saw 2 connection(s) to the notebook server" in stale
+    assert "on the node" not in told(
+        BOB, presence_grace=7200.0, owner_terminal_idle=3600.0, owner_notebook_connections=0
+    )
+    # The terminal's name is the node's text: a hostile one is escaped like any other.
+    hostile = Renderer().render(
+        notice(**(seen | {"owner_terminal": "pts/3 **[x](http://evil)**"}), presence_grace=60.0),
+        BOB,
+        NOW,
+    )
+    assert "http://evil" not in hostile.html.split("<code>pts/3")[0]  # only inside <code>
+    assert 'href="http://evil"' not in hostile.html and "<strong>[x]" not in hostile.html
