@@ -93,7 +93,7 @@ test: lint rules unit
 demo: demo-setup
 	$(BIN)/gpu-reclaimer demo
 
-day: demo-setup  # the measured simulated day: observe, enforce (idle, demand, suspend); ~50 min
+day: demo-setup  # the measured simulated day: observe, enforce (idle, demand, suspend, presence, both); ~75 min
 	$(BIN)/gpu-reclaimer demo --day
 
 bench: setup

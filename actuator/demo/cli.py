@@ -85,9 +85,10 @@ def add_demo_command(commands: Any) -> None:
         "--day: a seeded day of jobs (trainings, debug runs, sessions paused while their owner "
         "is away, abandoned notebooks, crashed jobs with live workers, hung 2-GPU runs) "
         "queued on the node's wait list, run once per mode (observe; enforce with "
-        "reclaim_when: idle; enforce with reclaim_when: demand), then one table (utilisation, "
-        "jobs per GPU, queue wait, reclaims, needless reclaims, work lost). 24 h at 1/120 "
-        "take about 40 minutes for the three.",
+        "reclaim_when: idle; with reclaim_when: demand; with the suspend rung; with the "
+        "owner's presence holding a reclaim; with both), then one table (utilisation, jobs "
+        "per GPU, its ceiling, queue wait, reclaims, needless reclaims, work lost). 24 h at "
+        "1/120 take about 12 minutes a mode.",
     )
     day.add_argument("--day", action="store_true", help="run the simulated day")
     day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
@@ -126,8 +127,10 @@ def add_demo_command(commands: Any) -> None:
         "--modes",
         type=_modes,
         metavar="LIST",
-        help="which runs, comma-separated (default observe,enforce,demand,suspend: "
-        "observing, enforcing when idle, on demand, and with the suspend rung)",
+        help="which runs, comma-separated (default all: observe,enforce,demand,suspend,"
+        "presence,suspend-presence: observing, enforcing when idle, on demand, with the "
+        "suspend rung, with the owner's presence holding a reclaim (needs the day's "
+        "accounts, --create-users), with both)",
     )
     for service in ("exporter", "actuator", "prometheus", "alertmanager"):
         parser.add_argument(

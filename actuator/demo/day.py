@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from actuator.audit import Event
 from actuator.demo.accounts import owner_of
+from actuator.demo.notebook_tab import NotebookTab
+from actuator.models import Reason
 from actuator.promql_duration import format_promql_duration
 from exporter.sim.state import load_node
 
@@ -52,6 +54,13 @@ KINDS: dict[str, float] = {  # share of the day's jobs
 # workers) at some time in this many hours after it stopped working: owners do come back,
 # which is why a real cluster wastes hours per GPU a day, not the whole day. None: never.
 NOTICED_WITHIN_H: float | None = 4.0
+# Whose notebook tab stays connected (owner presence, exporter/presence.py): most paused
+# sessions' owners leave the tab open on their laptop; some abandoned notebooks' tabs are
+# never closed either (the case JupyterHub's culler sets `cull_connected` for). Drawn from
+# their own seeded stream, so the day's jobs are the same as without them.
+TAB_OPEN_SHARE = {"paused": 0.8, "notebook": 0.2}
+# How long past the grace an owner's presence holds a reclaim in the presence modes.
+PRESENCE_GRACE_H = 2.0
 NOTICED_AFTER_H = 0.5  # the soonest an owner notices
 # How many jobs arrive per GPU per day (the default day's load: the queue is rarely empty in
 # working hours).
@@ -60,12 +69,14 @@ JOBS_PER_GPU = 8.0
 ARRIVAL_WEIGHTS = [1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 3, 2, 2, 2, 1, 1, 1]
 # A reclaimed GPU that no job takes within this long was reclaimed for nothing.
 NEEDLESS_WINDOW_H = 1.0
-MODES = ("observe", "enforce", "demand", "suspend")
+MODES = ("observe", "enforce", "demand", "suspend", "presence", "suspend-presence")
 MODE_NAMES = {
     "observe": "observe (nothing reclaimed)",
     "enforce": "enforce, reclaim_when: idle",
     "demand": "enforce, reclaim_when: demand",
     "suspend": "enforce, idle, suspend rung",
+    "presence": f"enforce, idle, presence held {PRESENCE_GRACE_H:g} h",
+    "suspend-presence": "enforce, idle, suspend rung and presence",
 }
 OWNER_KEEPS_FOR = "2h"  # what an owner back from a pause asks when the session is suspended
 CAVEAT = (
@@ -86,6 +97,7 @@ class Job:
     pause_h: float = 0.0  # a paused session: how long it stops working, half way through
     noticed_h: float | None = None  # abandoned: when its owner ends it, after it stopped
     redo_of: int | None = None  # a redo: the paused job whose killed session it starts again
+    tab_open: bool = False  # its owner's notebook tab stays connected while it runs
 
     @property
     def finishes(self) -> bool:
@@ -175,7 +187,16 @@ def plan_day(
             )
         )
     jobs.sort(key=lambda j: (j.arrival_h, j.id))
-    return [replace(j, id=i, user=owner_of(i, seed)) for i, j in enumerate(jobs)]
+    tabs = random.Random(f"tabs-{seed}")
+    return [
+        replace(
+            j,
+            id=i,
+            user=owner_of(i, seed),
+            tab_open=tabs.random() < TAB_OPEN_SHARE.get(j.kind, 0.0),
+        )
+        for i, j in enumerate(jobs)
+    ]
 
 
 def _noticed(rng: random.Random, kind: str, within_h: float | None) -> float | None:
@@ -197,6 +218,7 @@ class Run:
     back: bool = False  # a paused session whose owner came back
     resumed: bool = False  # ... and found it suspended, and kept it (which resumes it)
     redone: bool = False  # ... and found it killed, and started it again
+    tab: NotebookTab | None = None  # its owner's notebook tab, while the job runs
 
 
 def given_gpus(output: str) -> tuple[int, ...]:
@@ -243,6 +265,9 @@ class Scheduler:
             running = run.started_h is not None and run.ended_h is None
             if running and not any(w.alive() for w in run.workloads):
                 run.ended_h = now
+            if run.ended_h is not None and run.tab is not None:
+                run.tab.close()
+                run.tab = None
         for run in list(self.runs):
             self._owner_back(run, now)
         from exporter.sim.checkpoint import host_memory_used
@@ -333,6 +358,10 @@ class Scheduler:
                     user=self.user_of(job),
                 )
             )
+        # A tab is its owner's presence: only where the job runs as its owner's own account
+        # (run as the caller, every job's owner would be "present").
+        if job.tab_open and self.user_of(job) is not None:
+            run.tab = NotebookTab(self.stack.run_dir / "notebook", self.user_of(job))
 
     def run_until(
         self,
@@ -358,6 +387,9 @@ class Scheduler:
                 if run.waiter is not None and run.waiter.poll() is None:
                     run.waiter.kill()
                     run.waiter.wait(10)
+                if run.tab is not None:
+                    run.tab.close()
+                    run.tab = None
 
 
 @dataclass(frozen=True)
@@ -385,6 +417,7 @@ class DayFigures:
     resumed: int = 0  # paused sessions found suspended by their owner, and resumed
     ceiling: int = 0  # finishing jobs that could complete in the day if started on arrival
     peak_host_gib: float = 0.0  # the most host memory checkpoints held at once
+    held_present: int = 0  # processes whose reclaim waited for their owner's presence
 
     @property
     def jobs_per_gpu_day(self) -> float:
@@ -463,12 +496,14 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         * r.job.gpus
         for r in cut
     )
-    suspends = 0
+    suspends, held_present = 0, set()
     with contextlib.suppress(OSError):
         for line in stack.audit_log.read_text().splitlines():
             record = json.loads(line)
             if record.get("event") == Event.CHECKPOINT and record.get("call") == "SUSPEND":
                 suspends += bool(record.get("ok"))
+            if record.get("event") == Event.DECISION and record.get("code") == Reason.OWNER_PRESENT:
+                held_present.add(record.get("case"))
     ceiling = sum(
         1
         for r in runs
@@ -512,7 +547,28 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
         resumed=sum(1 for r in runs if r.resumed),
         ceiling=ceiling,
         peak_host_gib=scheduler.peak_host / 1024**3,
+        held_present=len(held_present),
     )
+
+
+def mode_policy(base: dict[str, Any], mode: str, scale: float) -> dict[str, Any]:
+    """The actuator's policy for one of the day's modes, its durations at `scale`."""
+    policy: dict[str, Any] = {**base, "mode": "observe" if mode == "observe" else "enforce"}
+    defaults = dict(policy.get("defaults", {}))
+    if mode in ("presence", "suspend-presence"):
+        defaults["presence_grace"] = f"{PRESENCE_GRACE_H * 3600 * scale:g}s"
+    if mode in ("suspend", "suspend-presence"):
+        defaults |= {
+            "suspend": True,
+            "suspend_max": f"{max(60.0, 24 * 3600 * scale):g}s",
+            "suspend_host_reserve": "1GiB",
+        }
+    if mode == "demand":
+        defaults["reclaim_when"] = "demand"
+        policy["demand"] = {"wait_list": True, "interval": f"{max(0.2, 60 * scale):g}s"}
+    if defaults:
+        policy["defaults"] = defaults
+    return policy
 
 
 def run_day(
@@ -530,21 +586,10 @@ def run_day(
     cover the hours that ran): a test waits for events, not for a fixed span of time."""
     from actuator.demo.stack import Stack
 
-    policy: dict[str, Any] = {
-        **options.policy,
-        "mode": "observe" if mode == "observe" else "enforce",
-    }
-    if mode == "suspend":
-        policy["defaults"] = {
-            **policy.get("defaults", {}),
-            "suspend": True,
-            "suspend_max": f"{max(60.0, 24 * 3600 * options.scale):g}s",
-            "suspend_host_reserve": "1GiB",
-        }
-    if mode == "demand":
-        policy["defaults"] = {**policy.get("defaults", {}), "reclaim_when": "demand"}
-        policy["demand"] = {"wait_list": True, "interval": f"{max(0.2, 60 * options.scale):g}s"}
+    policy = mode_policy(options.policy, mode, options.scale)
     options = replace(options, policy=policy, label=f"day-{mode}")
+    if "presence" in mode and not options.users:
+        progress(f"{mode}: every job runs as you (no day accounts): no owner's tab is told apart")
     with Stack(options) as stack:
         stack.wait_scraped()
         progress(f"{mode}: stack up in {stack.run_dir}")
@@ -612,6 +657,7 @@ def table(
         row("killed sessions their owners started again", lambda f: str(f.redone)),
         row("processes suspended (checkpointed into host memory)", lambda f: str(f.suspended)),
         row("paused sessions resumed by their owner", lambda f: str(f.resumed)),
+        row("reclaims held while the owner was present", lambda f: str(f.held_present)),
         row(
             "host memory held by checkpoints (peak)",
             lambda f: _num(f.peak_host_gib, " GiB") if f.suspended else "-",

@@ -179,3 +179,40 @@ def test_a_paused_sessions_owner_is_back_when_its_pause_ends_and_the_table_count
     assert "| processes suspended (checkpointed into host memory) | 3 |" in report
     assert "| host memory held by checkpoints (peak) | 40.0 GiB |" in report
     assert demand_verdict({"suspend": figures}) == ""  # demand is judged against idle alone
+
+
+def test_notebook_tabs_are_drawn_apart_from_the_jobs_and_only_for_sessions() -> None:
+    """Issue 59: most paused sessions' owners leave their tab connected, some abandoned
+    notebooks' tabs were never closed; the same seed plans the same jobs with the tabs."""
+    from dataclasses import replace
+
+    from actuator.demo.day import TAB_OPEN_SHARE
+
+    days = [plan_day(seed, gpus=4) for seed in range(1, 201)]
+    jobs = [j for day in days for j in day]
+    assert all(not j.tab_open for j in jobs if j.kind not in TAB_OPEN_SHARE)
+    for kind, share in TAB_OPEN_SHARE.items():
+        of_kind = [j for j in jobs if j.kind == kind]
+        seen = sum(j.tab_open for j in of_kind) / len(of_kind)
+        assert abs(seen - share) < 0.05, (kind, seen)  # 600 paused, 1000 notebooks
+    plain = [replace(j, tab_open=False) for j in plan_day(1, gpus=4)]
+    assert plain == [replace(j, tab_open=False) for j in days[0]]  # the same jobs
+
+
+def test_each_mode_s_policy_at_the_day_s_scale() -> None:
+    from actuator.demo.day import MODES, PRESENCE_GRACE_H, mode_policy
+    from actuator.policy import Policy
+
+    scale = 1 / 120
+    base = {"defaults": {"grace": "5s"}}
+    for mode in MODES:  # each one a valid policy, the base kept
+        policy = mode_policy(base, mode, scale)
+        assert policy["defaults"]["grace"] == "5s"
+        Policy.model_validate({k: v for k, v in policy.items() if k != "demand"})
+    assert mode_policy(base, "observe", scale)["mode"] == "observe"
+    presence = mode_policy(base, "presence", scale)["defaults"]
+    assert presence["presence_grace"] == f"{PRESENCE_GRACE_H * 30:g}s" and "suspend" not in presence
+    both = mode_policy(base, "suspend-presence", scale)["defaults"]
+    assert both["suspend"] is True and both["presence_grace"] == presence["presence_grace"]
+    assert "presence_grace" not in mode_policy(base, "suspend", scale)["defaults"]
+    assert base == {"defaults": {"grace": "5s"}}  # not changed in place
