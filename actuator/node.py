@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from actuator.checkpoint import CheckpointResult, SimCheckpointer, checkpointer_for
 from actuator.config import NodeConfig
+from actuator.host_memory import CGROUP, checkpoint_room
 from actuator.live import Evidence, Inspector, process_tree
 from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
@@ -144,6 +145,7 @@ class LocalNode:
         self.name = name
         evidence = evidence or Evidence()
         self.proc_root = evidence.proc_root
+        self.cgroup_root = CGROUP  # where the memory cgroups a checkpoint is charged to are
         auto = nvml is None  # the node's own driver (or simulation): its checkpoint too
         if nvml is None:
             from exporter.nvml import open_nvml
@@ -165,14 +167,17 @@ class LocalNode:
         live = self.inspector.inspect(target)
         if self.checkpointer is None or not self._same(target):
             return live
-        # A simulated driver's room is the simulated host's; a real one's is the kernel's.
+        # A simulated driver's room is the simulated host's; a real one's is the kernel's
+        # and the process's memory cgroups' (actuator/host_memory.py), the tighter.
         room = self.checkpointer.host_room()
         if room is None and isinstance(self.checkpointer, SimCheckpointer):
             return replace(live, checkpoint_state=self.checkpointer.state(target.pid))
         return replace(
             live,
             checkpoint_state=self.checkpointer.state(target.pid),
-            host_memory_available=room if room is not None else _mem_available(self.proc_root),
+            host_memory_available=room
+            if room is not None
+            else checkpoint_room(target.pid, self.proc_root, self.cgroup_root),
         )
 
     def _same(self, target: Target) -> bool:
@@ -337,14 +342,3 @@ def local_node(
         nvml_timeout=settings.nvml_timeout,
         evidence=evidence,
     )
-
-
-def _mem_available(proc_root: Path) -> int | None:
-    """The kernel's MemAvailable, bytes (None: unreadable)."""
-    try:
-        for line in (proc_root / "meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

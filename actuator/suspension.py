@@ -37,7 +37,8 @@ def why_not_suspended(case: Case, live: LiveState, eff: Effective) -> str | None
     if room is None or room < HOST_MARGIN * footprint + eff.suspend_host_reserve:
         shown = "unknown" if room is None else format_size(room)
         return (
-            f"host memory {shown} is short of {HOST_MARGIN:g}x its {format_size(footprint)} "
+            f"host memory {shown} (the host's or its memory cgroup's, the tighter) is short "
+            f"of {HOST_MARGIN:g}x its {format_size(footprint)} "
             f"plus the {format_size(eff.suspend_host_reserve)} reserve"
         )
     return None
