@@ -45,6 +45,7 @@ TABLE_MAX_AGE = 0.1
 NETWORK_METER_MAX_AGE = 3600.0
 
 
+MPS_SERVER = "nvidia-cuda-mps-server"  # the MPS server's executable
 PRESENCE_MAX_AGE = 10.0  # seconds an owner's presence reading is reused across re-checks
 
 
@@ -191,6 +192,10 @@ class Inspector:
             notebook_connections=seen.notebook_connections,
         )
 
+    def _mps_on(self, gpu: GpuReading) -> bool:
+        """An MPS server is among the GPU's processes (by its executable's name)."""
+        return any(procfs.read_exe_name(p.pid, self.proc_root) == MPS_SERVER for p in gpu.processes)
+
     def _host_children(self) -> dict[int, list[int]]:
         """Parent -> children of every process on the host, from a /proc pass at most
         `table_max_age` old (shared by the re-checks of one tick)."""
@@ -334,6 +339,7 @@ class Inspector:
             on_gpu=on_gpu,
             gpu_memory_bytes=mem,
             gpu_used_bytes=gpu.memory_used if gpu is not None else None,
+            mps_on_gpu=self._mps_on(gpu) if gpu is not None else None,
             sm_util=util,
             util_unknown=util_unknown,
             cpu_seconds=cpu,

@@ -371,6 +371,7 @@ class LiveState:
     gpu_used_bytes: int | None = None
     checkpoint_state: str = ""
     host_memory_available: int | None = None
+    mps_on_gpu: bool | None = None  # an MPS server on its GPU: no checkpoint (None: not read)
     # The owner's presence on the node (None: not read; absence and unknown are the same).
     presence: OwnerPresence | None = None
     members: tuple[Member, ...] = ()
@@ -429,6 +430,7 @@ class LiveState:
             "gpu_used_bytes": self.gpu_used_bytes,
             "checkpoint_state": self.checkpoint_state or None,
             "host_memory_available": self.host_memory_available,
+            "mps_on_gpu": self.mps_on_gpu,
             "presence": asdict(self.presence) if self.presence else None,
             "power_share_watts": self.power_share_watts,
             "members": [m.pid for m in self.members],

@@ -29,6 +29,8 @@ DEFAULT_PROTECTED_COMMANDS: tuple[str, ...] = (
     r"streamlit(\..*)?",
     r"nvidia-persistenced",
     r"nvidia-smi",
+    # MPS: the server holds a context for every client on its GPU; ending it ends them all.
+    r"nvidia-cuda-mps-(server|control)",
     r"dcgm.*|nv-hostengine",
 )
 

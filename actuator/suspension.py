@@ -26,6 +26,12 @@ def why_not_suspended(case: Case, live: LiveState, eff: Effective) -> str | None
         return f"the node cannot checkpoint it (driver state {state})"
     if case.uuid.startswith("MIG-"):
         return "a MIG instance (the driver cannot checkpoint it)"
+    if live.mps_on_gpu is not False:
+        return (
+            "an MPS server runs on its GPU (the driver cannot checkpoint MPS clients)"
+            if live.mps_on_gpu
+            else "whether MPS runs on its GPU is unknown"
+        )
     if live.slurm_job or live.pod_uid:
         return "a Slurm job or a pod: its scheduler keeps its own account of it"
     if live.listening_rendezvous:

@@ -20,7 +20,7 @@ import random
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -551,7 +551,7 @@ def measure(stack: Stack, scheduler: Scheduler, mode: str, hours: float) -> DayF
     )
 
 
-def mode_policy(base: dict[str, Any], mode: str, scale: float) -> dict[str, Any]:
+def mode_policy(base: Mapping[str, Any], mode: str, scale: float) -> dict[str, Any]:
     """The actuator's policy for one of the day's modes, its durations at `scale`."""
     policy: dict[str, Any] = {**base, "mode": "observe" if mode == "observe" else "enforce"}
     defaults = dict(policy.get("defaults", {}))

@@ -8,6 +8,7 @@ during the checkpoint's copy leaves no case stuck."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import time
@@ -162,6 +163,45 @@ def test_an_ineligible_process_gets_sigterm_with_the_reason(workloads, actuator_
     assert states(case) == ["pending", "notified", "terminating", "reclaimed"]
     terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
     assert "not suspended: host memory" in terminating["reason"]
+
+
+def test_a_process_on_a_gpu_an_mps_server_serves_is_not_suspended_and_the_server_is_protected(
+    workloads, actuator_factory, tmp_path: Path
+) -> None:
+    """The driver cannot checkpoint MPS clients: where an MPS server (a real process whose
+    executable is nvidia-cuda-mps-server) holds a context on the GPU, the ladder goes to
+    SIGTERM as today, saying why; the server itself, idle as it looks, is never signalled."""
+    import subprocess
+
+    server_exe = tmp_path / "nvidia-cuda-mps-server"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", server_exe)
+    server = subprocess.Popen([str(server_exe), "300"])
+    try:
+        faults = load_faults(workloads.node_dir)
+        save_faults(
+            workloads.node_dir,
+            dataclasses.replace(faults, ghost_pids=((0, server.pid, 512 * 1024**2),)),
+        )
+        actuator = actuator_factory(workloads.node_dir, defaults=SUSPEND)
+        w = workloads.spawn(memory="2GiB", gpu=0)
+        from exporter import procfs
+
+        ticks = procfs.start_ticks(server.pid) or 0
+        began = procfs.boot_time() + ticks / os.sysconf("SC_CLK_TCK")
+        mps = dataclasses.replace(w, proc=server, start_time=began, start_ticks=ticks)
+        actuator.post(payload(alert_for(w), alert_for(mps, command="nvidia-cuda-mps-server")))
+        case = actuator.wait_state(w, "reclaimed", "failed", "cancelled", "refused")
+        assert case["state"] == "reclaimed", case
+        terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
+        assert "not suspended: an MPS server runs on its GPU" in terminating["reason"]
+        assert actuator.audit("checkpoint") == []  # the driver was never called
+        assert server.poll() is None  # the server: protected, never signalled
+        held = actuator.case_for(mps)
+        assert held is not None and held["state"] == "refused", held
+        assert "protected" in held["reason"], held
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_actuator_killed_during_the_checkpoints_copy_leaves_no_case_stuck(

@@ -28,6 +28,7 @@ def eligible(**over):
         gpu_memory_bytes=8 * GiB,
         gpu_used_bytes=20 * GiB,
         host_memory_available=64 * GiB,
+        mps_on_gpu=False,
     )
     return make_live(T0, **{**base, **over})
 
@@ -41,6 +42,8 @@ def eligible(**over):
         ({"slurm_job": "42"}, RULES, "a Slurm job or a pod"),
         ({"pod_uid": "u-1"}, RULES, "a Slurm job or a pod"),
         ({"listening_rendezvous": 2}, RULES, "NCCL cannot be checkpointed"),
+        ({"mps_on_gpu": True}, RULES, "an MPS server runs on its GPU"),
+        ({"mps_on_gpu": None}, RULES, "whether MPS runs on its GPU is unknown"),
         ({"gpu_memory_bytes": None}, RULES, "footprint is unknown"),
         ({"host_memory_available": None}, RULES, "host memory unknown"),
         # 8 GiB x 1.1 + 1 GiB reserve = 9.8 GiB
