@@ -156,7 +156,9 @@ class Executor:
     def _resume(self, step: Step) -> Outcome:
         """The owner asked it back: the node restores it onto its GPU and lets it run."""
         case = step.case
-        done = step.node.resume(case.target, key=f"case-{case.id}-{case.version}")
+        done = step.node.resume(
+            case.target, need=case.gpu_memory_bytes, key=f"case-{case.id}-{case.version}"
+        )
         return self._checkpoint_call(case, "RESUME", done)
 
     def _checkpoint_call(self, case: Case, name: str, done: CheckpointResult) -> Outcome:

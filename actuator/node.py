@@ -30,6 +30,7 @@ from exporter.identity import ProjectMapping
 from exporter.nvml import resolve_sim_dir
 from exporter.nvml_reader import NvmlReader, NvmlReading
 from exporter.slurm import slurm_job_of
+from exporter.units import format_size
 
 if TYPE_CHECKING:  # grpc loads only where the kubelet's API is configured
     from exporter.kube.pod_resources import PodResources
@@ -81,9 +82,15 @@ class Node(Protocol):
         ...
 
     def resume(
-        self, target: Target, gpu: int | None = None, *, key: str | None = None
+        self,
+        target: Target,
+        gpu: int | None = None,
+        *,
+        need: int | None = None,
+        key: str | None = None,
     ) -> CheckpointResult:
-        """Restore a suspended process onto its GPU (or `gpu`) and let it run."""
+        """Restore a suspended process onto its GPU (or `gpu`) and let it run, once the
+        GPU is seen with `need` bytes free (None: the driver alone judges the room)."""
         ...
 
 
@@ -199,13 +206,36 @@ class LocalNode:
         return self.checkpointer.suspend(target.pid, lock_timeout)
 
     def resume(
-        self, target: Target, gpu: int | None = None, *, key: str | None = None
+        self,
+        target: Target,
+        gpu: int | None = None,
+        *,
+        need: int | None = None,
+        key: str | None = None,
     ) -> CheckpointResult:
         if self.checkpointer is None:
             return NO_CHECKPOINT
         if not self._same(target):
             return CheckpointResult(False, "", "gone or identity changed")
+        short = self._no_room(target.uuid, need)
+        if short is not None:  # a restore into a GPU without room fails, or worse, hangs
+            return CheckpointResult(False, self.checkpointer.state(target.pid), short)
         return self.checkpointer.resume(target.pid, gpu)
+
+    def _no_room(self, uuid: str, need: int | None) -> str | None:
+        """Why the GPU cannot take `need` bytes now (None: it can, or no need was given)."""
+        if need is None:
+            return None
+        gpu, why = self.inspector.gpu(uuid, not_before=time.time())
+        if gpu is None or gpu.memory_total is None or gpu.memory_used is None:
+            return f"no room known on the GPU ({why or 'its memory unread'}): not restored"
+        free = gpu.memory_total - gpu.memory_used
+        if free < need:
+            return (
+                f"no room on GPU {gpu.index}: {format_size(free)} free, "
+                f"{format_size(need)} needed: not restored"
+            )
+        return None
 
     def gpu_processes(self, uuid: str) -> dict[int, int] | None:
         gpu, _ = self.inspector.gpu(uuid)

@@ -219,7 +219,7 @@ class AgentApp:
             if req.call == "suspend":
                 result = self.node.suspend(req.target, req.lock_timeout)
             else:
-                result = self.node.resume(req.target)
+                result = self.node.resume(req.target, need=req.need_bytes)
             name = req.call.upper()
             self.journal.finish(key, [SignalResult(req.target.pid, name, result.ok, result.detail)])
         if result.ok:

@@ -212,12 +212,22 @@ class RemoteNode:
         return self._checkpoint("suspend", target, lock_timeout, key)
 
     def resume(
-        self, target: Target, gpu: int | None = None, *, key: str | None = None
+        self,
+        target: Target,
+        gpu: int | None = None,
+        *,
+        need: int | None = None,
+        key: str | None = None,
     ) -> CheckpointResult:
-        return self._checkpoint("resume", target, 10.0, key)
+        return self._checkpoint("resume", target, 10.0, key, need)
 
     def _checkpoint(
-        self, call: str, target: Target, lock_timeout: float, key: str | None
+        self,
+        call: str,
+        target: Target,
+        lock_timeout: float,
+        key: str | None,
+        need: int | None = None,
     ) -> CheckpointResult:
         """One checkpoint call, given the time the copy takes (a lost answer: the next
         re-check reads the state, and a retry under the key changes nothing)."""
@@ -226,6 +236,7 @@ class RemoteNode:
             "target": wire.dump_target(target),
             "call": call,
             "lock_timeout": lock_timeout,
+            "need_bytes": need,
         }
         self._down_until = float("-inf")  # a step is asked, not backed off
         try:

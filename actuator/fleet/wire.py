@@ -58,6 +58,7 @@ class CheckpointRequest(_Body):
     target: Target
     call: str = Field(pattern=r"^(suspend|resume)$")
     lock_timeout: float = Field(10.0, gt=0, le=60)
+    need_bytes: int | None = Field(None, ge=0)  # resume: the GPU must show this much free
 
 
 def dump_live(live: LiveState) -> dict[str, Any]:

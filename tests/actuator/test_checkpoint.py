@@ -5,13 +5,16 @@ running; a resume is restore then unlock, a refused one leaves it checkpointed."
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from actuator.checkpoint import CudaCheckpointer, SimCheckpointer, checkpointer_for
+from actuator.models import Target
 from exporter.sim.state import load_faults, read_procs, save_faults
 from tests.helpers.actuator import Workloads
+from tests.support import wait_until
 
 
 def listed(workloads: Workloads, pid: int) -> bool:
@@ -48,3 +51,36 @@ def test_a_lock_that_times_out_leaves_the_process_running(workloads: Workloads) 
 def test_a_node_without_the_drivers_calls_has_no_checkpointer(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         CudaCheckpointer(str(tmp_path / "libcuda.so.1"))  # no driver here
+
+
+def test_the_node_restores_only_onto_a_gpu_seen_with_room(workloads: Workloads) -> None:
+    """A restore into a GPU without room fails in the driver, or leaves the process stuck:
+    the node reads the GPU first and does not call the driver without the footprint free."""
+    from actuator.node import LocalNode
+    from actuator.policy import Protect
+    from exporter import procfs
+
+    w = workloads.spawn(memory="4GiB")
+    node = LocalNode(
+        "sim-node",
+        Protect(protect_root=False, protected_uid_below=0),
+        sim_dir=str(workloads.node_dir),
+        sm_window=0.5,
+    )
+    target = Target(
+        "sim-node",
+        w.pid,
+        procfs.start_ticks(w.pid) or 0,
+        procfs.boot_id(),
+        workloads.uuid(0),
+    )
+    assert node.suspend(target, 5.0).ok
+    filler = workloads.spawn(memory="78GiB", phases="busy")  # 78 of 80 GiB: 2 GiB free
+    refused = node.resume(target, need=4 * 1024**3)
+    assert refused.ok is False and refused.state == "checkpointed"
+    assert re.search(r"no room on GPU 0: [\d.]+ GiB free, 4.0 GiB needed", refused.detail)
+    filler.proc.terminate()
+    filler.proc.wait(10)
+    # The driver frees the filler's memory a moment after it exits: retried until it has.
+    back = wait_until(lambda: (r := node.resume(target, need=4 * 1024**3)).ok and r, 15)
+    assert back.state == "running" and listed(workloads, w.pid)

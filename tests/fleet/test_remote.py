@@ -165,11 +165,12 @@ def test_a_checkpoint_call_is_keyed_and_an_unconfirmed_one_is_not_ok(
     assert state.seen[-1][1:] == (
         "/v1/checkpoint",
         {"key": "case-7-3", "target": state.seen[-1][2]["target"], "call": "suspend",
-         "lock_timeout": 5.0},
+         "lock_timeout": 5.0, "need_bytes": None},
     )  # fmt: skip
     state.answers = [(503, _agent({"error": "busy"}))]
-    lost = _node(url).resume(TARGET, key="case-7-9")
+    lost = _node(url).resume(TARGET, need=4 << 30, key="case-7-9")
     assert lost.ok is False and lost.detail.startswith("not confirmed: ")
+    assert state.seen[-1][2]["need_bytes"] == 4 << 30  # the agent's node checks the room
 
 
 def test_rebase_leaves_unknown_readings_unknown() -> None:
