@@ -51,9 +51,11 @@ NO_ROOM_LIMIT = 1 << 63  # no limit anywhere above the process: MemAvailable is 
 
 
 def _room(mount: Path, path: str, limit_file: str, usage_file: str) -> int | None:
+    if ".." in path.split("/"):
+        return None  # outside this cgroup namespace (a path from another namespace's root)
     leaf = mount / path.strip("/")
-    if not leaf.is_dir() or mount not in (leaf, *leaf.parents):
-        return None  # its cgroup is not visible here (another namespace's path)
+    if not leaf.is_dir():
+        return None  # its cgroup is not visible here
     tightest = NO_ROOM_LIMIT
     for level in (leaf, *leaf.parents):
         try:

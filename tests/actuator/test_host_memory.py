@@ -69,6 +69,9 @@ def test_an_unreadable_or_invisible_cgroup_is_unknown(tmp_path: Path) -> None:
     assert cgroup_room(PID, proc, root) is None  # not visible here: unknown, never "room"
     assert checkpoint_room(PID, proc, root) is None
     assert cgroup_room(PID + 1, proc, root) is None  # gone
+    (root / "kubepods").mkdir()
+    (proc / str(PID) / "cgroup").write_text("0::/../kubepods\n")  # another namespace's root
+    assert cgroup_room(PID, proc, root) is None
     _level(root / "x", "garbage", 0)
     (proc / str(PID) / "cgroup").write_text("0::/x\n")
     assert cgroup_room(PID, proc, root) == NO_ROOM_LIMIT  # a limit that is no number: none
