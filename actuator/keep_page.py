@@ -25,6 +25,7 @@ from actuator.operations import HTTP_STATUS, Refused
 from actuator.owner_actions import Owner
 from actuator.runtime import Runtime
 from actuator.store import StoreUnavailable
+from actuator.suspension import RESTORE_ATTEMPTS
 
 KEEP_HOURS = (1, 4, 24)
 TEXT: dict[str, dict[str, Any]] = {
@@ -44,6 +45,9 @@ TEXT: dict[str, dict[str, Any]] = {
         "on_demand": "暂不处理：只有当有人需要这块 GPU 时才会回收，届时会再通知您。",
         "minutes": "{} 分钟",
         "now": "即将",
+        "restore": "恢复",
+        "restore_asked": "已请求：下一步即恢复到 GPU",
+        "restore_waiting": "已请求，等待 GPU 有空间：{} 再试（第 {} 次，共 {} 次），仍不行则停止",
         "states": {
             "pending": "已标记，正在复核",
             "notified": "已通知，宽限期中",
@@ -89,6 +93,10 @@ TEXT: dict[str, dict[str, Any]] = {
         "and you will be told then.",
         "minutes": "{} min",
         "now": "moments",
+        "restore": "Resume",
+        "restore_asked": "asked: it is restored onto its GPU at the next step",
+        "restore_waiting": "asked, waiting for room on its GPU: tried again at {} (try {} of {}), "
+        "then stopped if there is still none",
         "states": {
             "pending": "flagged, being re-checked",
             "notified": "warned: in its grace period",
@@ -203,6 +211,8 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
                 "state": t["states"]["idle_until_demand"]
                 if waits_for_demand
                 else t["states"].get(str(case.state), str(case.state)),
+                # A resume asked: where it stands (the GPU may have no room yet).
+                "restore": restore_status(case, t),
                 "can_act": case.state in NOTIFIED_OR_SNOOZED and not done,
                 "can_release": case.state == State.NOTIFIED,
                 "picture": picture_src(case.id),
@@ -210,6 +220,16 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
         response = Response(template.render(values), status=status, mimetype="text/html")
         response.headers.update(SECURITY_HEADERS)
         return response, status
+
+    def restore_status(case: Case, t: dict[str, Any]) -> str:
+        if case.state != State.SUSPENDED or case.resume_requested_mono is None:
+            return ""
+        if not case.restore_attempts:
+            return str(t["restore_asked"])
+        at = rt.clock() + max(0.0, case.resume_requested_mono - rt.mono())
+        return str(t["restore_waiting"]).format(
+            _local(at), case.restore_attempts + 1, RESTORE_ATTEMPTS
+        )
 
     def picture_src(case_id: int) -> str:
         """The case's latest evidence picture, relative to this page (/keep/<token>), so it

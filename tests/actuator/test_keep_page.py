@@ -63,7 +63,7 @@ def notified_case(rt: Runtime, **over: Any) -> int:
     )
     case = make_case(
         id=0,
-        state=State.NOTIFIED,
+        **({"state": State.NOTIFIED} | {k: over.pop(k) for k in ["state"] if k in over}),
         user="lilei",
         labels={"command": "forged.py", "gpu": "7"},
         gpu_memory_bytes=8 << 30,
@@ -241,3 +241,25 @@ def test_a_case_whose_rule_cannot_be_told_offers_no_keep_and_says_why(rt, client
     again = client.get(path + "?lang=en")
     assert again.status_code == 200  # the one-time link is still unspent
     assert rt.store.get_case(case_id).state == State.NOTIFIED
+
+
+@pytest.mark.reliability(73)
+def test_a_suspended_cases_page_says_where_its_owners_resume_stands(rt, client):
+    """Issue 58: a resume asked into a GPU without room waits; the page says when it is
+    tried again and how many tries are left, in the owner's language."""
+    asked = notified_case(rt, state=State.SUSPENDED, resume_requested_mono=rt.mono())
+    html = client.get(path_of(rt.links.url(asked)) + "?lang=en").get_data(as_text=True)
+    assert 'id="restore"' in html and "restored onto its GPU at the next step" in html
+    waiting = notified_case(
+        rt,
+        pid=4243,
+        state=State.SUSPENDED,
+        resume_requested_mono=rt.mono() + 30,
+        restore_attempts=2,
+    )
+    html = client.get(path_of(rt.links.url(waiting)) + "?lang=en").get_data(as_text=True)
+    assert "waiting for room on its GPU: tried again at" in html and "(try 3 of 5)" in html
+    zh = client.get(path_of(rt.links.url(waiting)) + "?lang=zh-CN").get_data(as_text=True)
+    assert "等待 GPU 有空间" in zh and "第 3 次，共 5 次" in zh
+    quiet = notified_case(rt, pid=4244, state=State.SUSPENDED)  # nobody asked: no row
+    assert 'id="restore"' not in client.get(path_of(rt.links.url(quiet))).get_data(as_text=True)
