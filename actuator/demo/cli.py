@@ -92,7 +92,14 @@ def add_demo_command(commands: Any) -> None:
     )
     day.add_argument("--day", action="store_true", help="run the simulated day")
     day.add_argument("--hours", type=float, default=24.0, help="length of the day (default 24)")
-    day.add_argument("--seed", type=int, default=1, help="the job mix's seed (default 1)")
+    day.add_argument(
+        "--seed",
+        type=_seeds,
+        default=(1,),
+        metavar="N[,N...]",
+        help="the job mix's seed (default 1); several, comma-separated, run the day once per "
+        "seed and end with a table of each mode's means over them",
+    )
     day.add_argument(
         "--gpus",
         type=argtypes.positive_int,
@@ -137,6 +144,13 @@ def add_demo_command(commands: Any) -> None:
             f"--{service}-port", type=int, metavar="PORT", help=f"{service} port (default: free)"
         )
     parser.set_defaults(func=run_demo)
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"seeds are whole numbers, comma-separated; not {text!r}")
+    return tuple(dict.fromkeys(int(p) for p in parts))
 
 
 def _modes(text: str) -> tuple[str, ...]:

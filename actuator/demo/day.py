@@ -737,26 +737,38 @@ def demand_verdict(by_mode: dict[str, DayFigures]) -> str:
 
 def run_modes(
     options: StackOptions,
-    seed: int,
+    seeds: Sequence[int],
     hours: float,
     out: TextIO,
     progress: Callable[[str], None],
     modes: Sequence[str] = MODES,
     jobs_per_gpu: float = JOBS_PER_GPU,
     noticed_within_h: float | None = NOTICED_WITHIN_H,
-) -> list[DayFigures]:
-    jobs = plan_day(
-        seed,
-        hours=hours,
-        gpus=options.gpus,
-        jobs_per_gpu=jobs_per_gpu,
-        noticed_within_h=noticed_within_h,
-    )
-    kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
-    progress(f"{len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
-    runs = [run_day(options, jobs, hours, mode, progress) for mode in modes]
-    out.write(table(runs, seed, options.scale, jobs_per_gpu, noticed_within_h))
-    return runs
+) -> dict[int, list[DayFigures]]:
+    """Each seed's day in every mode, its table as it ends; with several seeds, then the
+    table of their means (actuator/demo/seeds.py)."""
+    from actuator.demo.seeds import mean_table
+
+    by_seed: dict[int, list[DayFigures]] = {}
+    for seed in seeds:
+        jobs = plan_day(
+            seed,
+            hours=hours,
+            gpus=options.gpus,
+            jobs_per_gpu=jobs_per_gpu,
+            noticed_within_h=noticed_within_h,
+        )
+        kinds = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
+        progress(
+            f"seed {seed}: {len(jobs)} jobs: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
+        )
+        runs = [run_day(options, jobs, hours, mode, progress) for mode in modes]
+        out.write(table(runs, seed, options.scale, jobs_per_gpu, noticed_within_h))
+        out.flush()
+        by_seed[seed] = runs
+    if len(by_seed) > 1:
+        out.write("\n" + mean_table(by_seed))
+    return by_seed
 
 
 def as_dict(figures: DayFigures) -> dict[str, Any]:
