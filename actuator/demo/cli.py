@@ -260,7 +260,7 @@ def _day(args: argparse.Namespace) -> int:
             noticed_within_h = NOTICED_WITHIN_H
         elif args.noticed_within == NEVER:
             noticed_within_h = None
-        run_modes(
+        by_seed = run_modes(
             options,
             args.seed,
             args.hours,
@@ -270,6 +270,10 @@ def _day(args: argparse.Namespace) -> int:
             jobs_per_gpu,
             noticed_within_h,
         )
+        if len(by_seed) > 1:
+            from actuator.demo.seeds import mean_table
+
+            sys.stdout.write("\n" + mean_table(by_seed))
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
         return 2

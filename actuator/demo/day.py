@@ -745,10 +745,8 @@ def run_modes(
     jobs_per_gpu: float = JOBS_PER_GPU,
     noticed_within_h: float | None = NOTICED_WITHIN_H,
 ) -> dict[int, list[DayFigures]]:
-    """Each seed's day in every mode, its table as it ends; with several seeds, then the
-    table of their means (actuator/demo/seeds.py)."""
-    from actuator.demo.seeds import mean_table
-
+    """Each seed's day in every mode, its table written as it ends (the means over several
+    seeds: actuator/demo/seeds.py)."""
     by_seed: dict[int, list[DayFigures]] = {}
     for seed in seeds:
         jobs = plan_day(
@@ -766,8 +764,6 @@ def run_modes(
         out.write(table(runs, seed, options.scale, jobs_per_gpu, noticed_within_h))
         out.flush()
         by_seed[seed] = runs
-    if len(by_seed) > 1:
-        out.write("\n" + mean_table(by_seed))
     return by_seed
 
 
