@@ -36,6 +36,7 @@ print(server.getsockname()[1], flush=True)
 held = []
 while True:
     held.append(server.accept()[0])
+    held[-1].sendall(b"1")  # accepted: the connection is now the server's own socket
 """
 
 
@@ -63,6 +64,11 @@ class NotebookTab:
             raise RuntimeError("the stand-in notebook server did not start")
         self.port = int(port)
         self.tab = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        # Until the server accepts it, the connection sits in the listener's queue, no
+        # socket of the server's yet: the tab is open once the server says it accepted.
+        if self.tab.recv(1) != b"1":
+            self.close()
+            raise RuntimeError("the stand-in notebook server did not accept the tab")
 
     @property
     def pid(self) -> int:
