@@ -15,6 +15,7 @@ import pytest
 from actuator.policy import Protect
 from actuator.protect import Protection, command_names
 from exporter import procfs
+from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs processes as other uids (root)")
 NOBODY = 65534
@@ -73,7 +74,8 @@ def test_a_protected_command_matches_its_real_names_not_an_argument(tmp_path: Pa
     mention = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "tensorboard"])
     try:
         protection = Protection(Protect(**open_uids))
-        assert "tensorboard" in command_names(served.pid)
+        # Read once the child has exec'd its script (until then /proc shows the interpreter).
+        assert wait_until(lambda: "tensorboard" in command_names(served.pid), 10)
         reason = _reason(protection, served.pid)
         assert reason is not None and reason.startswith("protected command 'tensorboard'")
         assert _reason(protection, mention.pid) is None
