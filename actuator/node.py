@@ -226,9 +226,11 @@ class LocalNode:
         """Why the GPU cannot take `need` bytes now (None: it can, or no need was given)."""
         if need is None:
             return None
-        gpu, why = self.inspector.gpu(uuid, not_before=time.time())
+        gpu, _why = self.inspector.gpu(uuid, not_before=time.time())
         if gpu is None or gpu.memory_total is None or gpu.memory_used is None:
-            return f"no room known on the GPU ({why or 'its memory unread'}): not restored"
+            # Unread is not "no room": a refusal counts toward the SIGTERM after the last
+            # try, so a broken NVML must not end a suspended process. The driver judges.
+            return None
         free = gpu.memory_total - gpu.memory_used
         if free < need:
             return (
