@@ -13,12 +13,14 @@ for the same minutes:
 
   shipped         alert-rules/gpu-reclaimer.rules.yml as shipped (the alerts' labels on
                   the recorded conditions they read, stored as written)
-  no-annotations  the same rules without annotations (the floor: no templates at all)
-  lean            only the summary and runbook_url annotations (no description)
+  no-annotations  the same rules without annotations (the floor: no templates at all; the
+                  per-process alerts carry none since 2026-12-06, so only GpuMemoryOrphaned's
+                  and the health alerts' differ)
   labels-on-alerts  the conditions' labels moved onto the alerts' `labels:`, whose values
                   Prometheus expands as templates for every active alert at every
                   evaluation (the rules before 2026-12-03)
-  --rules-file F  any rules file, e.g. an earlier commit's (git show REV:alert-rules/...)
+  --rules-file F  any rules file, e.g. an earlier commit's (git show REV:alert-rules/...;
+                  the rules with annotated per-process alerts: 2e4709a)
 
 With several --prometheus binaries (another version, say), every variant runs under each.
 
@@ -75,7 +77,7 @@ from tests.support import free_port  # noqa: E402
 RULES = REPO / "alert-rules" / "gpu-reclaimer.rules.yml"
 GROUP = "gpu-reclaimer"
 STATES = ("live", "flagged", "frozen")
-VARIANTS = ("shipped", "no-annotations", "lean", "labels-on-alerts")
+VARIANTS = ("shipped", "no-annotations", "labels-on-alerts")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
 _NODE_LABEL = re.compile(r'node="[^"]*"')
 
@@ -221,10 +223,6 @@ def rules_variant(directory: Path, variant: str) -> Path:
                         rule["labels"] = carried[rule["alert"]].labels
                     else:
                         rule.pop("labels", None)
-                if variant == "lean" and "alert" in rule:
-                    rule["annotations"] = {
-                        k: v for k, v in rule["annotations"].items() if k != "description"
-                    }
         text = yaml.safe_dump(rules, sort_keys=False)
     path = directory / f"{variant}.rules.yml"
     path.write_text(text)

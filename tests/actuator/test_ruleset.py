@@ -186,7 +186,7 @@ def test_the_demo_serves_its_runbook_and_its_rules_link_there(tmp_path: Path) ->
         for path in written
         for group in yaml.safe_load(path.read_text())["groups"]
         for rule in group["rules"]
-        if "alert" in rule
+        if "annotations" in rule
     ]
     assert links and all(link.startswith(base + "#") for link in links)
     assert {link.partition("#")[2] for link in links} <= ids
