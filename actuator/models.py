@@ -269,20 +269,24 @@ class Member:
 
 @dataclass(frozen=True)
 class OwnerPresence:
-    """What the node saw of the process's owner being around (exporter/presence.py): their
-    login sessions, how long since the most recently used one's terminal saw input, and
-    the connections open to their notebook servers (None: unreadable)."""
+    """What the node saw of the owner (exporter/presence.py): login sessions, the idle time of
+    the latest used terminal, connections to their notebook servers (None: unreadable)."""
 
     sessions: int = 0
     idle_seconds: float | None = None
     terminal: str = ""
     notebook_connections: int | None = None
 
+    def on_terminal(self, within: float) -> bool:
+        """Logged in, with a terminal that saw input within `within` seconds."""
+        return bool(self.sessions) and self.idle_seconds is not None and self.idle_seconds <= within
+
     def present(self, terminal_within: float) -> str | None:
         """What shows the owner present, in words, or None (absent, or unknown)."""
         seen = []
-        if self.sessions and self.idle_seconds is not None and self.idle_seconds <= terminal_within:
-            seen.append(f"logged in on {self.terminal}, idle {format_duration(self.idle_seconds)}")
+        if self.on_terminal(terminal_within):
+            idle = format_duration(self.idle_seconds or 0.0)
+            seen.append(f"logged in on {self.terminal}, idle {idle}")
         if self.notebook_connections:
             seen.append(f"{self.notebook_connections} connection(s) to their notebook server")
         return "; ".join(seen) or None
@@ -348,10 +352,8 @@ class LiveState:
     # The GPU's board power now, shared by the memory each process on it holds (as the
     # rules' gpu_process:power_share_watts); None where the driver reports no power.
     power_share_watts: float | None = None
-    # The tree's TCP sockets (exporter/netactivity.py), read by the node's own meter: the
-    # listeners other hosts can reach that may serve (None: not read), every listening port,
-    # and when data last moved beyond keep-alive since the node's first reading of it (None:
-    # not since).
+    # The tree's TCP sockets (exporter/netactivity.py): listeners that may serve (None: not
+    # read), every listening port, data last moved beyond keep-alive (None: not since).
     listening_external: int | None = None
     listen_ports: tuple[int, ...] = ()
     network_activity: float | None = None
@@ -377,9 +379,8 @@ class LiveState:
     members: tuple[Member, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     errors: tuple[str, ...] = ()
-    # This actuator's clock minus the node's, as applied to the node's readings above (0 on
-    # the actuator's own node). It carries each call's latency, so two readings of one node
-    # are compared on the node's clock (`on_node_clock`), never on this one.
+    # This actuator's clock minus the node's, as applied to its readings (0 on this node). It
+    # carries each call's latency: two readings of a node compare on its clock (on_node_clock).
     clock_offset: float = 0.0
 
     def on_node_clock(self, ts: float) -> float:
@@ -530,8 +531,7 @@ class Case:
     gpu_memory_bytes: int | None = None
     freed_bytes: int = 0
     members: list[Member] = field(default_factory=list)
-    # Waits are measured on the boot-time clock (actuator/clock.py); the *_at fields above
-    # are wall time, for records.
+    # Waits on the boot-time clock (actuator/clock.py); the *_at fields above: wall time.
     created_mono: float = 0.0
     clock: str = ""  # the domain of the *_mono values (Database.clock_id)
     notified_mono: float | None = None

@@ -225,7 +225,7 @@ class Renderer:
             # What the node saw of the owner (a terminal's name is the node's text: escaped).
             "presence": notice.presence_seen,
             "presence_terminal": facts.owner_terminal
-            if (facts.owner_terminal_idle or 0.0) <= notice.presence_idle
+            if facts.presence().on_terminal(notice.presence_idle)
             else "",
             "presence_terminal_idle": Trusted(
                 duration(round(facts.owner_terminal_idle or 0.0), language)

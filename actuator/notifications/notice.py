@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from actuator.models import Case, LiveState
+from actuator.models import Case, LiveState, OwnerPresence
 
 # idle: `reclaim_when: demand`'s first notice (kept until someone needs the GPU);
 # warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up.
@@ -49,6 +49,15 @@ class ProvenFacts:
     owner_terminal_idle: float | None = None
     owner_notebook_connections: int | None = None
     checked_at: float = 0.0
+
+    def presence(self) -> OwnerPresence:
+        """What the check saw of the owner, as the decision read it (one reading of it)."""
+        return OwnerPresence(
+            sessions=int(self.owner_terminal_idle is not None),  # recorded only with a session
+            idle_seconds=self.owner_terminal_idle,
+            terminal=self.owner_terminal,
+            notebook_connections=self.owner_notebook_connections,
+        )
 
     @classmethod
     def from_live(cls, case: Case, live: LiveState) -> ProvenFacts:
@@ -172,10 +181,8 @@ class Notice:
     @property
     def presence_seen(self) -> bool:
         """The node saw its owner present at its check, where presence holds anything back."""
-        f = self.facts
-        idle = f.owner_terminal_idle
-        on_terminal = bool(f.owner_terminal) and idle is not None and idle <= self.presence_idle
-        return self.presence_grace > 0 and (on_terminal or bool(f.owner_notebook_connections))
+        seen = self.facts.presence().present(self.presence_idle)
+        return self.presence_grace > 0 and seen is not None
 
     @property
     def user(self) -> str:

@@ -84,3 +84,32 @@ def test_the_node_restores_only_onto_a_gpu_seen_with_room(workloads: Workloads) 
     # The driver frees the filler's memory a moment after it exits: retried until it has.
     back = wait_until(lambda: (r := node.resume(target, need=4 * 1024**3)).ok and r, 15)
     assert back.state == "running" and listed(workloads, w.pid)
+
+
+def test_a_gpu_the_node_cannot_read_leaves_the_restore_to_the_driver(
+    workloads: Workloads,
+) -> None:
+    """Unread is not "no room": a refusal counts toward the SIGTERM after the last try, so a
+    GPU that NVML cannot read now (lost, hung) must not end a suspended process; the driver
+    judges the restore, as it would without the pre-check."""
+    from actuator.node import LocalNode
+    from actuator.policy import Protect
+    from exporter import procfs
+
+    w = workloads.spawn(memory="4GiB")
+    node = LocalNode(
+        "sim-node",
+        Protect(protect_root=False, protected_uid_below=0),
+        sim_dir=str(workloads.node_dir),
+        sm_window=0.5,
+    )
+    target = Target(
+        "sim-node", w.pid, procfs.start_ticks(w.pid) or 0, procfs.boot_id(), workloads.uuid(0)
+    )
+    assert node.suspend(target, 5.0).ok
+    save_faults(
+        workloads.node_dir, dataclasses.replace(load_faults(workloads.node_dir), lost_gpus=(0,))
+    )
+    assert node.inspector.gpu(workloads.uuid(0))[0] is None  # the node cannot read it
+    back = node.resume(target, need=4 * 1024**3)
+    assert (back.ok, back.state) == (True, "running") and listed(workloads, w.pid)

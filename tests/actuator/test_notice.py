@@ -3,6 +3,7 @@ on the case, and the alert's claims compared with them."""
 
 from __future__ import annotations
 
+from actuator.models import OwnerPresence
 from actuator.notifications.notice import Notice, OwnerHint, ProvenFacts, disagreements
 from tests.helpers.cases import T0, make_case, make_live
 
@@ -65,3 +66,40 @@ def test_the_owner_the_scheduler_proves_is_whose_notice_it_is() -> None:
     assert notice.user == "bob"
     body = notice.to_json()
     assert body["user"] == "bob" and body["sigterm_at"] == T0 + 60 and body["case"] == 3
+
+
+def test_the_notice_says_the_owner_is_present_exactly_when_the_decision_reads_it_so() -> None:
+    """One reading of presence (OwnerPresence.present): the warning's "you are on the node"
+    and the decision's owner_present hold back the same cases, a session without a
+    terminal's name and a terminal idle at the boundary included."""
+    readings = [
+        OwnerPresence(),
+        OwnerPresence(sessions=1, idle_seconds=60.0, terminal="pts/3"),
+        OwnerPresence(sessions=1, idle_seconds=60.0, terminal=""),  # ssh without a tty
+        OwnerPresence(sessions=1, idle_seconds=1800.0, terminal="pts/1"),  # at presence_idle
+        OwnerPresence(sessions=1, idle_seconds=1801.0, terminal="pts/1"),
+        OwnerPresence(sessions=2, idle_seconds=None, terminal="pts/2"),  # idle time unread
+        OwnerPresence(notebook_connections=0),
+        OwnerPresence(notebook_connections=None),
+        OwnerPresence(notebook_connections=3),
+        OwnerPresence(sessions=1, idle_seconds=9000.0, terminal="pts/4", notebook_connections=1),
+    ]
+    for seen in readings:
+        facts = ProvenFacts.from_live(make_case(), make_live(presence=seen))
+        decided = seen.present(1800.0) is not None
+        notice = Notice(
+            kind="warning",
+            case=1,
+            facts=facts,
+            alertname="GpuProcessIdle",
+            since=T0,
+            deadline=T0 + 600,
+            term_timeout=30.0,
+            grace=600.0,
+            presence_grace=3600.0,
+            presence_idle=1800.0,
+        )
+        assert notice.presence_seen is decided, seen
+        assert facts.presence().present(1800.0) == seen.present(1800.0), seen
+        # Where no rule lets presence hold the reclaim, the notice promises nothing.
+        assert not Notice(**{**notice.__dict__, "presence_grace": 0.0}).presence_seen
