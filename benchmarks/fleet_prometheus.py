@@ -2,7 +2,7 @@
 
     python benchmarks/fleet_prometheus.py [--nodes 100] [--layout 8x3] [--minutes 4]
         [--state live --state frozen] [--interval 15] [--rules VARIANT ...]
-        [--rules-file FILE ...] [--prometheus BINARY ...]
+        [--rules-file FILE ...] [--prometheus BINARY ...] [--rounds N] [--alone]
 
 Captures one real scrape of `gpu-reclaimer exporter` on a simulated node of real workload
 processes (GPUSxPROCESSES: busy, idle and loading in turn, as benchmarks/simnode.py starts
@@ -23,6 +23,9 @@ for the same minutes:
                   the rules with annotated per-process alerts: 2e4709a)
 
 With several --prometheus binaries (another version, say), every variant runs under each.
+This machine's speed drifts from run to run, so compare variants within one run: side by
+side (the default), or `--alone` (one server at a time, in turn) with `--rounds N`, which
+ends with each variant's median over the rounds and its ratio to the first variant.
 
 States: `live` advances the busy processes' CPU counters and log timestamps every scrape
 (what a working node looks like: a third of its processes idle and flagged), `flagged`
@@ -413,6 +416,20 @@ def run_state(
         return servers
 
 
+def median_rows(state: str, figures: dict[str, list[float]]) -> list[str]:
+    """Each variant's rules CPU per node per second over the rounds: every round's figure,
+    the median, and the median's ratio to the first variant's."""
+    first = statistics.median(next(iter(figures.values())))
+    rows = []
+    for variant, values in figures.items():
+        median = statistics.median(values)
+        each = ", ".join(f"{1000 * v:.3f}" for v in values)
+        rows.append(
+            f"| {state} | {variant} | {each} ms | {1000 * median:.3f} ms | {median / first:.2f} |"
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100)
@@ -453,6 +470,21 @@ def main() -> int:
         help="list every rule's evaluation time (median), not only the three dearest",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each state this many times and end with each variant's median and its "
+        "ratio to the first variant (this machine's speed drifts between runs: compare "
+        "within a round, not across runs)",
+    )
+    parser.add_argument(
+        "--alone",
+        action="store_true",
+        help="one Prometheus at a time instead of side by side (each variant and binary "
+        "alone, in turn, interleaved across --rounds): absolute figures without the "
+        "servers contending for the cores",
+    )
+    parser.add_argument(
         "--prometheus",
         action="append",
         metavar="BINARY",
@@ -483,22 +515,50 @@ def main() -> int:
         f"  {len(capture.samples)} samples, {len(pids)} processes ({len(capture.busy_pids)} "
         f"busy), {per_process:.1f} series per process (what each process start adds)"
     )
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     table: list[str] = []
     operators: list[str] = []
+    medians: list[str] = []
     for state in args.state or list(STATES):
         variants = (args.rules or ([] if args.rules_file else ["shipped"])) + [
             f"file:{f}" for f in args.rules_file
         ]
-        measured = run_state(
-            capture,
-            state,
-            args.nodes,
-            args.minutes,
-            args.interval,
-            variants,
-            binaries,
-            args.operators,
-        )
+        figures: dict[str, list[float]] = {}
+        measured: list[Measured] = []
+        for _ in range(args.rounds):
+            if args.alone:
+                this_round = []
+                for variant in variants:
+                    for binary in binaries:
+                        (alone,) = run_state(
+                            capture,
+                            state,
+                            args.nodes,
+                            args.minutes,
+                            args.interval,
+                            [variant],
+                            [binary],
+                            args.operators,
+                        )
+                        if len(binaries) > 1:
+                            alone.variant += f" on {prometheus_version(binary)}"
+                        this_round.append(alone)
+            else:
+                this_round = run_state(
+                    capture,
+                    state,
+                    args.nodes,
+                    args.minutes,
+                    args.interval,
+                    variants,
+                    binaries,
+                    args.operators,
+                )
+            for m in this_round:
+                figures.setdefault(m.variant, []).append(m.cpu_per_second() / args.nodes)
+            measured += this_round
+        medians += median_rows(state, figures)
         for m in measured:
             for expr, seconds in m.operator_seconds.items():
                 operators.append(
@@ -530,6 +590,12 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
+    if args.rounds > 1 or args.alone:
+        how = "alone, in turn" if args.alone else "side by side"
+        print(f"\nrules CPU per node per second, {args.rounds} round(s), {how}:")
+        print("| state | rules | each round | median | ratio to the first |")
+        print("|---|---|---|---|---|")
+        print("\n".join(medians))
     if operators:
         processes = len(pids) * args.nodes
         print(f"\nsingle operators over {processes} processes, as instant queries (median of 5):")
