@@ -224,9 +224,8 @@ class Renderer:
             "service_watched": Trusted(span(notice.service_watched or 0.0, language)),
             # What the node saw of the owner (a terminal's name is the node's text: escaped).
             "presence": notice.presence_seen,
-            "presence_terminal": facts.owner_terminal
-            if facts.presence().on_terminal(notice.presence_idle)
-            else "",
+            "presence_login": facts.presence().on_terminal(notice.presence_idle),
+            "presence_terminal": facts.owner_terminal,  # "" for a session without a tty
             "presence_terminal_idle": Trusted(
                 duration(round(facts.owner_terminal_idle or 0.0), language)
             ),

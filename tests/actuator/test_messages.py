@@ -265,6 +265,12 @@ def test_the_warning_says_what_the_node_saw_of_its_owner_where_presence_holds_it
     assert "on the node" not in told(
         BOB, presence_grace=7200.0, owner_terminal_idle=3600.0, owner_notebook_connections=0
     )
+    # A session without a terminal's name (ssh without a tty) is presence too, and said so.
+    no_tty = told(BOB, presence_grace=7200.0, owner_terminal="", owner_notebook_connections=0)
+    assert "its check at" in no_tty and "saw a login, idle 4 min. The reclaim waits" in no_tty
+    assert "的检查看到登录，空闲 4 分钟。" in told(
+        LILEI, presence_grace=7200.0, owner_terminal="", owner_notebook_connections=0
+    )
     # The terminal's name is the node's text: a hostile one is escaped like any other.
     hostile = Renderer().render(
         notice(**(seen | {"owner_terminal": "pts/3 **[x](http://evil)**"}), presence_grace=60.0),
