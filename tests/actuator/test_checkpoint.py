@@ -12,6 +12,9 @@ import pytest
 
 from actuator.checkpoint import CudaCheckpointer, SimCheckpointer, checkpointer_for
 from actuator.models import Target
+from actuator.node import LocalNode
+from actuator.policy import Protect
+from exporter import procfs
 from exporter.sim.state import load_faults, read_procs, save_faults
 from tests.helpers.actuator import Workloads
 from tests.support import wait_until
@@ -19,6 +22,20 @@ from tests.support import wait_until
 
 def listed(workloads: Workloads, pid: int) -> bool:
     return any(p.pid == pid for p in read_procs(workloads.node_dir))
+
+
+def sim_node_and_target(workloads: Workloads, pid: int) -> tuple[LocalNode, Target]:
+    """The node's own calls on the simulated node, and the target naming `pid` on GPU 0."""
+    node = LocalNode(
+        "sim-node",
+        Protect(protect_root=False, protected_uid_below=0),
+        sim_dir=str(workloads.node_dir),
+        sm_window=0.5,
+    )
+    target = Target(
+        "sim-node", pid, procfs.start_ticks(pid) or 0, procfs.boot_id(), workloads.uuid(0)
+    )
+    return node, target
 
 
 def test_suspend_and_resume_through_the_simulated_driver(workloads: Workloads) -> None:
@@ -56,24 +73,8 @@ def test_a_node_without_the_drivers_calls_has_no_checkpointer(tmp_path: Path) ->
 def test_the_node_restores_only_onto_a_gpu_seen_with_room(workloads: Workloads) -> None:
     """A restore into a GPU without room fails in the driver, or leaves the process stuck:
     the node reads the GPU first and does not call the driver without the footprint free."""
-    from actuator.node import LocalNode
-    from actuator.policy import Protect
-    from exporter import procfs
-
     w = workloads.spawn(memory="4GiB")
-    node = LocalNode(
-        "sim-node",
-        Protect(protect_root=False, protected_uid_below=0),
-        sim_dir=str(workloads.node_dir),
-        sm_window=0.5,
-    )
-    target = Target(
-        "sim-node",
-        w.pid,
-        procfs.start_ticks(w.pid) or 0,
-        procfs.boot_id(),
-        workloads.uuid(0),
-    )
+    node, target = sim_node_and_target(workloads, w.pid)
     assert node.suspend(target, 5.0).ok
     filler = workloads.spawn(memory="78GiB", phases="busy")  # 78 of 80 GiB: 2 GiB free
     refused = node.resume(target, need=4 * 1024**3)
@@ -92,20 +93,8 @@ def test_a_gpu_the_node_cannot_read_leaves_the_restore_to_the_driver(
     """Unread is not "no room": a refusal counts toward the SIGTERM after the last try, so a
     GPU that NVML cannot read now (lost, hung) must not end a suspended process; the driver
     judges the restore, as it would without the pre-check."""
-    from actuator.node import LocalNode
-    from actuator.policy import Protect
-    from exporter import procfs
-
     w = workloads.spawn(memory="4GiB")
-    node = LocalNode(
-        "sim-node",
-        Protect(protect_root=False, protected_uid_below=0),
-        sim_dir=str(workloads.node_dir),
-        sm_window=0.5,
-    )
-    target = Target(
-        "sim-node", w.pid, procfs.start_ticks(w.pid) or 0, procfs.boot_id(), workloads.uuid(0)
-    )
+    node, target = sim_node_and_target(workloads, w.pid)
     assert node.suspend(target, 5.0).ok
     save_faults(
         workloads.node_dir, dataclasses.replace(load_faults(workloads.node_dir), lost_gpus=(0,))

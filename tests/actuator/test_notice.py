@@ -3,9 +3,12 @@ on the case, and the alert's claims compared with them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from actuator.models import OwnerPresence
 from actuator.notifications.notice import Notice, OwnerHint, ProvenFacts, disagreements
 from tests.helpers.cases import T0, make_case, make_live
+from tests.helpers.notices import notice as built
 
 
 def test_proven_facts_come_from_the_live_re_check_and_survive_the_case_record() -> None:
@@ -87,19 +90,8 @@ def test_the_notice_says_the_owner_is_present_exactly_when_the_decision_reads_it
     for seen in readings:
         facts = ProvenFacts.from_live(make_case(), make_live(presence=seen))
         decided = seen.present(1800.0) is not None
-        notice = Notice(
-            kind="warning",
-            case=1,
-            facts=facts,
-            alertname="GpuProcessIdle",
-            since=T0,
-            deadline=T0 + 600,
-            term_timeout=30.0,
-            grace=600.0,
-            presence_grace=3600.0,
-            presence_idle=1800.0,
-        )
+        notice = replace(built(presence_grace=3600.0, presence_idle=1800.0), facts=facts)
         assert notice.presence_seen is decided, seen
         assert facts.presence().present(1800.0) == seen.present(1800.0), seen
         # Where no rule lets presence hold the reclaim, the notice promises nothing.
-        assert not Notice(**{**notice.__dict__, "presence_grace": 0.0}).presence_seen
+        assert not replace(notice, presence_grace=0.0).presence_seen
