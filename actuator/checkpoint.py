@@ -6,8 +6,10 @@ A suspend is lock then checkpoint: a lock that times out (a kernel that never en
 checkpoint the driver refuses (an NCCL rank, host memory short) leaves the process running
 (unlocked), and the case goes on up the ladder. A resume is restore then unlock: a restore
 the driver refuses (no room on the GPU) leaves the process checkpointed, never half
-restored. Nothing here SIGSTOPs anything. What the node proves afterwards (the state, the
-PID gone from NVML's list, the GPU's memory down) is judged by actuator/decisions.py.
+restored; a restore onto another GPU of the same chip remaps the process's GPU (the
+driver's GPU UUID pairs, CUDA 13.1+). Nothing here SIGSTOPs anything. What the node proves
+afterwards (the state, the PID gone from NVML's list, the GPU's memory down) is judged by
+actuator/suspension.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ class CheckpointResult:
     ok: bool
     state: str  # the driver's state of the process after the call ("" unknown)
     detail: str
+    no_room: bool = False  # a resume not tried: no GPU had room (the driver was not called)
+    onto: str = ""  # a restore onto another GPU: its UUID
+
+
+@dataclass(frozen=True)
+class Remap:
+    """A restore onto another GPU than the one the process was checkpointed on."""
+
+    old_uuid: str
+    new_uuid: str
+    new_index: int
 
 
 class Checkpointer(Protocol):
@@ -38,7 +51,7 @@ class Checkpointer(Protocol):
 
     def suspend(self, pid: int, lock_timeout: float) -> CheckpointResult: ...
 
-    def resume(self, pid: int, gpu: int | None = None) -> CheckpointResult: ...
+    def resume(self, pid: int, remap: Remap | None = None) -> CheckpointResult: ...
 
     def host_room(self) -> int | None:
         """Host memory the driver has for checkpoints (None: only the kernel knows)."""
@@ -57,6 +70,50 @@ class _LockArgs(ctypes.Structure):  # CUcheckpointLockArgs
         ("reserved0", ctypes.c_uint),
         ("reserved1", ctypes.c_uint64 * 7),
     ]
+
+
+class _Uuid(ctypes.Structure):  # CUuuid
+    _fields_ = [("bytes", ctypes.c_ubyte * 16)]
+
+
+class _GpuPair(ctypes.Structure):  # CUcheckpointGpuPair
+    _fields_ = [("oldUuid", _Uuid), ("newUuid", _Uuid)]
+
+
+class _RestoreArgs(ctypes.Structure):
+    """CUcheckpointRestoreArgs as CUDA 13.1+ lays it out: the pairs, their count, zeros to
+    64 bytes (CUDA 12.8/12.9 have 64 reserved bytes there: no remap)."""
+
+    _fields_ = [
+        ("gpuPairs", ctypes.POINTER(_GpuPair)),
+        ("gpuPairsCount", ctypes.c_uint),
+        ("reserved", ctypes.c_ubyte * 52),
+    ]
+
+
+REMAP_DRIVER = 13010  # cuDriverGetVersion's CUDA 13.1: the first with GPU UUID pairs
+
+
+def cu_uuid(nvml_uuid: str) -> _Uuid:
+    """NVML's "GPU-8a7c...-..." as the driver's 16 bytes (ValueError: not a GPU UUID)."""
+    hexed = nvml_uuid.removeprefix("GPU-").replace("-", "")
+    try:
+        raw = bytes.fromhex(hexed)
+    except ValueError:
+        raw = b""
+    if not nvml_uuid.startswith("GPU-") or len(raw) != 16:
+        raise ValueError(f"not a GPU UUID: {nvml_uuid!r}")
+    out = _Uuid()
+    out.bytes[:] = list(raw)
+    return out
+
+
+def restore_args(remap: Remap) -> tuple[_RestoreArgs, _GpuPair]:
+    """The restore's arguments for one GPU pair (the pair returned too: it must outlive the
+    call, the arguments point at it)."""
+    pair = _GpuPair(cu_uuid(remap.old_uuid), cu_uuid(remap.new_uuid))
+    args = _RestoreArgs(gpuPairs=ctypes.pointer(pair), gpuPairsCount=1)
+    return args, pair
 
 
 def _check(result: int, what: str) -> None:
@@ -93,8 +150,17 @@ class CudaCheckpointer:
     def checkpoint(self, pid: int) -> None:
         _check(self.cuda.cuCheckpointProcessCheckpoint(pid, None), "Checkpoint")
 
-    def restore(self, pid: int) -> None:
-        _check(self.cuda.cuCheckpointProcessRestore(pid, None), "Restore")
+    def restore(self, pid: int, remap: Remap | None = None) -> None:
+        if remap is None:
+            _check(self.cuda.cuCheckpointProcessRestore(pid, None), "Restore")
+            return
+        args, _pair = restore_args(remap)
+        _check(self.cuda.cuCheckpointProcessRestore(pid, ctypes.byref(args)), "Restore")
+
+    def driver_version(self) -> int:
+        found = ctypes.c_int()
+        _check(self.cuda.cuDriverGetVersion(ctypes.byref(found)), "cuDriverGetVersion")
+        return found.value
 
     def unlock(self, pid: int) -> None:
         _check(self.cuda.cuCheckpointProcessUnlock(pid, None), "Unlock")
@@ -111,13 +177,25 @@ class CudaCheckpointer:
             return CheckpointResult(False, self.state(pid), f"checkpoint: {exc}")
         return CheckpointResult(True, self.state(pid), "checkpointed")
 
-    def resume(self, pid: int, gpu: int | None = None) -> CheckpointResult:
-        if gpu is not None:  # the driver restores onto the GPU it ran on (CUDA 12.8)
-            return CheckpointResult(False, self.state(pid), "restore onto another GPU: not yet")
+    def resume(self, pid: int, remap: Remap | None = None) -> CheckpointResult:
+        if remap is not None:
+            try:
+                version = self.driver_version()
+            except CudaError as exc:
+                return CheckpointResult(False, self.state(pid), f"restore: {exc}")
+            if version < REMAP_DRIVER:  # its arguments' bytes mean nothing to it yet
+                return CheckpointResult(
+                    False,
+                    self.state(pid),
+                    f"restore onto GPU {remap.new_index}: this driver (CUDA "
+                    f"{version // 1000}.{version % 1000 // 10}) restores only onto the GPU "
+                    "it was checkpointed on (13.1+ remaps)",
+                    no_room=True,
+                )
         try:
-            self.restore(pid)
+            self.restore(pid, remap)
             self.unlock(pid)
-        except CudaError as exc:
+        except (CudaError, ValueError) as exc:  # ValueError: a UUID the driver cannot take
             return CheckpointResult(False, self.state(pid), f"restore: {exc}")
         return CheckpointResult(True, self.state(pid), "restored")
 
@@ -162,11 +240,11 @@ class SimCheckpointer:
             return CheckpointResult(False, self.state(pid), f"checkpoint: {exc}")
         return CheckpointResult(True, self.state(pid), "checkpointed")
 
-    def resume(self, pid: int, gpu: int | None = None) -> CheckpointResult:
+    def resume(self, pid: int, remap: Remap | None = None) -> CheckpointResult:
         from exporter.sim import checkpoint as sim
 
         try:
-            sim.restore(self.directory, pid, gpu)
+            sim.restore(self.directory, pid, None if remap is None else remap.new_index)
             sim.unlock(self.directory, pid)
         except sim.CheckpointError as exc:
             return CheckpointResult(False, self.state(pid), f"restore: {exc}")

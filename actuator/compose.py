@@ -18,6 +18,7 @@ from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.demand.planner import DemandPlanner
 from actuator.demand.reader import DemandReader
+from actuator.demand.waitlist import promised_gpus
 from actuator.evidence.pictures import EvidencePictures
 from actuator.executor import Executor
 from actuator.fleet.directory import NodeDirectory
@@ -74,6 +75,7 @@ def build_reconciler(
             ("max_sm_util", thresholds.max_sm_util),
             ("log_quiet_for", config.idle.log_quiet_for),
         ),
+        promised=partial(promised_gpus, store, clock),
     )
     planner = DemandPlanner(
         demand,

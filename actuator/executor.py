@@ -42,25 +42,34 @@ from actuator.policy import Notice as NoticeGate
 from actuator.schedulers import Scheduler
 from actuator.store.counters import Bump, demand_to_free
 from actuator.store.signals import SignalSent
+from actuator.suspension import RESTORE_ATTEMPTS
 
 log = logging.getLogger(__name__)
+
+# A suspended process's end on the ladder: its owner is told before the signal.
+SUSPENSION_ENDS = frozenset(
+    {Reason.RESTORE_FAILED, Reason.SUSPEND_EXPIRED, Reason.HOST_MEMORY_SHORT}
+)
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What carrying out one step did, as a value: the signals that went out, the counters
-    to bump, and the notice's outcome as an update of its case. The node's batch commits
-    it with the pass's samples (actuator/node_batch.py); nothing here changes the case."""
+    to bump, and the outcome of a notice or a restore as an update of its case. The node's
+    batch commits it with the pass's samples (actuator/node_batch.py); nothing here changes
+    the case."""
 
     sent: tuple[SignalSent, ...] = ()
     bumps: tuple[Bump, ...] = ()
-    noticed: CaseUpdate | None = None  # a delivered notice starts the grace (after_notice)
+    # A delivered notice starts the grace (after_notice); a restore not tried for want of
+    # room says so (the next step waits for room instead of counting a refused try).
+    update: CaseUpdate | None = None
 
     def then(self, later: Outcome) -> Outcome:
-        noticed = self.noticed
-        if later.noticed is not None:
-            noticed = later.noticed if noticed is None else noticed.then(later.noticed)
-        return Outcome(self.sent + later.sent, self.bumps + later.bumps, noticed)
+        update = self.update
+        if later.update is not None:
+            update = later.update if update is None else update.then(later.update)
+        return Outcome(self.sent + later.sent, self.bumps + later.bumps, update)
 
 
 NOTHING = Outcome()
@@ -97,8 +106,12 @@ class Executor:
         links: KeepLinks | None = None,
         pictures: EvidencePictures | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
+        promised: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
         self.audit, self.notifier, self.gate = audit, notifier, gate
+        # GPUs a node's wait list has given to a waiter whose job has not appeared yet:
+        # never a restore's place.
+        self.promised = promised
         self.clock, self.mono = clock, mono
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
         self.pictures = pictures
@@ -129,7 +142,7 @@ class Executor:
                 self.alerts.reclaimed(case)
             done = done.then(self._counted(case))
         elif state == State.SUSPENDED:
-            self._tell_suspended(case, step.eff)
+            self._tell_suspension(step)
         elif state == State.FAILED and self.alerts is not None:
             self.alerts.failed(case)
         elif state == State.OBSERVED and step.live is not None:
@@ -154,12 +167,19 @@ class Executor:
         return self._checkpoint_call(case, "SUSPEND", done)
 
     def _resume(self, step: Step) -> Outcome:
-        """The owner asked it back: the node restores it onto its GPU and lets it run."""
+        """The owner asked it back: the node restores it onto its own GPU, else another of
+        the same chip, and lets it run; with no room on either it is not tried."""
         case = step.case
         done = step.node.resume(
-            case.target, need=case.gpu_memory_bytes, key=f"case-{case.id}-{case.version}"
+            case.target,
+            need=case.gpu_memory_bytes,
+            avoid=self.promised(case.node) if self.promised is not None else (),
+            key=f"case-{case.id}-{case.version}",
         )
-        return self._checkpoint_call(case, "RESUME", done)
+        room = CaseUpdate(restore_room=done.detail if done.no_room else "")
+        if done.onto:  # restored onto another GPU: the case reads that one from now on
+            room = room.then(CaseUpdate(restored_onto=done.onto))
+        return self._checkpoint_call(case, "RESUME", done).then(Outcome(update=room))
 
     def _checkpoint_call(self, case: Case, name: str, done: CheckpointResult) -> Outcome:
         with contextlib.suppress(AuditError):
@@ -176,8 +196,10 @@ class Executor:
 
     def _stop(self, step: Step) -> Outcome:
         """A signalling rung: the scheduler's verb where one owns the case, else the rung's
-        signal to the recorded process tree."""
+        signal to the recorded process tree. A suspension that ends so is told first."""
         case, scheduler, rung = step.case, step.scheduler, rung_of(step.decision.action)
+        if step.decision.code in SUSPENSION_ENDS:
+            self._tell_restore(case, step.eff, "stopping", step.decision.reason)
         if scheduler is not None and scheduler.owns(case):
             return self._through_scheduler(case, scheduler, rung, dry_run=False)
         assert rung.signal is not None
@@ -295,7 +317,7 @@ class Executor:
         # Told to chat last: the notice's outcome is recorded whatever this does.
         if self.alerts is not None and told.notified_mono is not None and not kept:
             self.alerts.scheduled(notice, told)  # the grace started
-        return Outcome(noticed=noticed)
+        return Outcome(update=noticed)
 
     @staticmethod
     def _told(case: Case, send: Callable[[], NoticeResult]) -> NoticeResult:
@@ -331,18 +353,41 @@ class Executor:
                 sync=False,
             )
 
-    def _tell_suspended(self, case: Case, eff: Effective) -> None:
-        """The owner is told the job was suspended, not stopped, how to resume it and when
-        it is stopped otherwise (best effort, audited: the work is kept either way)."""
+    def _tell_suspension(self, step: Step) -> None:
+        """Back to (or into) `suspended`: the owner is told it was suspended, or where the
+        restore they asked for stands (the first wait for room, each refused try)."""
+        case, code = step.case, step.decision.code
+        if code == Reason.SUSPENDED:
+            self._tell_restore(case, step.eff, "suspended", "")
+        elif code == Reason.RESTORE_WAITING and case.restore_waits == 1:
+            self._tell_restore(case, step.eff, "waiting", case.restore_room)
+        elif code == Reason.RESTORE_FAILED:
+            self._tell_restore(case, step.eff, "refused", step.decision.reason)
+
+    def _tell_restore(self, case: Case, eff: Effective, news: str, detail: str) -> None:
+        """The owner is told of their suspended job: suspended (not stopped, how to resume
+        it), its restore waiting for room, refused, or its end (best effort, audited: the
+        work is kept, or the signal goes, either way)."""
         until = (case.suspend_at or self.clock()) + eff.suspend_max
-        notice = self.notice(case, eff, until, "suspended", picture=False)
+        kind: Kind = "suspended" if news == "suspended" else "restore"
+        notice = self.notice(case, eff, until, kind, picture=False)
         if notice is None:
             return
+        notice = dataclasses.replace(
+            notice,
+            restore=news,
+            restore_detail=detail,
+            restore_try=case.restore_attempts,
+            restore_tries=RESTORE_ATTEMPTS,
+        )
         result = self._told(case, lambda: self.notifier.send(notice, dry_run=False))
         with contextlib.suppress(AuditError):
             self.audit.write(
                 NoticeSent(
-                    case=case.id, delivered=result.delivered, detail=result.detail, kind="suspended"
+                    case=case.id,
+                    delivered=result.delivered,
+                    detail=result.detail,
+                    kind=kind if news == "suspended" else f"restore_{news}",
                 ),
                 sync=False,
             )

@@ -46,8 +46,10 @@ TEXT: dict[str, dict[str, Any]] = {
         "minutes": "{} 分钟",
         "now": "即将",
         "restore": "恢复",
-        "restore_asked": "已请求：下一步即恢复到 GPU",
-        "restore_waiting": "已请求，等待 GPU 有空间：{} 再试（第 {} 次，共 {} 次），仍不行则停止",
+        "restore_asked": "已请求：下一步即恢复到原 GPU 或同型号的其他 GPU",
+        "restore_waiting": "已请求，排在队首等待原 GPU 或同型号 GPU 有空间：{} 再查看"
+        "（空间不足的 GPU 不会尝试恢复）",
+        "restore_refused": "已请求，驱动拒绝了恢复：{} 再试（第 {} 次，共 {} 次），仍不行则停止",
         "states": {
             "pending": "已标记，正在复核",
             "notified": "已通知，宽限期中",
@@ -94,9 +96,12 @@ TEXT: dict[str, dict[str, Any]] = {
         "minutes": "{} min",
         "now": "moments",
         "restore": "Resume",
-        "restore_asked": "asked: it is restored onto its GPU at the next step",
-        "restore_waiting": "asked, waiting for room on its GPU: tried again at {} (try {} of {}), "
-        "then stopped if there is still none",
+        "restore_asked": "asked: it is restored onto its GPU, or another of the same chip, at "
+        "the next step",
+        "restore_waiting": "asked, first in line for room on its GPU or another of its chip: "
+        "looked at again at {} (a GPU without room is never tried)",
+        "restore_refused": "asked, the driver refused the restore: tried again at {} (try {} of "
+        "{}), then stopped if it still refuses",
         "states": {
             "pending": "flagged, being re-checked",
             "notified": "warned: in its grace period",
@@ -224,12 +229,12 @@ def keep_blueprint(rt: Runtime, links: KeepLinks, keep_max: float) -> Blueprint:
     def restore_status(case: Case, t: dict[str, Any]) -> str:
         if case.state != State.SUSPENDED or case.resume_requested_mono is None:
             return ""
-        if not case.restore_attempts:
-            return str(t["restore_asked"])
-        at = rt.clock() + max(0.0, case.resume_requested_mono - rt.mono())
-        return str(t["restore_waiting"]).format(
-            _local(at), case.restore_attempts + 1, RESTORE_ATTEMPTS
-        )
+        at = _local(rt.clock() + max(0.0, case.resume_requested_mono - rt.mono()))
+        if case.restore_attempts:
+            return str(t["restore_refused"]).format(at, case.restore_attempts + 1, RESTORE_ATTEMPTS)
+        if case.restore_waits:
+            return str(t["restore_waiting"]).format(at)
+        return str(t["restore_asked"])
 
     def picture_src(case_id: int) -> str:
         """The case's latest evidence picture, relative to this page (/keep/<token>), so it

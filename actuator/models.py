@@ -132,17 +132,8 @@ class State(StrEnum):
 
 
 LIVE_STATES = frozenset(
-    {
-        State.PENDING,
-        State.NOTIFIED,
-        State.TERMINATING,
-        State.KILLING,
-        State.SNOOZED,
-        State.DEFERRED,
-        State.SUSPENDING,
-        State.SUSPENDED,
-        State.RESUMING,
-    }
+    {State.PENDING, State.NOTIFIED, State.TERMINATING, State.KILLING, State.SNOOZED}
+    | {State.DEFERRED, State.SUSPENDING, State.SUSPENDED, State.RESUMING}
 )
 ENDED_STATES = frozenset(set(State) - LIVE_STATES)
 
@@ -196,7 +187,8 @@ class Reason(StrEnum):
     HOST_MEMORY_SHORT = "host_memory_short"  # the node's memory runs short: the ladder goes on
     RESUME_ASKED = "resume_asked"  # its owner asked it back
     RESUMED_AS_ASKED = "resumed_as_asked"  # restored onto a GPU and running, kept
-    RESTORE_FAILED = "restore_failed"  # no room, or the driver refused: still suspended
+    RESTORE_FAILED = "restore_failed"  # the driver refused the restore: still suspended
+    RESTORE_WAITING = "restore_waiting"  # no GPU had room: not tried, first in line for it
 
 
 REFUSALS = frozenset(
@@ -556,7 +548,10 @@ class Case:
     gpu_used_before: int | None = None
     resume_requested_mono: float | None = None
     resume_keep: float = 0.0
-    restore_attempts: int = 0
+    restore_attempts: int = 0  # restores the driver refused
+    restore_waits: int = 0  # resumes not tried for want of room, and why the last was not
+    restore_room: str = ""
+    restored_onto: str = ""  # the GPU a restore moved it to (its UUID): its target's from then
     unreachable_since_mono: float | None = None  # the node's agent has not answered since
     slurm_job: str | None = None  # reclaimed as this Slurm job, through the scheduler
     pod: dict[str, str] | None = None  # reclaimed as this pod (namespace, name, uid), via the API
@@ -579,9 +574,8 @@ class Case:
 
     @property
     def target(self) -> Target:
-        return Target(
-            self.node, self.pid, self.start_ticks, self.boot_id, self.uuid, self.start_time
-        )
+        gpu = self.restored_onto or self.uuid  # a restore may have moved it to another GPU
+        return Target(self.node, self.pid, self.start_ticks, self.boot_id, gpu, self.start_time)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -682,6 +676,9 @@ class CaseUpdate:
     resume_requested_mono: float | _Unset | None = UNSET
     resume_keep: float | _Unset = UNSET
     restore_attempts: int | _Unset = UNSET
+    restore_waits: int | _Unset = UNSET
+    restore_room: str | _Unset = UNSET
+    restored_onto: str | _Unset = UNSET
 
     def changed(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actuator.checkpoint import CheckpointResult, SimCheckpointer, checkpointer_for
+from actuator.checkpoint import CheckpointResult, Remap, SimCheckpointer, checkpointer_for
 from actuator.config import NodeConfig
 from actuator.host_memory import CGROUP, checkpoint_room
 from actuator.live import Evidence, Inspector, process_tree
@@ -24,13 +24,13 @@ from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from actuator.protect import Protection
+from actuator.restore_place import Placement, place_restore, rooms
 from exporter import procfs
 from exporter.guard import BoundedCall
 from exporter.identity import ProjectMapping
 from exporter.nvml import resolve_sim_dir
 from exporter.nvml_reader import NvmlReader, NvmlReading
 from exporter.slurm import slurm_job_of
-from exporter.units import format_size
 
 if TYPE_CHECKING:  # grpc loads only where the kubelet's API is configured
     from exporter.kube.pod_resources import PodResources
@@ -84,13 +84,14 @@ class Node(Protocol):
     def resume(
         self,
         target: Target,
-        gpu: int | None = None,
         *,
         need: int | None = None,
+        avoid: tuple[str, ...] = (),
         key: str | None = None,
     ) -> CheckpointResult:
-        """Restore a suspended process onto its GPU (or `gpu`) and let it run, once the
-        GPU is seen with `need` bytes free (None: the driver alone judges the room)."""
+        """Restore a suspended process and let it run: onto its own GPU, else another of
+        the same chip, one seen with `need` bytes free and not in `avoid` (GPUs given to a
+        waiter); no such GPU: not tried (`no_room`). `need` None: the driver judges."""
         ...
 
 
@@ -208,36 +209,36 @@ class LocalNode:
     def resume(
         self,
         target: Target,
-        gpu: int | None = None,
         *,
         need: int | None = None,
+        avoid: tuple[str, ...] = (),
         key: str | None = None,
     ) -> CheckpointResult:
         if self.checkpointer is None:
             return NO_CHECKPOINT
         if not self._same(target):
             return CheckpointResult(False, "", "gone or identity changed")
-        short = self._no_room(target.uuid, need)
-        if short is not None:  # a restore into a GPU without room fails, or worse, hangs
-            return CheckpointResult(False, self.checkpointer.state(target.pid), short)
-        return self.checkpointer.resume(target.pid, gpu)
+        placed = self._place(target.uuid, need, avoid)
+        if placed is None:  # no need given, or its GPU unread: the driver judges the room
+            return self.checkpointer.resume(target.pid)
+        state = self.checkpointer.state(target.pid)
+        if placed.gpu is None:  # a restore into a GPU without room fails, or worse, hangs
+            return CheckpointResult(False, state, f"{placed.why}: not restored", no_room=True)
+        remap = None
+        if placed.moved:
+            remap = Remap(target.uuid, placed.gpu.uuid, placed.gpu.index)
+        done = self.checkpointer.resume(target.pid, remap)
+        onto = remap.new_uuid if remap is not None and done.ok else ""
+        return replace(done, detail=f"{done.detail} {placed.why}", onto=onto)
 
-    def _no_room(self, uuid: str, need: int | None) -> str | None:
-        """Why the GPU cannot take `need` bytes now (None: it can, or no need was given)."""
+    def _place(self, own: str, need: int | None, avoid: tuple[str, ...]) -> Placement | None:
+        """Where the restore goes, on a reading taken now (None: the driver judges: no need
+        given, or its GPU unread. Unread is not "no room": a refused try counts toward the
+        SIGTERM after the last, so a broken NVML must not end a suspended process)."""
         if need is None:
             return None
-        gpu, _why = self.inspector.gpu(uuid, not_before=time.time())
-        if gpu is None or gpu.memory_total is None or gpu.memory_used is None:
-            # Unread is not "no room": a refusal counts toward the SIGTERM after the last
-            # try, so a broken NVML must not end a suspended process. The driver judges.
-            return None
-        free = gpu.memory_total - gpu.memory_used
-        if free < need:
-            return (
-                f"no room on GPU {gpu.index}: {format_size(free)} free, "
-                f"{format_size(need)} needed: not restored"
-            )
-        return None
+        gpus = rooms(self._reading(time.time()))
+        return place_restore(own, need, gpus, avoid) if gpus is not None else None
 
     def gpu_processes(self, uuid: str) -> dict[int, int] | None:
         gpu, _ = self.inspector.gpu(uuid)

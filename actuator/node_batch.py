@@ -62,8 +62,8 @@ class NodeBatch:
     def done(self, case: Case, outcome: Outcome) -> None:
         self.sent += outcome.sent
         self.bumps += outcome.bumps
-        if outcome.noticed is not None:  # the grace's start, saved with the samples
-            outcome.noticed.apply_to(case)
+        if outcome.update is not None:  # a notice's or a restore's, saved with the samples
+            outcome.update.apply_to(case)
             self.samples.append(case)
 
 

@@ -14,7 +14,7 @@ from exporter.units import format_duration, format_size
 SUSPENSION_STATES = frozenset({State.SUSPENDING, State.SUSPENDED, State.RESUMING})
 HOST_MARGIN = 1.1  # host memory a checkpoint needs, as a multiple of the GPU footprint
 FREED_SHARE = 0.9  # the GPU's used memory must drop by this share of the footprint
-RESTORE_ATTEMPTS = 5  # then the case goes on up the ladder, its owner told
+RESTORE_ATTEMPTS = 5  # restores the driver refused; then the ladder goes on, its owner told
 
 
 def why_not_suspended(case: Case, live: LiveState, eff: Effective) -> str | None:
@@ -107,23 +107,33 @@ def decide_suspension(
                 resume_requested_mono=None,
                 restore_attempts=0,
             )
-        if live.checkpoint_state == "checkpointed":  # the restore was refused: no room
-            tries = case.restore_attempts + 1
+        if live.checkpoint_state == "checkpointed":
+            retry = mono + eff.suspend_restore_retry
+            if case.restore_room:  # not tried: no GPU had room. First in line for it
+                return move(
+                    State.SUSPENDED,
+                    Reason.RESTORE_WAITING,
+                    f"{case.restore_room}: still suspended, first in line for the room; "
+                    f"looked at again in {format_duration(eff.suspend_restore_retry)}",
+                    restore_waits=case.restore_waits + 1,
+                    resume_requested_mono=retry,
+                )
+            tries = case.restore_attempts + 1  # the driver refused it
             if tries >= RESTORE_ATTEMPTS:
                 return Decision(
                     term.action,
                     term.state,
                     Reason.RESTORE_FAILED,
-                    f"the restore failed {tries} times (no room on the GPU?): the ladder goes on",
+                    f"the driver refused the restore {tries} times: the ladder goes on",
                     CaseUpdate(restore_attempts=tries),
                 )
             return move(
                 State.SUSPENDED,
                 Reason.RESTORE_FAILED,
-                f"the restore failed (no room on the GPU?): still suspended, tried again in "
+                f"the driver refused the restore: still suspended, tried again in "
                 f"{format_duration(eff.suspend_restore_retry)} ({tries} of {RESTORE_ATTEMPTS})",
                 restore_attempts=tries,
-                resume_requested_mono=mono + eff.suspend_restore_retry,
+                resume_requested_mono=retry,
             )
         return wait()  # locked between restore and unlock, or a reading in between
     # Suspended, proven.
@@ -134,17 +144,17 @@ def decide_suspension(
             f"it runs again (driver state {live.checkpoint_state or 'unknown'}): restored "
             "outside GPU Reclaimer",
         )
-    if case.resume_requested_mono is not None and mono >= case.resume_requested_mono:
-        asked = "its owner asked it back"
-        return Decision(Action.RESUME, State.RESUMING, Reason.RESUME_ASKED, asked)
     suspend = rung_of(Action.SUSPEND)
-    if mono >= started + eff.suspend_max:
+    if mono >= started + eff.suspend_max:  # a restore waiting for room too: its bound
         return Decision(
             term.action,
             term.state,
             suspend.timeout_code,
             f"suspended for {format_duration(eff.suspend_max)}, never resumed: the ladder goes on",
         )
+    if case.resume_requested_mono is not None and mono >= case.resume_requested_mono:
+        asked = "its owner asked it back"
+        return Decision(Action.RESUME, State.RESUMING, Reason.RESUME_ASKED, asked)
     room = live.host_memory_available
     if room is not None and room < eff.suspend_host_reserve:
         return Decision(

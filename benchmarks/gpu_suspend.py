@@ -18,7 +18,14 @@ session holds). This script, as the actuator's node would, then
 
 each step timed. Then a restore into a full GPU: one process suspended, another allocating
 all but half of its footprint, the restore tried (it must fail and leave the process
-checkpointed), the filler stopped, the restore tried again and verified.
+checkpointed), the filler stopped, the restore tried again and verified. Where the machine
+has a second GPU of the same chip, a restore onto it (the product's own call with the
+driver's GPU UUID pairs, CUDA 13.1+) is tried and verified too.
+
+`--privilege` (as root) asks what the driver's calls need on another user's process: a
+holder runs as uid 65534, and the lock (then unlock) is tried from root held to
+CAP_SYS_PTRACE alone, from root with no capability, and from another unprivileged uid
+(`setpriv`, util-linux). The figures say which of them the driver let in.
 
 Needs driver 570+ (CUDA 12.8: `cuCheckpointProcess*` in libcuda). Exits 2 where no driver
 answers or the driver lacks the calls; changes nothing on the machine and leaves no process.
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -38,7 +46,7 @@ from typing import Any
 
 import psutil
 
-from actuator.checkpoint import CudaCheckpointer, CudaError
+from actuator.checkpoint import CudaCheckpointer, CudaError, Remap
 
 GiB = 1024**3
 SAMPLE = 64 * 1024**2  # bytes compared at each of 8 places
@@ -100,9 +108,10 @@ def holder(gpu: int, gib: float) -> None:
         print(f"verified {bad}", flush=True)
 
 
-def start(gpu: int, gib: float) -> subprocess.Popen[str]:
+def start(gpu: int, gib: float, as_uid: int | None = None) -> subprocess.Popen[str]:
+    drop = ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"]
     process = subprocess.Popen(
-        [sys.executable, __file__, "--hold", f"{gpu}:{gib}"],
+        [*(drop if as_uid is not None else []), sys.executable, __file__, "--hold", f"{gpu}:{gib}"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -221,7 +230,79 @@ def restore_into_a_full_gpu(nvml: Any, cp: Checkpointer, gpu: int, gib: float) -
         stop(running)
 
 
-def run(gpu: int, sizes: list[float]) -> dict[str, Any]:
+def restore_onto_another_gpu(nvml: Any, cp: Checkpointer, gpu: int, gib: float) -> dict[str, Any]:
+    """Checkpointed on `gpu`, restored onto another GPU of the same chip (where there is
+    one), through the product's own resume; its memory compared afterwards."""
+    name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(gpu))
+    others = [
+        i
+        for i in range(nvml.nvmlDeviceGetCount())
+        if i != gpu and nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)) == name
+    ]
+    if not others:
+        return {"gib": gib, "skipped": "no second GPU of the same chip"}
+
+    def uuid(i: int) -> str:
+        found = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
+        return found.decode() if isinstance(found, bytes) else str(found)
+
+    process = start(gpu, gib)
+    try:
+        cp.lock(process.pid)
+        cp.checkpoint(process.pid)
+        done = cp.resume(process.pid, Remap(uuid(gpu), uuid(others[0]), others[0]))
+        listed, _ = gpu_view(nvml, others[0], process.pid)
+        row: dict[str, Any] = {"gib": gib, "onto": others[0], "ok": done.ok, "detail": done.detail}
+        row["listed_on_new_gpu"] = listed
+        row["words_wrong"] = verify(process) if done.ok else None
+        return row
+    finally:
+        stop([process])
+
+
+PROBES = {
+    # who asks: (setpriv options)
+    "root, CAP_SYS_PTRACE only": ["--bounding-set=-all,+sys_ptrace"],
+    "root, no capability": ["--bounding-set=-all"],
+    "another unprivileged uid": [
+        "--reuid=65533",
+        "--regid=65533",
+        "--clear-groups",
+        "--bounding-set=-all",
+    ],
+}
+
+
+def probe(pid: int) -> None:
+    """Be the asker: the state, then a lock and an unlock of `pid`; print what the driver said."""
+    cp = Checkpointer()
+    said: dict[str, Any] = {"state": cp.state(pid) or "refused"}
+    try:
+        cp.lock(pid, 5.0)
+        cp.unlock(pid)
+        said["lock"] = "ok"
+    except CudaError as exc:
+        said["lock"] = f"refused: CUresult {exc.code}"
+    print(json.dumps(said), flush=True)
+
+
+def privilege(gpu: int) -> dict[str, Any]:
+    """Which asker the driver lets lock a process of uid 65534."""
+    holder_process = start(gpu, 1.0, as_uid=65534)
+    found: dict[str, Any] = {"target_uid": 65534}
+    try:
+        for who, options in PROBES.items():
+            asker = [sys.executable, __file__, "--probe", str(holder_process.pid)]
+            command = ["setpriv", *options, *asker]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            last = (done.stdout.strip().splitlines() or [""])[-1]
+            found[who] = json.loads(last) if last.startswith("{") else done.stderr.strip()[-300:]
+        return found
+    finally:
+        stop([holder_process])
+
+
+def run(gpu: int, sizes: list[float], *, privileged: bool = False) -> dict[str, Any]:
     import pynvml
 
     pynvml.nvmlInit()
@@ -242,6 +323,11 @@ def run(gpu: int, sizes: list[float]) -> dict[str, Any]:
             print(json.dumps(found["runs"][-1]), flush=True)
         found["full_gpu"] = restore_into_a_full_gpu(pynvml, cp, gpu, min(sizes))
         print(json.dumps(found["full_gpu"]), flush=True)
+        found["other_gpu"] = restore_onto_another_gpu(pynvml, cp, gpu, min(sizes))
+        print(json.dumps(found["other_gpu"]), flush=True)
+        if privileged:
+            found["privilege"] = privilege(gpu)
+            print(json.dumps(found["privilege"]), flush=True)
         return found
     finally:
         pynvml.nvmlShutdown()
@@ -254,8 +340,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--sizes", default="8,40", help="GiB per process, comma-separated")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
+    parser.add_argument(
+        "--privilege",
+        action="store_true",
+        help="as root: which asker the driver lets checkpoint another user's process",
+    )
     parser.add_argument("--hold", help=argparse.SUPPRESS)  # GPU:GIB: be the holder
+    parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)  # PID: be the asker
     args = parser.parse_args(argv)
+    if args.probe:
+        probe(args.probe)
+        return 0
+    if args.privilege and os.geteuid() != 0:
+        parser.error("--privilege drops root's capabilities to ask as others: run it as root")
     if args.hold:
         gpu, gib = args.hold.split(":")
         holder(int(gpu), float(gib))
@@ -265,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--sizes {args.sizes!r}: GiB, comma-separated (8,40)")
     try:
-        found = run(args.gpu, sizes)
+        found = run(args.gpu, sizes, privileged=args.privilege)
     except (OSError, RuntimeError, CudaError) as exc:
         print(f"gpu_suspend: nothing measured: {exc}", file=sys.stderr)
         return 2

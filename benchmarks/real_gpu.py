@@ -25,7 +25,9 @@ Steps, each printed as it ends (a step that cannot run says why and the others g
   suspend     with --suspend 8,40: processes of those sizes suspended and resumed through
               the CUDA driver's checkpoint API, each step timed, the GPU's memory while
               suspended, the memory compared after the restore, and a restore into a full
-              GPU (benchmarks/gpu_suspend.py)
+              GPU, a restore onto a second GPU of the chip where there is one, and (as
+              root) which asker the driver lets checkpoint another user's process
+              (benchmarks/gpu_suspend.py)
 
 Exits 2 where no NVIDIA driver answers (nothing measured: docs/performance.md says the
 figures are missing). The figures go to docs/performance.md with the card's name.
@@ -290,7 +292,8 @@ def main() -> int:
         from gpu_suspend import run as suspend_runs
 
         sizes = [float(size) for size in args.suspend.split(",") if size]
-        steps.append(("suspend", lambda: suspend_runs(0, sizes)))
+        as_root = os.geteuid() == 0  # the privilege probe drops root's capabilities
+        steps.append(("suspend", lambda: suspend_runs(0, sizes, privileged=as_root)))
     for name, step in steps:
         print(f"== {name}", flush=True)
         try:

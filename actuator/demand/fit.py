@@ -5,10 +5,11 @@ Fit: a request for N whole GPUs is served only on one node it may run on, by the
 scheduler counts free there and enough reclaimed GPUs beside them, each held by reclaimable
 candidates alone (a GPU that also holds a process nobody may reclaim, or whose process list
 is unknown, frees nothing whole); a request for memory by one GPU whose candidates together
-hold at least that much. Requests are served oldest first; a GPU already being reclaimed
-for a request keeps serving it, so nothing is reclaimed twice for the same wait. If the
-candidates cannot serve a request, none of them is chosen for it: a partial reclaim helps
-nobody.
+hold at least that much (on the GPUs it names, where it names some). Requests are served
+oldest first, a suspended job its owner asked back before all (`first`); a GPU already
+being reclaimed for a request keeps serving it, so nothing is reclaimed twice for the same
+wait. If the candidates cannot serve a request, none of them is chosen for it: a partial
+reclaim helps nobody.
 
 Choice among the GPUs that fit (`victim_order`): longest idle first, then least work at
 risk (fewest processes, no recent heartbeat), then those whose owner never asked to keep
@@ -85,12 +86,16 @@ def victim_order(gpu: Gpu) -> tuple[float, int, bool, bool, str]:
     )
 
 
-def _waiting_order(request: Request) -> tuple[float, str]:
-    return (request.since if request.since is not None else float("inf"), request.ref)
+def _waiting_order(request: Request) -> tuple[bool, float, str]:
+    """A restore asked back first (its owner's work is held in host memory), then oldest."""
+    since = request.since if request.since is not None else float("inf")
+    return (not request.first, since, request.ref)
 
 
 def _serves(gpu: Gpu, request: Request) -> bool:
     if not request.may_run_on(gpu.node):
+        return False
+    if request.on_gpus and gpu.uuid not in request.on_gpus:
         return False
     if request.gpus:
         return gpu.exclusive is True

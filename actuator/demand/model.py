@@ -40,7 +40,7 @@ class Request:
     """One party waiting for GPUs: `gpus` whole GPUs on one node, or (gpus 0) `memory_bytes`
     free on one GPU. `nodes` are the node names (globs) it may run on; () means any."""
 
-    source: str  # slurm, kubernetes, promql, wait
+    source: str  # slurm, kubernetes, promql, wait, resume (a suspended job asked back)
     key: str  # unique within its source: a job id, namespace/pod, pool#n, a waiter's id
     who: str  # for people: "Slurm job 4711 of alice" (names are untrusted text)
     gpus: int = 1
@@ -48,6 +48,8 @@ class Request:
     nodes: tuple[str, ...] = ()
     since: float | None = None  # when it started waiting (unix seconds), if the source says
     claimant: Claimant | None = None  # whose process proves the hand-off
+    on_gpus: tuple[str, ...] = ()  # only these GPUs (UUIDs) serve it; () means any
+    first: bool = False  # served before every other request (a restore asked back)
 
     def __post_init__(self) -> None:
         if not 0 <= self.gpus <= MAX_GPUS_PER_NODE:

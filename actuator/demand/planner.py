@@ -24,6 +24,7 @@ from actuator.demand.model import Claimant, Demand
 from actuator.demand.reader import DemandReader
 from actuator.models import Case, Target
 from actuator.node import Node, NodeUnreachable
+from actuator.restore_place import restore_requests
 from actuator.store import Store
 
 NO_SOURCE = Demand(down={"demand": "no demand source is configured"})
@@ -67,8 +68,13 @@ class DemandPlanner:
             self._exclusive.clear()
             self._claimant_of.clear()
             return {}
-        demand = demand or NO_SOURCE
         now = self.clock()
+        restores = restore_requests(cases)  # first in line: the store's own, always known
+        if demand is None and restores:
+            demand = Demand(restores, read_at=now)
+        elif demand is not None and restores:
+            demand = replace(demand, requests=restores + demand.requests)
+        demand = demand or NO_SOURCE
         found = candidates(waiting, now, self.heartbeat_recent)
         # Only what may be reclaimed now frees a GPU: a kept or not yet warned case beside
         # it stays, so its GPU is not whole (and a reclaim there would serve nobody).

@@ -10,6 +10,9 @@ What the free GPUs cannot serve is demand (`WaitListDemand`): under `reclaim_whe
 an idle process may be reclaimed for it, and the waiter is told the moment its GPU is free.
 Demand is one request per uid at a time, and none while a GPU reclaimed for that uid is unused:
 a waiter costs others at most one reclaim at a time.
+A suspended process whose owner asked it back goes first: its footprint is held on its own
+GPU (never offered to a waiter), and a GPU just given to a waiter is never its restore's
+place (`promised_gpus`; actuator/restore_place.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actuator.demand.model import Claimant, DemandError, Reading, Request
+from actuator.models import Case, State
+from actuator.restore_place import AskedRestore, held_for_restores
 from actuator.store import Store, Waiter
 from exporter import procfs
 from exporter.nvml_reader import NvmlReading
@@ -53,19 +58,43 @@ class FreeGpu:
         return {"index": self.index, "uuid": self.uuid, "memory_free": self.memory_free}
 
 
-def free_gpus(reading: NvmlReading | None, reserved: set[str]) -> list[FreeGpu] | None:
-    """The node's GPUs as a waiter may be offered them (None: NVML cannot say)."""
+def free_gpus(
+    reading: NvmlReading | None, reserved: set[str], held: dict[str, int] | None = None
+) -> list[FreeGpu] | None:
+    """The node's GPUs as a waiter may be offered them (None: NVML cannot say), less the
+    bytes `held` on each for the restores asked there (such a GPU is never empty)."""
     if reading is None or not reading.up or reading.failed_gpus:
         return None
+    held = held or {}
     out = []
     for g in reading.gpus:
         if g.uuid in reserved:
             continue
         used, total = g.memory_used, g.memory_total
         free = total - used if total is not None and used is not None else None
+        kept = held.get(g.uuid, 0)
+        if free is not None:
+            free = max(0, free - kept)
         unheld = used is not None and used <= UNLISTED_MEMORY_BYTES  # unknown: not empty
-        out.append(FreeGpu(g.index, g.uuid, free, empty=unheld and not g.processes))
+        out.append(FreeGpu(g.index, g.uuid, free, empty=unheld and not g.processes and not kept))
     return out
+
+
+def asked_restores(cases: Sequence[Case]) -> list[AskedRestore]:
+    """The suspended processes whose owners asked them back, not yet running (pure)."""
+    return [
+        AskedRestore(c.uuid, c.gpu_memory_bytes or 0)
+        for c in cases
+        if c.state == State.RESUMING
+        or (c.state == State.SUSPENDED and c.resume_requested_mono is not None)
+    ]
+
+
+def promised_gpus(store: Store, clock: Callable[[], float], node: str) -> tuple[str, ...]:
+    """GPUs given to a waiter on `node` whose job has not appeared yet (within RESERVE_S):
+    never a restore's place."""
+    promised = store.promised(node, clock() - RESERVE_S)
+    return tuple(sorted({g for w in promised if not w.taken for g in w.given}))
 
 
 def assign(waiters: Sequence[Waiter], gpus: Sequence[FreeGpu]) -> dict[int, tuple[FreeGpu, ...]]:
@@ -165,7 +194,12 @@ class WaitList:
                 self.store.mark_taken(w.id, seen_at)  # its job started: the promise is kept
             else:
                 reserved |= set(w.given)
-        return free_gpus(reading, reserved)
+        asked = [
+            c
+            for state in (State.SUSPENDED, State.RESUMING)
+            for c in self.store.list_cases(state=state, node=self.node, limit=RECENT_CASES)
+        ]
+        return free_gpus(reading, reserved, held_for_restores(asked_restores(asked)))
 
     def offers(self) -> dict[int, tuple[FreeGpu, ...]]:
         """What each waiter may be given now (one computation shared for OFFERS_TTL_S)."""

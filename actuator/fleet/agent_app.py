@@ -219,13 +219,20 @@ class AgentApp:
             if req.call == "suspend":
                 result = self.node.suspend(req.target, req.lock_timeout)
             else:
-                result = self.node.resume(req.target, need=req.need_bytes)
+                result = self.node.resume(req.target, need=req.need_bytes, avoid=req.avoid)
             name = req.call.upper()
             self.journal.finish(key, [SignalResult(req.target.pid, name, result.ok, result.detail)])
         if result.ok:
             self.signals_total.labels(name).inc()
         return self.answer(
-            {"ok": result.ok, "state": result.state, "detail": result.detail, "replayed": False}
+            {
+                "ok": result.ok,
+                "state": result.state,
+                "detail": result.detail,
+                "no_room": result.no_room,
+                "onto": result.onto,
+                "replayed": False,
+            }
         )
 
 

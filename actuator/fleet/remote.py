@@ -9,6 +9,7 @@ clocks differ are judged alike (identity itself is boot id and start ticks, cloc
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 import uuid
@@ -214,12 +215,12 @@ class RemoteNode:
     def resume(
         self,
         target: Target,
-        gpu: int | None = None,
         *,
         need: int | None = None,
+        avoid: tuple[str, ...] = (),
         key: str | None = None,
     ) -> CheckpointResult:
-        return self._checkpoint("resume", target, 10.0, key, need)
+        return self._checkpoint("resume", target, 10.0, key, need, avoid)
 
     def _checkpoint(
         self,
@@ -228,6 +229,7 @@ class RemoteNode:
         lock_timeout: float,
         key: str | None,
         need: int | None = None,
+        avoid: tuple[str, ...] = (),
     ) -> CheckpointResult:
         """One checkpoint call, given the time the copy takes (a lost answer: the next
         re-check reads the state, and a retry under the key changes nothing)."""
@@ -237,6 +239,7 @@ class RemoteNode:
             "call": call,
             "lock_timeout": lock_timeout,
             "need_bytes": need,
+            "avoid": list(avoid),
         }
         self._down_until = float("-inf")  # a step is asked, not backed off
         try:
@@ -244,11 +247,22 @@ class RemoteNode:
         except NodeUnreachable as exc:
             return CheckpointResult(False, "", f"not confirmed: {exc}"[:300])
         return CheckpointResult(
-            data.get("ok") is True, str(data.get("state") or "")[:20], str(data.get("detail"))[:300]
+            data.get("ok") is True,
+            str(data.get("state") or "")[:20],
+            str(data.get("detail"))[:300],
+            no_room=data.get("no_room") is True,
+            onto=gpu_uuid(data.get("onto")),
         )
 
     def wait_exit(self, timeout: float) -> None:
         """Exits on another node are seen by polling (the next tick), not waited for here."""
+
+
+def gpu_uuid(value: object) -> str:
+    """The GPU an agent says a restore moved a process to: a UUID of NVML's alphabet, else
+    nothing (the case keeps reading its own GPU, and the next re-check judges)."""
+    text = value if isinstance(value, str) else ""
+    return text if re.fullmatch(r"GPU-[0-9A-Fa-f-]{1,76}", text) else ""
 
 
 def rebase(live: LiveState, offset: float) -> LiveState:

@@ -7,7 +7,7 @@ Both sides validate with pydantic against the same dataclasses, so a field added
 from __future__ import annotations
 
 from signal import Signals
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -59,6 +59,10 @@ class CheckpointRequest(_Body):
     call: str = Field(pattern=r"^(suspend|resume)$")
     lock_timeout: float = Field(10.0, gt=0, le=60)
     need_bytes: int | None = Field(None, ge=0)  # resume: the GPU must show this much free
+    # resume: GPUs given to a waiter, never the restore's place (UUIDs, as NVML names them)
+    avoid: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,80}$")], ...] = Field(
+        (), max_length=64
+    )
 
 
 def dump_live(live: LiveState) -> dict[str, Any]:

@@ -7,7 +7,8 @@ process name, user name or display name becomes a link, an image, a mention or H
 
 Templates are `<kind>.<language>.md.j2` (kinds: `warning` before the grace period ends,
 `reclaimed` after, `idle` when `reclaim_when: demand` keeps the process until someone
-needs its GPU, `suspended` when the suspend rung checkpointed it); a site directory given
+needs its GPU, `suspended` when the suspend rung checkpointed it, `restore` for where its
+owner's resume stands); a site directory given
 in the config is searched first, so a site overrides one template by writing a file of the
 same name. A template sets `subject` with
 `{% set subject %}...{% endset %}`.
@@ -232,6 +233,10 @@ class Renderer:
             "presence_notebooks": facts.owner_notebook_connections or 0,
             "presence_grace": Trusted(span(notice.presence_grace, language)),
             "checked_at": local(facts.checked_at) if facts.checked_at else "",
+            "restore": notice.restore,
+            "restore_detail": untrusted.clean(notice.restore_detail, 300),
+            "restore_try": notice.restore_try,
+            "restore_tries": notice.restore_tries,
             "sm_util": Trusted(f"{facts.sm_util:.0%}") if facts.sm_util is not None else "",
             "max_sm_util": Trusted(f"{limits['max_sm_util']:.0%}")
             if "max_sm_util" in limits

@@ -17,8 +17,9 @@ from typing import Any, Literal
 from actuator.models import Case, LiveState, OwnerPresence
 
 # idle: `reclaim_when: demand`'s first notice (kept until someone needs the GPU);
-# warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up.
-Kind = Literal["idle", "warning", "reclaimed", "suspended"]
+# warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up; suspended: the
+# suspend rung checkpointed it; restore: where the resume its owner asked for stands.
+Kind = Literal["idle", "warning", "reclaimed", "suspended", "restore"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,13 @@ class Notice:
     # terminal counting while it saw input within `presence_idle` (policy: Owner presence).
     presence_grace: float = 0.0
     presence_idle: float = 1800.0
+    # A suspended job's news (kind restore): "waiting" (no GPU had room: not tried, first
+    # in line), "refused" (the driver refused try `restore_try` of `restore_tries`) or
+    # "stopping" (its suspension ends on the ladder: `restore_detail` says why).
+    restore: str = ""
+    restore_detail: str = ""  # our words, with the node's GPU names in them: escaped
+    restore_try: int = 0
+    restore_tries: int = 0
     # The evidence picture (actuator/evidence/): the PNG for e-mail, its link for chat.
     picture_png: bytes = field(default=b"", repr=False)
     picture_url: str = ""

@@ -165,7 +165,7 @@ def test_a_notifier_that_raises_gives_the_notice_an_undelivered_outcome(
     step = _step(Decision(Action.NOTIFY, State.NOTIFIED), id=11)
     assert step.live is not None
     step.case.facts = ProvenFacts.from_live(step.case, step.live).to_json()  # as apply() does
-    noticed = executor.carry_out(step).noticed
+    noticed = executor.carry_out(step).update
     assert notifier.calls == 1
     assert noticed is not None  # the outcome, saved with the pass as any other
     assert noticed.notified_mono is UNSET  # no grace runs: nothing was delivered

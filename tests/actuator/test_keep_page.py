@@ -245,21 +245,28 @@ def test_a_case_whose_rule_cannot_be_told_offers_no_keep_and_says_why(rt, client
 
 @pytest.mark.reliability(73)
 def test_a_suspended_cases_page_says_where_its_owners_resume_stands(rt, client):
-    """Issue 58: a resume asked into a GPU without room waits; the page says when it is
-    tried again and how many tries are left, in the owner's language."""
+    """Issue 58: a resume asked waits first in line where no GPU has room, and a refused one
+    is tried again; the page says which, when it is looked at again and how many tries are
+    left, in the owner's language."""
     asked = notified_case(rt, state=State.SUSPENDED, resume_requested_mono=rt.mono())
     html = client.get(path_of(rt.links.url(asked)) + "?lang=en").get_data(as_text=True)
-    assert 'id="restore"' in html and "restored onto its GPU at the next step" in html
-    waiting = notified_case(
+    assert 'id="restore"' in html and "or another of the same chip, at the next step" in html
+    refused = notified_case(
         rt,
         pid=4243,
         state=State.SUSPENDED,
         resume_requested_mono=rt.mono() + 30,
         restore_attempts=2,
     )
+    html = client.get(path_of(rt.links.url(refused)) + "?lang=en").get_data(as_text=True)
+    assert "the driver refused the restore: tried again at" in html and "(try 3 of 5)" in html
+    zh = client.get(path_of(rt.links.url(refused)) + "?lang=zh-CN").get_data(as_text=True)
+    assert "驱动拒绝了恢复" in zh and "第 3 次，共 5 次" in zh
+    waiting = notified_case(
+        rt, pid=4245, state=State.SUSPENDED, resume_requested_mono=rt.mono() + 30, restore_waits=3
+    )
     html = client.get(path_of(rt.links.url(waiting)) + "?lang=en").get_data(as_text=True)
-    assert "waiting for room on its GPU: tried again at" in html and "(try 3 of 5)" in html
-    zh = client.get(path_of(rt.links.url(waiting)) + "?lang=zh-CN").get_data(as_text=True)
-    assert "等待 GPU 有空间" in zh and "第 3 次，共 5 次" in zh
+    assert "first in line for room on its GPU or another of its chip: looked at again" in html
+    assert "try" not in html.split("first in line")[1][:120]  # no try is counted while it waits
     quiet = notified_case(rt, pid=4244, state=State.SUSPENDED)  # nobody asked: no row
     assert 'id="restore"' not in client.get(path_of(rt.links.url(quiet))).get_data(as_text=True)

@@ -234,6 +234,37 @@ def test_the_suspended_notice_says_the_work_is_kept_and_how_to_resume_it(
     assert "https://gpu.example/keep/x" in told.text
 
 
+@pytest.mark.parametrize("contact", [BOB, LILEI])
+def test_the_restore_notice_says_where_the_owners_resume_stands(contact: Contact) -> None:
+    """Waiting for room (first in line, stopped at the deadline if still suspended), a
+    refused try (n of 5), the end of the suspension (why); the detail, which carries the
+    node's GPU names, is escaped like any untrusted text."""
+
+    def said(news: str, detail: str, tries: int = 0):  # type: ignore[no-untyped-def]
+        told = notice(kind="restore", freed_bytes=4 * GiB)
+        told = dataclasses.replace(
+            told, restore=news, restore_detail=detail, restore_try=tries, restore_tries=5
+        )
+        return Renderer().render(told, contact, NOW)
+
+    room = "no room on GPU 0: 2.0 GiB free, 4.0 GiB needed, on the <b>H100</b>"
+    waiting = said("waiting", room)
+    refused = said("refused", "the driver refused the restore", 2)
+    stopping = said("stopping", "suspended for 24 h, never resumed: the ladder goes on")
+    assert "<b>H100</b>" not in waiting.html and "H100" in waiting.html  # no markup of theirs
+    if contact is BOB:
+        assert "still suspended, no GPU has room for it yet" in waiting.subject
+        assert "no room on GPU 0: 2.0 GiB free, 4.0 GiB needed" in waiting.text
+        assert "first in line" in waiting.text and "it is stopped" in waiting.text
+        assert "2026-12-01 07:10" in waiting.text  # the suspension's deadline
+        assert "(try 2 of 5)" in refused.subject and "after try 5 it is stopped" in refused.text
+        assert "being stopped now" in stopping.text and "never resumed" in stopping.text
+    else:
+        assert "暂无 GPU 有足够空间" in waiting.subject and "排在队首" in waiting.text
+        assert "第 2 次，共 5 次" in refused.subject
+        assert "任务现在将被停止" in stopping.text
+
+
 @pytest.mark.reliability(74)
 def test_the_warning_says_what_the_node_saw_of_its_owner_where_presence_holds_it() -> None:
     """Issue 59: "you were logged in on pts/3, idle 4 min", in the owner's language, only

@@ -114,7 +114,7 @@ def test_what_was_done_is_saved_at_the_end_of_the_pass_and_kept_when_the_store_f
 def test_a_notices_outcome_is_applied_and_saved_with_the_samples(batches: NodeBatches) -> None:
     case = make_case(id=3, state=State.NOTIFIED)
     batch = batches.begin(case.node)
-    batch.done(case, Outcome(noticed=CaseUpdate(notified_at=T0, notified_mono=7.0)))
+    batch.done(case, Outcome(update=CaseUpdate(notified_at=T0, notified_mono=7.0)))
     assert case.notified_mono == 7.0 and batch.samples == [case]
 
 

@@ -1,13 +1,14 @@
 """The suspend rung end to end: a real actuator (gunicorn) on a simulated node with real
 workload processes and the simulated CUDA checkpoint driver. Notice, then suspend (the GPU
 proven free, the process alive), then the owner's keep brings it back; a suspended process
-left alone is sent SIGTERM after suspend_max; a restore into a full GPU is retried and never
-leaves the process stuck; a lock that hangs falls to SIGTERM as today; the actuator killed
-during the checkpoint's copy leaves no case stuck."""
+left alone is sent SIGTERM after suspend_max; a restore with no room on its chip waits first
+in line and never leaves the process stuck; a lock that hangs falls to SIGTERM as today; the
+actuator killed during the checkpoint's copy leaves no case stuck."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -96,40 +97,79 @@ def test_a_suspended_process_left_alone_is_sent_sigterm_after_suspend_max(
     terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
     assert terminating["evidence"]["code"] == "suspend_expired"
     assert terminating["ts"] - suspended_at >= 1.5  # suspend_max counts from the suspend
+    # Its owner is told before the signal that the suspension ends, and why.
+    told = [r for r in actuator.audit("notice") if r.get("kind") != "warning"]
+    assert [r["kind"] for r in told] == ["suspended", "restore_stopping"], told
+    (sent,) = [r for r in actuator.audit("signals") if "SIGTERM" in json.dumps(r)]
+    assert told[-1]["ts"] <= sent["ts"]
     wait_until(lambda: w.exit_code, 10)
     assert w.exit_code == [0]  # the workload's own SIGTERM handler: a clean exit
 
 
 @pytest.mark.reliability(73)
-def test_a_restore_into_a_full_gpu_is_retried_and_never_leaves_it_stuck(
+def test_a_restore_without_room_waits_first_in_line_and_never_leaves_it_stuck(
     workloads, actuator_factory, request: pytest.FixtureRequest
 ) -> None:
+    """Both GPUs of its chip full: the resume is not tried (the driver never sees a restore
+    into a full GPU), the case waits first in line and its owner is told once; the room back
+    on its own GPU, it is restored there."""
     sock = _socket(request)
     actuator = actuator_factory(
         workloads.node_dir,
-        defaults={**SUSPEND, "suspend_restore_retry": "5s"},
+        defaults={**SUSPEND, "suspend_restore_retry": "2s"},
         server={"keep_socket": str(sock)},
     )
     w = workloads.spawn(memory="4GiB")
     actuator.post(payload(alert_for(w)))
     assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
-    # Someone else takes the GPU meanwhile: 78 GiB of 80, so 4 GiB cannot come back.
-    filler = workloads.spawn(memory="78GiB", phases="busy")
+    # Others take both GPUs meanwhile: 78 GiB of 80 on each, so 4 GiB cannot come back.
+    fillers = [workloads.spawn(memory="78GiB", phases="busy", gpu=g) for g in (0, 1)]
 
     assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
-    wait_until(lambda: actuator.case_for(w)["reason_code"] == "restore_failed", 30)
+    wait_until(lambda: actuator.case_for(w)["reason_code"] == "restore_waiting", 30)
     case = actuator.case_for(w)
     assert case["state"] == "suspended"  # still suspended, never half restored
     assert sim.get_state(workloads.node_dir, w.pid) == sim.ProcessState.CHECKPOINTED
-    assert "tried again in 5s (1 of 5)" in case["reason"]
-    assert w.alive()
+    assert "no room on GPU 0" in case["reason"] and "first in line" in case["reason"]
+    told = wait_until(
+        lambda: [r for r in actuator.audit("notice") if r.get("kind") == "restore_waiting"], 10
+    )
+    assert len(told) == 1 and w.alive()
 
-    filler.proc.terminate()  # room again: the next try (5 s later) restores it
-    wait_until(lambda: not listed(workloads, filler.pid), 15)
+    fillers[0].proc.terminate()  # room again on its own GPU: the next look restores it there
+    wait_until(lambda: not listed(workloads, fillers[0].pid), 15)
     case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", timeout=60)
     assert case["state"] == "snoozed" and listed(workloads, w.pid), case
+    back = next(p for p in read_procs(workloads.node_dir) if p.pid == w.pid)
+    assert back.gpu == 0  # its own GPU first
     calls = [(c["call"], c["ok"]) for c in actuator.records("checkpoint")]
-    assert calls == [("SUSPEND", True), ("RESUME", False), ("RESUME", True)]
+    assert calls[0] == ("SUSPEND", True) and calls[-1] == ("RESUME", True)
+    assert set(calls[1:-1]) == {("RESUME", False)}  # each a look for room, none a refusal
+    told = [r for r in actuator.audit("notice") if str(r.get("kind")).startswith("restore")]
+    assert [r["kind"] for r in told] == ["restore_waiting"]  # told once, not at every look
+
+
+def test_a_restore_goes_onto_another_gpu_of_its_chip_where_its_own_is_full(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """Its own GPU taken meanwhile, the other GPU of the same chip free: restored there at
+    once (no wait), and the case reads that GPU from then on (its keep proven there)."""
+    sock = _socket(request)
+    actuator = actuator_factory(
+        workloads.node_dir, defaults=SUSPEND, server={"keep_socket": str(sock)}
+    )
+    w = workloads.spawn(memory="4GiB", gpu=0)
+    actuator.post(payload(alert_for(w)))
+    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
+    workloads.spawn(memory="78GiB", phases="busy", gpu=0)
+    assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
+    case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", "cancelled", timeout=60)
+    assert case["state"] == "snoozed", case
+    assert "restored onto GPU 1 and running" in case["reason"]
+    moved = next(p for p in read_procs(workloads.node_dir) if p.pid == w.pid)
+    assert moved.gpu == 1 and w.alive()
+    (resumed,) = [c for c in actuator.records("checkpoint") if c["call"] == "RESUME"]
+    assert resumed["ok"] and "onto another" in resumed["detail"]
 
 
 def test_a_lock_that_hangs_falls_to_sigterm_as_today(workloads, actuator_factory) -> None:

@@ -131,3 +131,22 @@ def test_a_refused_restore_is_retried_then_the_ladder_goes_on() -> None:
     kept = decide_suspension(resuming, back, RULES, T0, T0 + 1)
     assert (kept.state, kept.code) == (State.SNOOZED, Reason.RESUMED_AS_ASKED)
     assert kept.updates.snoozed_until_mono == T0 + 1 + 3600
+
+
+def test_a_resume_without_room_waits_first_in_line_and_is_not_a_refused_try() -> None:
+    """No GPU had room: the node did not call the driver. That is a wait for room, bounded
+    by suspend_max, never one of the refused tries that end in SIGTERM."""
+    room = "no room on GPU 0: 2.0 GiB free, 8.0 GiB needed"
+    waiting = _suspending(state=State.RESUMING, restore_room=room, restore_attempts=4)
+    still = make_live(T0, checkpoint_state="checkpointed", on_gpu=False)
+    d = decide_suspension(waiting, still, RULES, T0, T0 + 1)
+    assert (d.action, d.state, d.code) == (Action.MOVE, State.SUSPENDED, Reason.RESTORE_WAITING)
+    assert d.updates.restore_waits == 1 and d.updates.resume_requested_mono == T0 + 31
+    assert "restore_attempts" not in d.updates.changed()  # 4 of 5 stays 4: no try counted
+    assert room in d.reason and "first in line" in d.reason
+    # Asked, waiting for room, and suspend_max is up: the bound wins over the next try.
+    asked = _suspending(state=State.SUSPENDED, resume_requested_mono=T0 + 3000, restore_waits=9)
+    off = make_live(T0, checkpoint_state="checkpointed", on_gpu=False)
+    assert decide_suspension(asked, off, RULES, T0, T0 + 3599).action == Action.RESUME
+    end = decide_suspension(asked, off, RULES, T0, T0 + 3600)
+    assert (end.action, end.code) == (Action.TERM, Reason.SUSPEND_EXPIRED)

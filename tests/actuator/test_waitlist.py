@@ -23,7 +23,9 @@ from actuator.demand.waitlist import (
     WaitListDemand,
     assign,
     free_gpus,
+    promised_gpus,
 )
+from actuator.models import State
 from actuator.store import Store
 from actuator.store.cases import insert_case
 from actuator.store.waiters import SERVED, Waiter
@@ -120,6 +122,37 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
     now[0] = 100.8 + SEEN_SETTLE_S
     b.cached = None
     assert [(g.uuid, g.empty) for g in lists[1].free() or []] == [("GPU-0", True), ("GPU-1", False)]
+
+
+def test_a_restore_asked_back_holds_its_place_and_a_waiters_gpu_is_not_its_place(tmp_path):
+    """A suspended job its owner asked back goes first: its footprint on its own GPU is
+    never offered to a waiter (and that GPU is not empty for a whole-GPU one); a GPU just
+    given to a waiter, its job not there yet, is never a restore's place."""
+    store, now = Store(tmp_path / "db"), [100.0]
+    store.init()
+    node: dict[str, tuple[int, ...]] = {"GPU-0": (), "GPU-1": ()}
+    waitlist = WaitList(store, "n", _Worker(node, now).reading, lambda: now[0])
+    asked = make_case(
+        id=3, node="n", uuid="GPU-0", state=State.SUSPENDED, gpu_memory_bytes=70 * GIB
+    )
+    asked.resume_requested_mono = 5.0
+    unasked = make_case(id=4, node="n", uuid="GPU-1", state=State.SUSPENDED, gpu_memory_bytes=GIB)
+    with store._tx() as conn:
+        insert_case(conn, asked, {})
+        insert_case(conn, unasked, {})  # suspended, not asked back: its GPU is free for all
+    free = waitlist.free() or []
+    assert [(g.uuid, g.memory_free, g.empty) for g in free] == [
+        ("GPU-0", 10 * GIB, False),
+        ("GPU-1", 80 * GIB, True),
+    ]
+    big = _waiter(1, gpus=0, memory=20 * GIB)
+    assert {w: [g.uuid for g in gs] for w, gs in assign([big], free).items()} == {1: ["GPU-1"]}
+    assert promised_gpus(store, lambda: now[0], "n") == ()
+    given = store.add_waiter("n", 1000, 101, 1, 1, 0, now[0], now[0] + 600)
+    assert store.end_waiter(given, SERVED, now[0], ("GPU-1",))
+    assert promised_gpus(store, lambda: now[0], "n") == ("GPU-1",)
+    store.mark_taken(given, now[0] + 1)  # its job appeared: the reading shows what holds it
+    assert promised_gpus(store, lambda: now[0], "n") == ()
 
 
 @pytest.mark.reliability(53, 60)

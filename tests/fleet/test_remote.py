@@ -165,12 +165,23 @@ def test_a_checkpoint_call_is_keyed_and_an_unconfirmed_one_is_not_ok(
     assert state.seen[-1][1:] == (
         "/v1/checkpoint",
         {"key": "case-7-3", "target": state.seen[-1][2]["target"], "call": "suspend",
-         "lock_timeout": 5.0, "need_bytes": None},
+         "lock_timeout": 5.0, "need_bytes": None, "avoid": []},
     )  # fmt: skip
     state.answers = [(503, _agent({"error": "busy"}))]
-    lost = _node(url).resume(TARGET, need=4 << 30, key="case-7-9")
+    lost = _node(url).resume(TARGET, need=4 << 30, avoid=("GPU-b",), key="case-7-9")
     assert lost.ok is False and lost.detail.startswith("not confirmed: ")
-    assert state.seen[-1][2]["need_bytes"] == 4 << 30  # the agent's node checks the room
+    assert lost.no_room is False  # unconfirmed is not "no room": the next re-check judges
+    sent = state.seen[-1][2]
+    assert (sent["need_bytes"], sent["avoid"]) == (4 << 30, ["GPU-b"])  # the agent places it
+    answer = {"ok": False, "state": "checkpointed", "detail": "no room on GPU 0", "no_room": True}
+    state.answers = [(200, _agent(answer))]
+    waiting = _node(url).resume(TARGET, need=4 << 30, key="case-7-10")
+    assert (waiting.ok, waiting.no_room, waiting.detail) == (False, True, "no room on GPU 0")
+    for said, onto in (("GPU-1a2b-3c4d", "GPU-1a2b-3c4d"), ("../GPU-1", ""), (7, "")):
+        answer = {"ok": True, "state": "running", "detail": "restored", "onto": said}
+        state.answers = [(200, _agent(answer))]
+        moved = _node(url).resume(TARGET, need=4 << 30, key=f"case-7-{onto or 'x'}")
+        assert moved.onto == onto  # only a plain GPU UUID moves the case's target
 
 
 def test_rebase_leaves_unknown_readings_unknown() -> None:

@@ -80,3 +80,15 @@ def test_a_signal_request_is_one_of_two_signals_with_a_safe_key() -> None:
     ):
         with pytest.raises(ValidationError):
             wire.SignalRequest.model_validate({**good, **change})
+
+
+def test_a_resume_names_at_most_64_gpus_to_avoid_each_a_plain_uuid() -> None:
+    """The GPUs a restore must not take (given to a waiter) come from the actuator; on the
+    agent each is a UUID of NVML's alphabet, or the whole request is refused."""
+    base = {"key": "case-7-9", "target": TARGET.__dict__, "call": "resume", "need_bytes": 1}
+    ok = wire.CheckpointRequest.model_validate({**base, "avoid": ["GPU-0a1b-2c3d"]})
+    assert ok.avoid == ("GPU-0a1b-2c3d",)
+    assert wire.CheckpointRequest.model_validate(base).avoid == ()
+    for avoid in (["GPU-0; rm -rf /"], ["../GPU"], [""], ["GPU-x"] * 65, "GPU-0"):
+        with pytest.raises(ValidationError):
+            wire.CheckpointRequest.model_validate({**base, "avoid": avoid})

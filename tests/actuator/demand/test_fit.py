@@ -133,6 +133,21 @@ def test_a_memory_request_needs_enough_memory_on_one_gpu():
     assert chosen(plan(Demand((more,)), [a], exclusive(a, value=False), NOW)) == set()
 
 
+def test_a_restore_asked_back_is_served_first_and_only_on_its_own_gpu():
+    """A suspended job its owner asked back (`first`) goes before the oldest waiter, and
+    only a candidate on the GPU it names frees room for it."""
+    mine, other = idle(1, gpu="GPU-0"), idle(2, gpu="GPU-1")
+    want = {"gpus": 0, "memory_bytes": 3 * GIB}
+    old = Request(source="wait", key="w1", who="carol", since=NOW - 3600, **want)
+    back = Request(
+        source="resume", key="9", who="bob", since=NOW - 60, on_gpus=("GPU-0",), first=True, **want
+    )
+    choices = plan(Demand((old, back)), [mine, other], exclusive(mine, other), NOW)
+    assert choices[1].request == back and choices[2].request == old
+    elsewhere = plan(Demand((back,)), [other], exclusive(other), NOW)
+    assert chosen(elsewhere) == set()  # GPU-1's idle process frees nothing for it
+
+
 @pytest.mark.parametrize("key", ["processes", "heartbeat_recent", "kept_before"])
 def test_less_work_at_risk_goes_first_when_idle_as_long(key):
     value = {"processes": 3, "heartbeat_recent": True, "kept_before": True}[key]

@@ -6,6 +6,7 @@ with its next holder."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -82,6 +83,34 @@ def test_a_gpu_serves_a_waiting_job_only_when_it_holds_candidates_alone(tmp_path
     assert choices[1].verdict == Verdict.NOT_NEEDED  # its GPU is not its own
     choices = planner.plan([_warned(1, shared.pid, shared.uuid), _warned(2, idle.pid, idle.uuid)])
     assert choices[2].verdict == Verdict.CHOSEN and choices[1].verdict == Verdict.NOT_NEEDED
+
+
+def test_a_restore_waiting_for_room_is_demand_at_the_front_of_the_queue(tmp_path, workloads):
+    """A suspended job asked back that found no room is demand before any other waiter, for
+    its footprint on its own GPU: an idle process warned there may go for it. Asked back but
+    not yet looked at (no wait for room) is no demand; a source down is unknown as ever."""
+    idle = workloads.spawn(gpu=0, phases="idle")
+    queue, now = Queue(), [1000.0]
+    planner, _, _ = _planner(tmp_path, workloads, queue, now)
+    older = Request(source="slurm", key="7", who="Slurm job 7", gpus=1, since=1.0)
+    queue.answer = Reading((older,))
+    suspended = make_case(
+        id=5, node=NODE, pid=99999, uuid=idle.uuid, state=State.SUSPENDED, user="bob", uid=1000,
+        gpu_memory_bytes=1 << 30, resume_requested_mono=900.0, suspend_at=990.0,
+    )  # fmt: skip
+    warned = dataclasses.replace(_warned(1, idle.pid, idle.uuid), gpu_memory_bytes=2 << 30)
+    asked_only = planner.plan([warned, suspended])
+    assert asked_only[1].request == older  # not yet waiting for room: no demand of its own
+    waiting = dataclasses.replace(suspended, restore_waits=1)
+    chosen = planner.plan([warned, waiting])[1]
+    assert chosen.verdict == Verdict.CHOSEN and chosen.request is not None
+    assert (chosen.request.source, chosen.request.key) == ("resume", "5")
+    assert "bob's suspended job (case 5)" in chosen.reason
+    from actuator.demand import DemandError
+
+    queue.answer = DemandError("slurmctld down")
+    now[0] += 1
+    assert planner.plan([warned, waiting])[1].verdict == Verdict.UNKNOWN
 
 
 @pytest.mark.reliability(51)
