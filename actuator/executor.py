@@ -106,11 +106,11 @@ class Executor:
         links: KeepLinks | None = None,
         pictures: EvidencePictures | None = None,
         thresholds: tuple[tuple[str, float], ...] = (),
-        promised: Callable[[str], tuple[str, ...]] | None = None,
+        promised: Callable[[str, float], tuple[str, ...]] | None = None,
     ) -> None:
         self.audit, self.notifier, self.gate = audit, notifier, gate
-        # GPUs a node's wait list has given to a waiter whose job has not appeared yet:
-        # never a restore's place.
+        # GPUs a node's wait list has given to a waiter since a time (a suspension's) whose
+        # job has not appeared yet: never that restore's place.
         self.promised = promised
         self.clock, self.mono = clock, mono
         self.alerts, self.links, self.thresholds = alerts, links, thresholds
@@ -173,7 +173,7 @@ class Executor:
         done = step.node.resume(
             case.target,
             need=case.gpu_memory_bytes,
-            avoid=self.promised(case.node) if self.promised is not None else (),
+            avoid=self.promised(case.node, case.suspend_at or 0.0) if self.promised else (),
             key=f"case-{case.id}-{case.version}",
         )
         room = CaseUpdate(restore_room=done.detail if done.no_room else "")

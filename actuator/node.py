@@ -229,7 +229,7 @@ class LocalNode:
             remap = Remap(target.uuid, placed.gpu.uuid, placed.gpu.index)
         done = self.checkpointer.resume(target.pid, remap)
         onto = remap.new_uuid if remap is not None and done.ok else ""
-        return replace(done, detail=f"{done.detail} {placed.why}", onto=onto)
+        return replace(done, detail=f"{done.detail} ({placed.why})", onto=onto)
 
     def _place(self, own: str, need: int | None, avoid: tuple[str, ...]) -> Placement | None:
         """Where the restore goes, on a reading taken now (None: the driver judges: no need

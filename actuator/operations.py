@@ -147,6 +147,7 @@ def request_resume(rt: Runtime, case_id: int, keep: float, by: str) -> Case | Re
         case.resume_requested_mono = rt.mono()
         case.resume_keep = keep
         case.restore_attempts = 0
+        case.restore_waits, case.restore_room = 0, ""  # asked again: looked at, told, anew
         if rt.store.save_samples(case):
             return case
     return Refused(Why.KEPT_CHANGING, f"case {case_id} kept changing; retry")

@@ -4,8 +4,9 @@ its free memory, less what is held for others, covers the footprint. No place is
 room": the restore waits, first in line, and the driver is not called (a restore into a
 GPU without room fails, or leaves the process stuck).
 
-What is held for others: the GPUs the node's wait list has just given to a waiter and whose
-job has not appeared yet (actuator/demand/waitlist.py); they are never a restore's place.
+What is held for others: the GPUs the node's wait list has given to a waiter since the
+process was suspended and whose job has not appeared yet (actuator/demand/waitlist.py);
+they are never its restore's place, until a process appears on them.
 The wait list, in turn, holds the footprint of every restore its owner asked for on the
 restore's own GPU (`held_for_restores`), so no waiter is given that room before it, and a
 restore still waiting is demand at the front of the queue (`restore_requests`).
@@ -30,6 +31,7 @@ class GpuRoom:
     uuid: str
     chip: str
     free: int | None
+    busy: bool = False  # NVML lists a process on it
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def rooms(reading: NvmlReading | None) -> list[GpuRoom] | None:
     for g in reading.gpus:
         total, used = g.memory_total, g.memory_used
         free = total - used if total is not None and used is not None else None
-        out.append(GpuRoom(g.index, g.uuid, g.name, free))
+        out.append(GpuRoom(g.index, g.uuid, g.name, free, busy=bool(g.processes)))
     return out
 
 
@@ -63,7 +65,9 @@ def place_restore(
     """Where `need` bytes go: `own` (its GPU's UUID) if it has the room, else the same chip's
     GPU with the most room; a Placement without a GPU where none has it. None where its own
     GPU cannot be read: unknown is not "no room", and the driver judges."""
-    promised = set(avoid)
+    # A promise ends as soon as a process appears on its GPU (as the wait list judges it):
+    # the reading's free memory then counts the waiter's job.
+    promised = set(avoid) - {g.uuid for g in gpus if g.busy}
     mine = next((g for g in gpus if g.uuid == own), None)
     if mine is None or mine.free is None:
         return None

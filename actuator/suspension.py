@@ -106,6 +106,8 @@ def decide_suspension(
                 snoozed_until_mono=mono + keep,
                 resume_requested_mono=None,
                 restore_attempts=0,
+                restore_waits=0,
+                restore_room="",
             )
         if live.checkpoint_state == "checkpointed":
             retry = mono + eff.suspend_restore_retry

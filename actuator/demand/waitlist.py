@@ -11,8 +11,8 @@ an idle process may be reclaimed for it, and the waiter is told the moment its G
 Demand is one request per uid at a time, and none while a GPU reclaimed for that uid is unused:
 a waiter costs others at most one reclaim at a time.
 A suspended process whose owner asked it back goes first: its footprint is held on its own
-GPU (never offered to a waiter), and a GPU just given to a waiter is never its restore's
-place (`promised_gpus`; actuator/restore_place.py).
+GPU (never offered to a waiter), and a GPU given to a waiter since it was suspended is never
+its restore's place (`promised_gpus`; actuator/restore_place.py).
 """
 
 from __future__ import annotations
@@ -90,10 +90,14 @@ def asked_restores(cases: Sequence[Case]) -> list[AskedRestore]:
     ]
 
 
-def promised_gpus(store: Store, clock: Callable[[], float], node: str) -> tuple[str, ...]:
-    """GPUs given to a waiter on `node` whose job has not appeared yet (within RESERVE_S):
-    never a restore's place."""
-    promised = store.promised(node, clock() - RESERVE_S)
+def promised_gpus(
+    store: Store, clock: Callable[[], float], node: str, since: float
+) -> tuple[str, ...]:
+    """GPUs given to a waiter on `node` since `since` (wall clock: when the process to
+    restore was suspended) whose job has not appeared yet (within RESERVE_S): never its
+    restore's place. A gift from before its suspension was made with its footprint on the
+    GPU, so its coming back takes nothing that gift counted on."""
+    promised = store.promised(node, max(clock() - RESERVE_S, since))
     return tuple(sorted({g for w in promised if not w.taken for g in w.given}))
 
 

@@ -172,6 +172,8 @@ def restore(directory: Path, pid: int, gpu: int | None = None) -> Checkpoint:
     """cuCheckpointProcessRestore: back onto its GPU (or `gpu`, of the same chip), locked.
     Refused, still checkpointed, where that GPU has no room for it."""
     record = _locked(directory, pid, ProcessState.CHECKPOINTED)
+    if load_faults(directory).checkpoint_restore_fails:
+        raise CheckpointError("CUDA_ERROR_UNKNOWN", "the driver refused the restore (fault)")
     node = load_node(directory)
     target = record.gpu if gpu is None else gpu
     if not 0 <= target < len(node.gpus):

@@ -137,6 +137,11 @@ def add_commands(commands: Any) -> None:
         choices=["on", "off"],
         help="the driver's checkpoint lock never returns in time (a kernel that never ends)",
     )
+    fault.add_argument(
+        "--checkpoint-restore-fails",
+        choices=["on", "off"],
+        help="the driver refuses every restore, room or not (the process stays checkpointed)",
+    )
     fault.set_defaults(func=_fault, command_prog=fault.prog)
 
     suspend = sub.add_parser(
@@ -360,6 +365,8 @@ def _fault(args: argparse.Namespace) -> int:
         changes["hang_call"] = args.hang
     if args.checkpoint_lock_hang:
         changes["checkpoint_lock_hang"] = args.checkpoint_lock_hang == "on"
+    if args.checkpoint_restore_fails:
+        changes["checkpoint_restore_fails"] = args.checkpoint_restore_fails == "on"
     if args.hang_seconds is not None:
         changes["hang_seconds"] = args.hang_seconds
     if args.ghost:
@@ -402,6 +409,8 @@ def describe_faults(faults: Faults) -> str:
     ]
     if faults.checkpoint_lock_hang:
         said.append("the checkpoint lock never returns in time")
+    if faults.checkpoint_restore_fails:
+        said.append("the driver refuses every restore")
     return "faults: " + ("; ".join(said) if said else "none")
 
 

@@ -62,6 +62,9 @@ class Faults:
     util_pid_offsets: tuple[tuple[int, int], ...] = ()
     # cuCheckpointProcessLock never returns in time: the process's kernel never finishes
     checkpoint_lock_hang: bool = False
+    # cuCheckpointProcessRestore refuses every restore, room or not (a UVM allocation, a
+    # driver fault): the process stays checkpointed
+    checkpoint_restore_fails: bool = False
 
 
 @dataclass
@@ -156,6 +159,7 @@ def load_faults(directory: Path) -> Faults:
         ghost_pids=tuple(tuple(g) for g in raw.get("ghost_pids", ())),
         util_pid_offsets=tuple(tuple(o) for o in raw.get("util_pid_offsets", ())),
         checkpoint_lock_hang=bool(raw.get("checkpoint_lock_hang", False)),
+        checkpoint_restore_fails=bool(raw.get("checkpoint_restore_fails", False)),
     )
 
 

@@ -47,6 +47,9 @@ def test_a_gpu_given_to_a_waiter_is_no_place_and_unknown_is_left_to_the_driver()
     assert placed is not None and placed.gpu == gpus[1]
     nowhere = place_restore("GPU-0", 8 * GiB, gpus, avoid=("GPU-0", "GPU-1"))
     assert nowhere is not None and nowhere.gpu is None and "(given to a waiter)" in nowhere.why
+    taken = [gpu(0, 2 * GiB), GpuRoom(1, "GPU-1", H100, 50 * GiB, busy=True)]
+    kept = place_restore("GPU-0", 8 * GiB, taken, avoid=("GPU-1",))  # the waiter's job is there
+    assert kept is not None and kept.gpu == taken[1]  # the promise is kept: its room is real
     assert place_restore("GPU-2", 8 * GiB, gpus) is None  # its own GPU unread: the driver
     assert place_restore("GPU-9", 8 * GiB, gpus) is None  # not listed: the driver judges
 
@@ -59,7 +62,7 @@ def test_rooms_read_from_nvml_and_nothing_when_it_is_down() -> None:
             GpuReading(1, "GPU-1", H100, None, 30 * GiB, 0.0, True, ()),
         ),
     )
-    assert rooms(reading) == [gpu(0, 50 * GiB), gpu(1, None)]
+    assert rooms(reading) == [gpu(0, 50 * GiB), gpu(1, None)]  # no process listed: not busy
     assert rooms(NvmlReading(False)) is None and rooms(None) is None
 
 

@@ -172,6 +172,37 @@ def test_a_restore_goes_onto_another_gpu_of_its_chip_where_its_own_is_full(
     assert resumed["ok"] and "onto another" in resumed["detail"]
 
 
+def test_a_restore_the_driver_refuses_is_retried_then_ends_as_sigterm_with_a_notice(
+    workloads, actuator_factory, request: pytest.FixtureRequest
+) -> None:
+    """Room on its GPU, but the driver refuses every restore: each try is counted and told,
+    and after the fifth the case goes on to SIGTERM, its owner told before the signal; the
+    process is never left checkpointed and silent."""
+    sock = _socket(request)
+    actuator = actuator_factory(
+        workloads.node_dir,
+        defaults={**SUSPEND, "suspend_restore_retry": "1s"},
+        server={"keep_socket": str(sock)},
+    )
+    w = workloads.spawn(memory="2GiB")
+    actuator.post(payload(alert_for(w)))
+    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
+    faults = dataclasses.replace(load_faults(workloads.node_dir), checkpoint_restore_fails=True)
+    save_faults(workloads.node_dir, faults)
+    assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
+    case = actuator.wait_state(w, "reclaimed", "failed", "cancelled", "snoozed", timeout=60)
+    assert case["state"] == "reclaimed" and signals(case)[-1] == "SIGTERM", case
+    terminating = next(t for t in case["timeline"] if t["state"] == "terminating")
+    assert terminating["evidence"]["code"] == "restore_failed"
+    assert "refused the restore 5 times" in terminating["reason"]
+    resumes = [c for c in actuator.records("checkpoint") if c["call"] == "RESUME"]
+    assert len(resumes) == 5 and not any(c["ok"] for c in resumes)
+    assert all("CUDA_ERROR_UNKNOWN" in c["detail"] for c in resumes)
+    told = [r["kind"] for r in actuator.audit("notice") if str(r.get("kind")).startswith("rest")]
+    assert told == ["restore_refused"] * 4 + ["restore_stopping"], told
+    wait_until(lambda: w.exit_code, 10)
+
+
 def test_a_lock_that_hangs_falls_to_sigterm_as_today(workloads, actuator_factory) -> None:
     save_faults(
         workloads.node_dir,

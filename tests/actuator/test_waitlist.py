@@ -126,8 +126,8 @@ def test_a_gpu_given_to_a_waiter_is_never_given_again_on_a_reading_from_before(t
 
 def test_a_restore_asked_back_holds_its_place_and_a_waiters_gpu_is_not_its_place(tmp_path):
     """A suspended job its owner asked back goes first: its footprint on its own GPU is
-    never offered to a waiter (and that GPU is not empty for a whole-GPU one); a GPU just
-    given to a waiter, its job not there yet, is never a restore's place."""
+    never offered to a waiter (and that GPU is not empty for a whole-GPU one); a GPU given
+    to a waiter since the suspension, its job not there yet, is never a restore's place."""
     store, now = Store(tmp_path / "db"), [100.0]
     store.init()
     node: dict[str, tuple[int, ...]] = {"GPU-0": (), "GPU-1": ()}
@@ -147,12 +147,15 @@ def test_a_restore_asked_back_holds_its_place_and_a_waiters_gpu_is_not_its_place
     ]
     big = _waiter(1, gpus=0, memory=20 * GIB)
     assert {w: [g.uuid for g in gs] for w, gs in assign([big], free).items()} == {1: ["GPU-1"]}
-    assert promised_gpus(store, lambda: now[0], "n") == ()
+    suspended_at = now[0] - 10
+    assert promised_gpus(store, lambda: now[0], "n", suspended_at) == ()
     given = store.add_waiter("n", 1000, 101, 1, 1, 0, now[0], now[0] + 600)
     assert store.end_waiter(given, SERVED, now[0], ("GPU-1",))
-    assert promised_gpus(store, lambda: now[0], "n") == ("GPU-1",)
+    assert promised_gpus(store, lambda: now[0], "n", suspended_at) == ("GPU-1",)
+    # Given before the suspension: made with its footprint on the GPU, no place of its own.
+    assert promised_gpus(store, lambda: now[0], "n", now[0] + 1) == ()
     store.mark_taken(given, now[0] + 1)  # its job appeared: the reading shows what holds it
-    assert promised_gpus(store, lambda: now[0], "n") == ()
+    assert promised_gpus(store, lambda: now[0], "n", suspended_at) == ()
 
 
 @pytest.mark.reliability(53, 60)

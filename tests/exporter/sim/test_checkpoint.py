@@ -230,6 +230,13 @@ def test_sim_suspend_and_resume_say_what_they_did_and_refusals_are_one_line(
     timed_out = sim("suspend", str(node), str(pid), "--lock-timeout", "0.3s")
     assert timed_out.returncode == 2 and "CUDA_ERROR_TIMEOUT" in timed_out.stderr
     assert get_state(node, pid) == ProcessState.RUNNING
+    assert sim("fault", str(node), "--checkpoint-lock-hang", "off").returncode == 0
+    fails = sim("fault", str(node), "--checkpoint-restore-fails", "on")
+    assert "the driver refuses every restore" in fails.stdout
+    assert sim("suspend", str(node), str(pid)).returncode == 0
+    refused = sim("resume", str(node), str(pid))
+    assert refused.returncode == 2 and "CUDA_ERROR_UNKNOWN" in refused.stderr
+    assert get_state(node, pid) == ProcessState.CHECKPOINTED  # never half restored
 
 
 def test_a_process_that_cannot_say_it_stopped_is_not_locked_and_runs_on(
