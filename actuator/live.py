@@ -46,6 +46,8 @@ NETWORK_METER_MAX_AGE = 3600.0
 
 
 MPS_SERVER = "nvidia-cuda-mps-server"  # the MPS server's executable
+# An owner's presence as read: their sessions, and their notebook servers' connections by pid.
+SeenPresence = tuple[OwnerPresence, dict[int, int | None]]
 PRESENCE_MAX_AGE = 10.0  # seconds an owner's presence reading is reused across re-checks
 
 
@@ -137,7 +139,8 @@ class Inspector:
         self._boot_time = procfs.boot_time(root)
         self._boot_id = procfs.boot_id(root)
         self._presence_lock = threading.Lock()
-        self._presence: dict[int, tuple[float, OwnerPresence | None]] = {}
+        # Per uid: when read, their sessions, and their notebook servers' connections (by pid).
+        self._presence: dict[int, tuple[float, SeenPresence | None]] = {}
         # One meter for every re-check on this node: a tree's first reading is its baseline,
         # and data moved after it (a served request during the grace) is activity.
         self._network_lock = threading.Lock()
@@ -157,21 +160,28 @@ class Inspector:
     def proc_root(self) -> Path:
         return self.evidence.proc_root
 
-    def _presence_of(self, uid: int) -> OwnerPresence | None:
-        """The owner's presence through the exporter's own reader (None: not read), read at
-        most every PRESENCE_MAX_AGE seconds per uid: finding notebook servers lists /proc."""
+    def _presence_of(self, uid: int, pid: int) -> OwnerPresence | None:
+        """The owner's presence for their process `pid` through the exporter's own reader
+        (None: not read): their login sessions, and the connections to the notebook servers
+        `pid` runs under (its kernel's server: a tab open on another notebook says nothing
+        of this one). Read at most every PRESENCE_MAX_AGE seconds per uid: finding notebook
+        servers lists /proc."""
         if self.evidence.utmp is None:
             return None
         with self._presence_lock:
             cached = self._presence.get(uid)
-            if cached is not None and self._mono() - cached[0] < PRESENCE_MAX_AGE:
-                return cached[1]
-        found = self._read_presence(uid)
-        with self._presence_lock:
-            self._presence[uid] = (self._mono(), found)
-        return found
+        if cached is None or self._mono() - cached[0] >= PRESENCE_MAX_AGE:
+            cached = (self._mono(), self._read_presence(uid))
+            with self._presence_lock:
+                self._presence[uid] = cached
+        seen = cached[1]
+        if seen is None:
+            return None
+        presence, servers = seen
+        lineage = ancestry(pid, self.proc_root)
+        return replace(presence, notebook_connections=connections_under(servers, lineage))
 
-    def _read_presence(self, uid: int) -> OwnerPresence | None:
+    def _read_presence(self, uid: int) -> SeenPresence | None:
         assert self.evidence.utmp is not None
         tables = SocketTables(str(self.proc_root)) if self.evidence.network else None
         reader = PresenceReader(
@@ -179,18 +189,19 @@ class Inspector:
         )
         try:
             seen = reader.read([uid])[uid]
+            servers = {pid: count for (pid, _), count in reader.notebook_servers({uid}).items()}
         except OSError:
             return None  # unknown presence is absence
         finally:
             if tables is not None:
                 tables.close()
         latest = min(seen.sessions, key=lambda s: s.idle_seconds, default=None)
-        return OwnerPresence(
+        presence = OwnerPresence(
             sessions=len(seen.sessions),
             idle_seconds=latest.idle_seconds if latest else None,
             terminal=latest.terminal if latest else "",
-            notebook_connections=seen.notebook_connections,
         )
+        return presence, servers
 
     def _mps_on(self, gpu: GpuReading) -> bool:
         """An MPS server is among the GPU's processes (by its executable's name)."""
@@ -356,7 +367,7 @@ class Inspector:
             network_watched_for=net.watched_for if net is not None else None,
             network_covered=net.covered if net is not None else None,
             keep_asked=_keep_asked(procfs.read_environ_value(target.pid, KEEP_VARIABLE, root_dir)),
-            presence=self._presence_of(status.uid),
+            presence=self._presence_of(status.uid, target.pid),
             members=tree.members,
             excluded=tree.excluded,
             errors=tuple(errors),
@@ -381,6 +392,27 @@ class Inspector:
 
 def _keep_asked(value: str | None) -> str | None:
     return f"{KEEP_VARIABLE}={value}" if value is not None else None
+
+
+def ancestry(pid: int, proc_root: Path = procfs.PROC, limit: int = 64) -> set[int]:
+    """`pid` and the processes above it, by their parent links (at most `limit` levels)."""
+    lineage, current = {pid}, pid
+    for _ in range(limit):
+        stat = procfs.read_stat(current, proc_root)
+        if stat is None or stat.ppid <= 1 or stat.ppid in lineage:
+            break
+        lineage.add(stat.ppid)
+        current = stat.ppid
+    return lineage
+
+
+def connections_under(servers: dict[int, int | None], lineage: set[int]) -> int | None:
+    """Connections to the notebook servers among `lineage` (a kernel's own server, or the
+    server itself): 0 where it runs under none, None where one of them is unreadable."""
+    counts = [count for pid, count in servers.items() if pid in lineage]
+    if any(count is None for count in counts):
+        return None
+    return sum(count for count in counts if count is not None)
 
 
 def power_share(gpu: GpuReading | None, memory: int | None) -> float | None:

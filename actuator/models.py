@@ -262,7 +262,8 @@ class Member:
 @dataclass(frozen=True)
 class OwnerPresence:
     """What the node saw of the owner (exporter/presence.py): login sessions, the idle time of
-    the latest used terminal, connections to their notebook servers (None: unreadable)."""
+    the latest used terminal, connections to the notebook server the process runs under
+    (its kernel's server; None: unreadable)."""
 
     sessions: int = 0
     idle_seconds: float | None = None
@@ -280,7 +281,7 @@ class OwnerPresence:
             idle = format_duration(self.idle_seconds or 0.0)
             seen.append(f"logged in on {self.terminal}, idle {idle}")
         if self.notebook_connections:
-            seen.append(f"{self.notebook_connections} connection(s) to their notebook server")
+            seen.append(f"{self.notebook_connections} connection(s) to its notebook server")
         return "; ".join(seen) or None
 
 

@@ -344,6 +344,10 @@ class Scheduler:
     def start(self, run: Run, gpus: tuple[int, ...], now: float) -> None:
         job = run.job
         run.gpus, run.started_h = gpus, now
+        # A tab is its owner's presence for the kernel under that notebook server: only where
+        # the job runs as its owner's own account (run as the caller, every job's owner would
+        # be "present").
+        tabbed = job.tab_open and self.user_of(job) is not None
         for rank, gpu in enumerate(gpus):
             run.workloads.append(
                 self.stack.spawn(
@@ -356,12 +360,12 @@ class Scheduler:
                     children=2 if job.kind == "crashed" else 0,
                     wait=False,
                     user=self.user_of(job),
+                    notebook=tabbed and rank == 0,
                 )
             )
-        # A tab is its owner's presence: only where the job runs as its owner's own account
-        # (run as the caller, every job's owner would be "present").
-        if job.tab_open and self.user_of(job) is not None:
-            run.tab = NotebookTab(self.stack.run_dir / "notebook", self.user_of(job))
+        port = run.workloads[0].notebook_port if run.workloads else None
+        if tabbed and port is not None:
+            run.tab = NotebookTab(port)
 
     def run_until(
         self,

@@ -35,6 +35,7 @@ import yaml
 
 from actuator.config import merge_config
 from actuator.demo.agent import SimAgent
+from actuator.demo.notebook_tab import read_info, server_argv
 from actuator.demo.procs import Managed, stop_all
 from actuator.demo.ruleset import REFERENCE_EVAL_INTERVAL_S, format_promql_duration, render_deploy
 from actuator.demo.sink import Sink
@@ -118,10 +119,14 @@ class Workload:
     managed: Managed
     start_time: float = 0.0  # the process's start, unix seconds (as psutil sees it)
     started: float = 0.0  # when its phase clock started (time.time() at launch)
+    # Run as a kernel under its owner's stand-in notebook server (actuator/demo/
+    # notebook_tab.py): its PID (the managed process is the server) and the server's port.
+    kernel_pid: int | None = None
+    notebook_port: int | None = None
 
     @property
     def pid(self) -> int:
-        return self.managed.pid
+        return self.kernel_pid if self.kernel_pid is not None else self.managed.pid
 
     @property
     def log(self) -> Path:
@@ -723,10 +728,13 @@ class Stack:
         wait: bool = True,
         user: str | None = None,
         node: int = 0,
+        notebook: bool = False,
     ) -> Workload:
         """Start `gpu-reclaimer sim run` on this node. Its stdout is its log file (the log the
         exporter and actuator watch); `log=False` sends it to /dev/null: no log at all.
-        `user`: one of the stack's `users` it runs as (default: whoever runs the stack)."""
+        `user`: one of the stack's `users` it runs as (default: whoever runs the stack).
+        `notebook`: run it as the kernel of `user`'s stand-in notebook server (a tab may
+        then connect to `notebook_port`)."""
         if user is not None and user not in self.options.users:
             raise StackError(f"{user!r} is not one of this stack's users")
         node_dir = self.node_dir_of(node)
@@ -749,7 +757,13 @@ class Stack:
         output = self.logs_dir / "workloads" / f"{slug}.log" if log else Path(os.devnull)
         if user is not None:
             args += ["--user", user]  # switches once started: root's interpreter may be closed
-        managed = Managed(label, _gpu_reclaimer(*args), output, reap=True)
+        command = _gpu_reclaimer(*args)
+        info = self.run_dir / "notebook" / f"{slug}-{time.time_ns()}.info"
+        if notebook:
+            if user is None:
+                raise StackError("a notebook server runs as its owner: name the user")
+            command = server_argv(self.run_dir / "notebook", user, info, command)
+        managed = Managed(label, command, output, reap=True)
         workload = Workload(
             label=label,
             command=name or (f"python -m {module}" if module else "sim run"),
@@ -762,11 +776,13 @@ class Stack:
         workload.started = time.time()
         managed.start()
         self.workloads.append(workload)
+        if notebook:
+            workload.notebook_port, workload.kernel_pid = read_info(info)
         with contextlib.suppress(psutil.Error):
-            workload.start_time = psutil.Process(managed.pid).create_time()
+            workload.start_time = psutil.Process(workload.pid).create_time()
         if wait:
             self.wait_for(
-                lambda: any(p.pid == managed.pid for p in read_procs(node_dir)),
+                lambda: any(p.pid == workload.pid for p in read_procs(node_dir)),
                 timeout=20,
                 what=f"workload {label!r} to report on the simulated GPU",
             )

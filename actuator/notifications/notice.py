@@ -45,7 +45,7 @@ class ProvenFacts:
     last_activity: float | None = None  # its latest heartbeat or log write (unix seconds)
     power_watts: float | None = None  # its share of the GPU's board power (by memory held)
     # Its owner's presence on the node at that check (exporter/presence.py): the most recently
-    # used login terminal and its idle time, the connections to their notebook servers.
+    # used login terminal and its idle time, the connections to its notebook server.
     owner_terminal: str = ""
     owner_terminal_idle: float | None = None
     owner_notebook_connections: int | None = None

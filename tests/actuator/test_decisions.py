@@ -628,7 +628,7 @@ def test_presence_is_only_read_where_a_rule_asks_and_never_over_the_owners_go_ah
     assert d.action == Action.TERM
     rules = eff(grace=600.0, presence_grace=3600.0)
     d = decide_live(_warned(), make_live(now, presence=tab), rules, IDLE, LIMITS, GUARD, now)
-    assert d.code == Reason.OWNER_PRESENT and "2 connection(s) to their notebook server" in d.reason
+    assert d.code == Reason.OWNER_PRESENT and "2 connection(s) to its notebook server" in d.reason
     released = _warned(release_requested_mono=T0 + 5)
     d = decide_live(released, make_live(now, presence=tab), rules, IDLE, LIMITS, GUARD, now)
     assert d.action == Action.TERM  # the owner said go ahead

@@ -209,3 +209,46 @@ def test_the_re_check_reads_the_owners_presence_through_the_exporters_reader(
         leader.wait()
         os.close(follower)
         os.close(main)
+
+
+def test_a_notebook_tab_is_presence_for_the_kernels_under_its_server_only(
+    tmp_path: Path,
+) -> None:
+    """Issue 59: a browser connected to the owner's notebook server holds back the kernel
+    under that server, never another process of the same owner (a script in a terminal, a
+    kernel of another server with no tab)."""
+    import pwd
+
+    from actuator.demo.notebook_tab import NotebookTab, read_info, server_argv
+    from tests.support import wait_until
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    as_nobody = ["setpriv", f"--reuid={nobody}", "--clear-groups", "sleep", "300"]
+    info = tmp_path / "kernel.info"
+    server = subprocess.Popen(server_argv(tmp_path, "nobody", info, as_nobody))
+    script = subprocess.Popen(as_nobody)
+    try:
+        port, kernel = read_info(info)
+        tab = NotebookTab(port)
+        utmp = tmp_path / "utmp"
+        utmp.write_bytes(b"")  # no login session: the tab alone
+        check = Inspector(
+            Protection(Protect(protect_root=False, protected_uid_below=0)),
+            lambda _not_before: NvmlReading(up=True),
+            Evidence(utmp=utmp),
+            nvml_timeout=1.0,
+            mono=Mono(),
+        )
+        for pid in (kernel, script.pid):  # setpriv has made each the owner's
+            wait_until(lambda pid=pid: getattr(procfs.read_status(pid), "uid", 0) == nobody, 10)
+        under = check.inspect(target(kernel)).presence
+        assert under is not None and under.notebook_connections == 1
+        assert under.present(1800.0) == "1 connection(s) to its notebook server"
+        beside = check.inspect(target(script.pid)).presence
+        assert beside is not None and beside.notebook_connections == 0
+        assert beside.present(1800.0) is None  # the owner's tab says nothing of this one
+        tab.close()
+    finally:
+        for process in (server, script):
+            process.kill()
+            process.wait(10)
