@@ -49,6 +49,17 @@ def inspector(mono: Mono, *, kernel_lists: bool = True) -> Inspector:
     )
 
 
+def _inspector(evidence: Evidence, mono: Mono) -> Inspector:
+    """A re-check of this host's processes with no GPU readings, nothing protected."""
+    return Inspector(
+        Protection(Protect(protect_root=False, protected_uid_below=0)),
+        lambda _not_before: NvmlReading(up=True),
+        evidence,
+        nvml_timeout=1.0,
+        mono=mono,
+    )
+
+
 def target(pid: int) -> Target:
     stat = procfs.read_stat(pid)
     assert stat is not None
@@ -144,13 +155,7 @@ def test_defect_1_a_named_pipe_under_the_heartbeat_name_does_not_hold_the_re_che
     for name in (f"{namespace}-{os.getpid()}.json", f"0-{os.getpid()}.json"):
         os.mkfifo(beats / name)
         os.chown(beats / name, 65534, 65534)
-    check = Inspector(
-        Protection(Protect(protect_root=False, protected_uid_below=0)),
-        lambda _not_before: NvmlReading(up=True),
-        Evidence(heartbeat_dir=beats),
-        nvml_timeout=1.0,
-        mono=Mono(),
-    )
+    check = _inspector(Evidence(heartbeat_dir=beats), Mono())
     seen: list[LiveState] = []
     worker = threading.Thread(target=lambda: seen.append(check.inspect(target(os.getpid()))))
     worker.daemon = True
@@ -178,13 +183,7 @@ def test_the_re_check_reads_the_owners_presence_through_the_exporters_reader(
         utmp = tmp_path / "utmp"
         utmp.write_bytes(utmp_record(USER_PROCESS, leader.pid, name, "root"))
         mono = Mono()
-        check = Inspector(
-            Protection(Protect(protect_root=False, protected_uid_below=0)),
-            lambda _not_before: NvmlReading(up=True),
-            Evidence(utmp=utmp),
-            nvml_timeout=1.0,
-            mono=mono,
-        )
+        check = _inspector(Evidence(utmp=utmp), mono)
         live = check.inspect(target(os.getpid()))
         assert live.presence is not None
         assert live.presence.sessions == 1 and live.presence.terminal == name
@@ -196,13 +195,7 @@ def test_the_re_check_reads_the_owners_presence_through_the_exporters_reader(
         assert check.inspect(target(os.getpid())).presence == live.presence  # reused
         mono.now += PRESENCE_MAX_AGE
         assert check.inspect(target(os.getpid())).presence.sessions == 0
-        blind = Inspector(
-            Protection(Protect(protect_root=False, protected_uid_below=0)),
-            lambda _not_before: NvmlReading(up=True),
-            Evidence(utmp=None),
-            nvml_timeout=1.0,
-            mono=mono,
-        )
+        blind = _inspector(Evidence(utmp=None), mono)
         assert blind.inspect(target(os.getpid())).presence is None
     finally:
         leader.kill()
@@ -232,13 +225,7 @@ def test_a_notebook_tab_is_presence_for_the_kernels_under_its_server_only(
         tab = NotebookTab(port)
         utmp = tmp_path / "utmp"
         utmp.write_bytes(b"")  # no login session: the tab alone
-        check = Inspector(
-            Protection(Protect(protect_root=False, protected_uid_below=0)),
-            lambda _not_before: NvmlReading(up=True),
-            Evidence(utmp=utmp),
-            nvml_timeout=1.0,
-            mono=Mono(),
-        )
+        check = _inspector(Evidence(utmp=utmp), Mono())
         for pid in (kernel, script.pid):  # setpriv has made each the owner's
             wait_until(lambda pid=pid: getattr(procfs.read_status(pid), "uid", 0) == nobody, 10)
         under = check.inspect(target(kernel)).presence

@@ -106,6 +106,21 @@ def test_a_suspended_process_left_alone_is_sent_sigterm_after_suspend_max(
     assert w.exit_code == [0]  # the workload's own SIGTERM handler: a clean exit
 
 
+def _suspended(
+    workloads, actuator_factory, request: pytest.FixtureRequest, memory: str, **defaults: str
+):  # type: ignore[no-untyped-def]
+    """An actuator with the suspend rung and a keep socket, and an idle workload of
+    `memory` on GPU 0 it has suspended: (the actuator, the workload, the socket)."""
+    sock = _socket(request)
+    actuator = actuator_factory(
+        workloads.node_dir, defaults={**SUSPEND, **defaults}, server={"keep_socket": str(sock)}
+    )
+    w = workloads.spawn(memory=memory, gpu=0)
+    actuator.post(payload(alert_for(w)))
+    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
+    return actuator, w, sock
+
+
 @pytest.mark.reliability(73)
 def test_a_restore_without_room_waits_first_in_line_and_never_leaves_it_stuck(
     workloads, actuator_factory, request: pytest.FixtureRequest
@@ -113,15 +128,9 @@ def test_a_restore_without_room_waits_first_in_line_and_never_leaves_it_stuck(
     """Both GPUs of its chip full: the resume is not tried (the driver never sees a restore
     into a full GPU), the case waits first in line and its owner is told once; the room back
     on its own GPU, it is restored there."""
-    sock = _socket(request)
-    actuator = actuator_factory(
-        workloads.node_dir,
-        defaults={**SUSPEND, "suspend_restore_retry": "2s"},
-        server={"keep_socket": str(sock)},
+    actuator, w, sock = _suspended(
+        workloads, actuator_factory, request, "4GiB", suspend_restore_retry="2s"
     )
-    w = workloads.spawn(memory="4GiB")
-    actuator.post(payload(alert_for(w)))
-    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
     # Others take both GPUs meanwhile: 78 GiB of 80 on each, so 4 GiB cannot come back.
     fillers = [workloads.spawn(memory="78GiB", phases="busy", gpu=g) for g in (0, 1)]
 
@@ -154,13 +163,7 @@ def test_a_restore_goes_onto_another_gpu_of_its_chip_where_its_own_is_full(
 ) -> None:
     """Its own GPU taken meanwhile, the other GPU of the same chip free: restored there at
     once (no wait), and the case reads that GPU from then on (its keep proven there)."""
-    sock = _socket(request)
-    actuator = actuator_factory(
-        workloads.node_dir, defaults=SUSPEND, server={"keep_socket": str(sock)}
-    )
-    w = workloads.spawn(memory="4GiB", gpu=0)
-    actuator.post(payload(alert_for(w)))
-    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
+    actuator, w, sock = _suspended(workloads, actuator_factory, request, "4GiB")
     workloads.spawn(memory="78GiB", phases="busy", gpu=0)
     assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
     case = actuator.wait_state(w, "snoozed", "reclaimed", "failed", "cancelled", timeout=60)
@@ -178,15 +181,9 @@ def test_a_restore_the_driver_refuses_is_retried_then_ends_as_sigterm_with_a_not
     """Room on its GPU, but the driver refuses every restore: each try is counted and told,
     and after the fifth the case goes on to SIGTERM, its owner told before the signal; the
     process is never left checkpointed and silent."""
-    sock = _socket(request)
-    actuator = actuator_factory(
-        workloads.node_dir,
-        defaults={**SUSPEND, "suspend_restore_retry": "1s"},
-        server={"keep_socket": str(sock)},
+    actuator, w, sock = _suspended(
+        workloads, actuator_factory, request, "2GiB", suspend_restore_retry="1s"
     )
-    w = workloads.spawn(memory="2GiB")
-    actuator.post(payload(alert_for(w)))
-    assert actuator.wait_state(w, "suspended", "reclaimed", "failed")["state"] == "suspended"
     faults = dataclasses.replace(load_faults(workloads.node_dir), checkpoint_restore_fails=True)
     save_faults(workloads.node_dir, faults)
     assert request_keep(str(sock), w.pid, "keep", 3600, timeout=10)["ok"]
