@@ -76,7 +76,12 @@ def place_restore(
     same = [
         g
         for g in gpus
-        if g.uuid != own and g.chip == mine.chip and g.uuid not in promised and g.free is not None
+        # A chip NVML did not name is no chip: unknown is never "the same".
+        if mine.chip
+        and g.uuid != own
+        and g.chip == mine.chip
+        and g.uuid not in promised
+        and g.free is not None
     ]
     fits = sorted((g for g in same if g.free is not None and g.free >= need), key=_most_room)
     if fits:

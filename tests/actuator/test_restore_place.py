@@ -50,6 +50,9 @@ def test_a_gpu_given_to_a_waiter_is_no_place_and_unknown_is_left_to_the_driver()
     taken = [gpu(0, 2 * GiB), GpuRoom(1, "GPU-1", H100, 50 * GiB, busy=True)]
     kept = place_restore("GPU-0", 8 * GiB, taken, avoid=("GPU-1",))  # the waiter's job is there
     assert kept is not None and kept.gpu == taken[1]  # the promise is kept: its room is real
+    unnamed = [gpu(0, 2 * GiB, chip=""), gpu(1, 50 * GiB, chip="")]
+    stays = place_restore("GPU-0", 8 * GiB, unnamed)  # chips unnamed: never "the same chip"
+    assert stays is not None and stays.gpu is None
     assert place_restore("GPU-2", 8 * GiB, gpus) is None  # its own GPU unread: the driver
     assert place_restore("GPU-9", 8 * GiB, gpus) is None  # not listed: the driver judges
 
