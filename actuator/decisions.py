@@ -323,11 +323,21 @@ def decide_unreachable(
     return wait()
 
 
+def suspends_next(case: Case, live: LiveState, eff: Effective) -> bool:
+    """Whether the step after the notice is the suspend rung for this process now: it keeps
+    the work and frees the GPU, so nothing gentler is left for presence to hold it for."""
+    after = next_rung(Action.NOTIFY)
+    return after is not None and after.optional and why_not_suspended(case, live, eff) is None
+
+
 def owner_present(case: Case, live: LiveState, eff: Effective, mono: float) -> str | None:
     """Why the owner's presence holds the step after the notice back, or None: presence only
     ever makes a decision gentler, for at most `presence_grace` past the grace; absent,
-    unknown (not read) or past that, it holds nothing; nor once the owner said go ahead."""
+    unknown (not read) or past that, it holds nothing; nor once the owner said go ahead;
+    nor a suspension, which loses no work (a present owner keeps it from the keep page)."""
     if eff.presence_grace <= 0 or live.presence is None or case.notified_mono is None:
+        return None
+    if suspends_next(case, live, eff):
         return None
     if case.release_requested_mono is not None:
         return None

@@ -278,6 +278,7 @@ class Executor:
             service_watched=eff.service_watched,
             presence_grace=eff.presence_grace,
             presence_idle=eff.presence_idle,
+            suspend=eff.suspend,
             picture_png=drawn.png if drawn else b"",
             picture_url=drawn.url if drawn else "",
         )

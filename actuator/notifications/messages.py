@@ -232,6 +232,7 @@ class Renderer:
             ),
             "presence_notebooks": facts.owner_notebook_connections or 0,
             "presence_grace": Trusted(span(notice.presence_grace, language)),
+            "suspend": notice.suspend,
             "checked_at": local(facts.checked_at) if facts.checked_at else "",
             "restore": notice.restore,
             "restore_detail": untrusted.clean(notice.restore_detail, 300),

@@ -175,6 +175,9 @@ class Notice:
     # terminal counting while it saw input within `presence_idle` (policy: Owner presence).
     presence_grace: float = 0.0
     presence_idle: float = 1800.0
+    # The rule's suspend rung is on: at the deadline the job is suspended where the node can
+    # checkpoint it (presence holds back only the SIGTERM of one it cannot).
+    suspend: bool = False
     # A suspended job's news (kind restore): "waiting" (no GPU had room: not tried, first
     # in line), "refused" (the driver refused try `restore_try` of `restore_tries`) or
     # "stopping" (its suspension ends on the ladder: `restore_detail` says why).

@@ -636,3 +636,46 @@ def test_presence_is_only_read_where_a_rule_asks_and_never_over_the_owners_go_ah
     assert decide_live(_warned(), working, rules, IDLE, LIMITS, GUARD, now).state == (
         State.CANCELLED
     )
+
+
+def test_a_present_owners_process_that_can_be_suspended_is_suspended_not_held() -> None:
+    """Presence holds back only a step that loses work: a suspension keeps the work and
+    frees the GPU, so a present owner's eligible process is suspended at the grace's end;
+    one the node cannot checkpoint is held as before, and a held one is let go to its
+    suspension once the node can checkpoint it."""
+    from actuator.models import OwnerPresence
+
+    gib = 1024**3
+    here = OwnerPresence(notebook_connections=1)
+    rules = eff(grace=600.0, presence_grace=3600.0, suspend=True, suspend_host_reserve=gib)
+    can = dict(
+        checkpoint_state="running",
+        gpu_memory_bytes=8 * gib,
+        gpu_used_bytes=20 * gib,
+        host_memory_available=64 * gib,
+        mps_on_gpu=False,
+    )
+    now = T0 + 600
+    live = make_live(now, presence=here, **can)
+    d = decide_live(_warned(), live, rules, IDLE, LIMITS, GUARD, now)
+    assert d.action == Action.SUSPEND and d.state == State.SUSPENDING
+    cannot = make_live(now, presence=here, **{**can, "checkpoint_state": "locked"})
+    d = decide_live(_warned(), cannot, rules, IDLE, LIMITS, GUARD, now)
+    assert (d.state, d.code) == (State.DEFERRED, Reason.OWNER_PRESENT)
+    held = replace(_warned(now), state=State.DEFERRED, deferred_from="notified")
+    held = replace(held, reason_code=Reason.OWNER_PRESENT)
+    later = now + 60
+    still = decide_live(
+        held,
+        make_live(later, presence=here, **{**can, "checkpoint_state": "locked"}),
+        rules,
+        IDLE,
+        LIMITS,
+        GUARD,
+        later,
+    )
+    assert still.action == Action.WAIT
+    back = decide_live(
+        held, make_live(later, presence=here, **can), rules, IDLE, LIMITS, GUARD, later
+    )
+    assert (back.state, back.code) == (State.NOTIFIED, Reason.RESUMED)

@@ -302,6 +302,15 @@ def test_the_warning_says_what_the_node_saw_of_its_owner_where_presence_holds_it
     assert "的检查看到登录，空闲 4 分钟。" in told(
         LILEI, presence_grace=7200.0, owner_terminal="", owner_notebook_connections=0
     )
+    # With the suspend rung on, a present owner's job is suspended (its work kept): the
+    # warning says so, and that presence holds only the SIGTERM of one that cannot be.
+    kept = told(BOB, presence_grace=7200.0, suspend=True)
+    assert "it is suspended where the node can checkpoint it" in kept
+    assert "If it cannot be suspended, the SIGTERM waits while you are, up to 2 h" in kept
+    assert "The reclaim waits" not in kept
+    zh = told(LILEI, presence_grace=7200.0, suspend=True)
+    assert "将其挂起" in zh and "若不能挂起，在场期间 SIGTERM 会等待" in zh
+    assert "it is suspended" not in english and "SIGTERM at" in english
     # The terminal's name is the node's text: a hostile one is escaped like any other.
     hostile = Renderer().render(
         notice(**(seen | {"owner_terminal": "pts/3 **[x](http://evil)**"}), presence_grace=60.0),
