@@ -35,7 +35,7 @@ from actuator.keeplinks import KeepLinks
 from actuator.ladder import FIRST_SIGNAL, LADDER, Action, Rung, rung_of
 from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
-from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts
+from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts, RestoreNews
 from actuator.notifications.notify import NoticeResult, Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
@@ -365,7 +365,7 @@ class Executor:
         elif code == Reason.RESTORE_FAILED:
             self._tell_restore(case, step.eff, "refused", step.decision.reason)
 
-    def _tell_restore(self, case: Case, eff: Effective, news: str, detail: str) -> None:
+    def _tell_restore(self, case: Case, eff: Effective, news: RestoreNews, detail: str) -> None:
         """The owner is told of their suspended job: suspended (not stopped, how to resume
         it), its restore waiting for room, refused, or its end (best effort, audited: the
         work is kept, or the signal goes, either way)."""

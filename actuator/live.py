@@ -188,16 +188,18 @@ class Inspector:
             utmp=self.evidence.utmp, proc_root=self.proc_root, sockets=tables, clock=self.clock
         )
         try:
-            seen = reader.read([uid])[uid]
+            # Sessions and each server's own count, not read's per-uid sum: a connection
+            # counts only for the kernels under its server (connections_under).
+            sessions = reader.sessions({uid})[uid]
             servers = {pid: count for (pid, _), count in reader.notebook_servers({uid}).items()}
         except OSError:
             return None  # unknown presence is absence
         finally:
             if tables is not None:
                 tables.close()
-        latest = min(seen.sessions, key=lambda s: s.idle_seconds, default=None)
+        latest = min(sessions, key=lambda s: s.idle_seconds, default=None)
         presence = OwnerPresence(
-            sessions=len(seen.sessions),
+            sessions=len(sessions),
             idle_seconds=latest.idle_seconds if latest else None,
             terminal=latest.terminal if latest else "",
         )

@@ -129,22 +129,27 @@ class PresenceReader:
         wanted = set(uids)
         if not wanted:
             return {}
-        now = self.clock()
-        sessions: dict[int, list[Session]] = {uid: [] for uid in wanted}
-        for record in read_utmp(self.utmp):
-            found = self._session(record, now)
-            if found is not None and found[0] in wanted:
-                sessions[found[0]].append(found[1])
+        sessions = self.sessions(wanted)
         connections = self._notebook_connections(wanted)
         return {
             uid: Presence(
                 uid=uid,
                 user=_user_name(uid),
-                sessions=tuple(sorted(sessions[uid], key=lambda s: s.terminal)),
+                sessions=sessions[uid],
                 notebook_connections=connections.get(uid, 0),
             )
             for uid in sorted(wanted)
         }
+
+    def sessions(self, uids: set[int]) -> dict[int, tuple[Session, ...]]:
+        """Each uid's login sessions on its own terminals, by terminal name."""
+        now = self.clock()
+        found: dict[int, list[Session]] = {uid: [] for uid in uids}
+        for record in read_utmp(self.utmp):
+            seen = self._session(record, now)
+            if seen is not None and seen[0] in uids:
+                found[seen[0]].append(seen[1])
+        return {uid: tuple(sorted(s, key=lambda s: s.terminal)) for uid, s in found.items()}
 
     def _session(self, record: UtmpRecord, now: float) -> tuple[int, Session] | None:
         """The record as a session of a uid, or None where it proves none."""

@@ -20,6 +20,8 @@ from actuator.models import Case, LiveState, OwnerPresence
 # warning: SIGTERM at `deadline` unless kept; reclaimed: the follow-up; suspended: the
 # suspend rung checkpointed it; restore: where the resume its owner asked for stands.
 Kind = Literal["idle", "warning", "reclaimed", "suspended", "restore"]
+# What a suspended job's notice tells (kind suspended: "suspended"; kind restore: the rest).
+RestoreNews = Literal["", "suspended", "waiting", "refused", "stopping"]
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ class Notice:
     # A suspended job's news (kind restore): "waiting" (no GPU had room: not tried, first
     # in line), "refused" (the driver refused try `restore_try` of `restore_tries`) or
     # "stopping" (its suspension ends on the ladder: `restore_detail` says why).
-    restore: str = ""
+    restore: RestoreNews = ""
     restore_detail: str = ""  # our words, with the node's GPU names in them: escaped
     restore_try: int = 0
     restore_tries: int = 0
