@@ -5,7 +5,7 @@ the middle.
 
     python benchmarks/alert_storm.py [--nodes 1000] [--per-node 24] [--concurrency 32]
         [--per-request 1] [--restart-at 0.5] [--agents 2] [--deadline 900]
-        [--store sqlite|postgres] [--replicas 1]
+        [--store sqlite|postgres] [--replicas 1] [--fresh-connections]
 
 The fleet: NODES simulated nodes of 8 GPUs, each listing PER_NODE processes. The processes
 are PER_NODE real `sleep` processes shared by every node (each node's agent inspects them
@@ -22,7 +22,9 @@ the replicas would).
 The alerts are posted as the shipped Alertmanager route sends them: grouped by process, so
 one alert per webhook request (--per-request to try Alertmanager's grouping by node
 instead), from --concurrency connections at once (Alertmanager flushes every group whose
-group_wait ended, in parallel); a request that fails (refused, reset, 5xx) is retried with
+group_wait ended, in parallel), each kept alive between requests as Alertmanager's client
+keeps them (--fresh-connections: a new one per request, as this benchmark posted before
+2026-12-06); a request that fails (refused, reset, 5xx) is retried with
 backoff, as Alertmanager retries. When --restart-at of the requests are acknowledged the
 actuator (with replicas: the one holding the lease) is killed (SIGKILL, its workers with
 it) and started again on the same database and port: requests in flight fail and are
@@ -112,18 +114,24 @@ def start_fleet(base: Path, nodes: int, per_node: int, hosts: int) -> Fleet:
 
 @dataclass
 class Poster:
-    """Alertmanager's side: every request retried until it is acknowledged."""
+    """Alertmanager's side: every request retried until it is acknowledged, each sender on
+    a connection it keeps (Alertmanager's HTTP client, prometheus/common's, keeps idle
+    connections alive, up to 1,000 per host) unless --fresh-connections; a failed one is
+    closed and the next try opens another (with replicas, on the next replica)."""
 
     ports: list[int]
+    fresh: bool = False
     acks: list[float] = field(default_factory=list)
     retries: int = 0
     acked: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     turn: int = 0
+    kept: threading.local = field(default_factory=threading.local)
 
     def post(self, body: bytes) -> None:
         delay = 0.5
-        conn: http.client.HTTPConnection | None = None
+        conn: http.client.HTTPConnection | None = getattr(self.kept, "conn", None)
+        self.kept.conn = None
         with self.lock:
             self.turn += 1
             turn = self.turn
@@ -148,7 +156,10 @@ class Poster:
                     with self.lock:
                         self.acks.append(time.monotonic() - started)
                         self.acked += 1
-                    conn.close()
+                    if self.fresh or response.will_close:
+                        conn.close()
+                    else:
+                        self.kept.conn = conn
                     return
             except (OSError, http.client.HTTPException):
                 pass
@@ -302,6 +313,11 @@ def main() -> int:
     parser.add_argument(
         "--replicas", type=int, default=1, help="actuators sharing the store (postgres only)"
     )
+    parser.add_argument(
+        "--fresh-connections",
+        action="store_true",
+        help="open a connection per request (Alertmanager keeps its connections alive)",
+    )
     args = parser.parse_args()
     if args.replicas < 1 or (args.replicas > 1 and args.store != "postgres"):
         parser.error("--replicas: 1, or more with --store postgres (they share its database)")
@@ -310,7 +326,9 @@ def main() -> int:
     alerts = args.nodes * args.per_node
     print(
         f"# alert storm: {args.nodes} nodes x {args.per_node} alerts = {alerts:,}, "
-        f"{args.per_request} per request, {args.concurrency} in flight; machine "
+        f"{args.per_request} per request, {args.concurrency} in flight on "
+        f"{'a new connection each' if args.fresh_connections else 'kept-alive connections'}; "
+        "machine "
         f"{platform.machine()}, {os.cpu_count()} CPUs, "
         f"{psutil.virtual_memory().total / 1024**3:.0f} GiB, Python {platform.python_version()}",
         flush=True,
@@ -341,7 +359,7 @@ def main() -> int:
     todo: queue.Queue[bytes | None] = queue.Queue()
     for body in bodies:
         todo.put(body)
-    poster = Poster(ports)
+    poster = Poster(ports, fresh=args.fresh_connections)
 
     restart_when = int(args.restart_at * len(bodies)) if args.restart_at > 0 else None
     actuator_cpu = 0.0
