@@ -506,6 +506,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
             # The victim is terminated and its memory released; Prometheus scrapes that.
             wait_until(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
+            # The actuator's counters born with these cases, scraped a few times: increase()
+            # over the hourly panels' 12 s needs two samples (one fresh-clone run found these
+            # two panels empty).
+            for counter in ("gpu_idle_detected_total", "gpu_memory_freed_bytes_total"):
+                wait_until(
+                    lambda c=counter: _instant(
+                        prom, f'count_over_time({c}{{job="gpu-reclaimer-actuator"}}[1m]) >= 3'
+                    ),
+                    timeout=30,
+                )
             wait_until(lambda: _instant(prom, 'gpu_reclaimer_refusals_total{reason!=""}'), 15)
             # The flip process's idle phase is recorded before it turns stalled.
             wait_until(
