@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -506,9 +507,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
             # The victim is terminated and its memory released; Prometheus scrapes that.
             wait_until(lambda: _instant(prom, "gpu_released_success_total >= 1"), timeout=30)
-            # The actuator's counters born with these cases, scraped a few times: increase()
-            # over the hourly panels' 12 s needs two samples (one fresh-clone run found these
-            # two panels empty).
+            # The actuator's counters, scraped a few times since these cases: increase() over
+            # the hourly panels' 12 s needs two samples.
             for counter in ("gpu_idle_detected_total", "gpu_memory_freed_bytes_total"):
                 wait_until(
                     lambda c=counter: _instant(
@@ -739,9 +739,15 @@ def test_the_previews_run_exactly_the_dashboards_queries(stack: Stack, tmp_path:
 
     previews = previews_module()
     end = time.time()
-    # The stack's history is under a minute: panels' minimum intervals (up to 5m) at 1/300.
+    # The stack's history is under a minute: panels' minimum intervals (up to 5m) at 1/300,
+    # so an hourly panel steps every 12 s. A range query's steps start at the range's start;
+    # a whole number of steps puts the last one at `end`, over the last 12 s of scrapes. Else
+    # it can fall up to 11 s earlier, over the stack's first seconds, when a slow machine's
+    # Prometheus has not yet scraped the actuator twice (a CI run found those panels empty).
+    hourly_step = round(3600 / 300)
+    span = math.ceil(stack.range_s() / hourly_step) * hourly_step
     queries = previews.render(
-        PrometheusConnect(stack.prom.url), end - stack.range_s(), end, tmp_path, 1, 1 / 300
+        PrometheusConnect(stack.prom.url), end - span, end, tmp_path, 1, 1 / 300
     )
     for name, titles in previews.PREVIEWS.items():
         panels = {p["title"]: p for p in query_panels(load(GRAFANA / "dashboards" / name))}
