@@ -180,6 +180,17 @@ class _Stop(Exception):
     """Raised from the SIGTERM handler to unwind and clean up."""
 
 
+def _driver_hold(spec: WorkloadSpec, pid: int) -> tuple[bool, int | None]:
+    """Locked or checkpointed (exporter/sim/checkpoint.py): no CUDA work, so no progress and
+    nothing reported (True); else it runs, on the GPU the driver restored it to (None: where
+    it was started). Every tick, the process's word that it acts on its state."""
+    state, gpu = placement(spec.directory, pid)
+    if gpu is None:
+        return False, None  # never locked
+    acknowledge(spec.directory, pid, state)
+    return state in (ProcessState.LOCKED, ProcessState.CHECKPOINTED), gpu
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise _Stop
 
@@ -231,14 +242,10 @@ class Workload:
         _report(self.spec, self.pid, self.ticks, memory, util, extra, self.gpu)
 
     def stopped_by_the_driver(self) -> bool:
-        """Locked or checkpointed (exporter/sim/checkpoint.py): no CUDA work, so no
-        progress and nothing reported; otherwise run on the GPU the driver restored it to."""
-        state, gpu = placement(self.spec.directory, self.pid)
-        if gpu is None:
-            return False  # never locked
-        acknowledge(self.spec.directory, self.pid, state)
-        self.gpu = gpu
-        return state in (ProcessState.LOCKED, ProcessState.CHECKPOINTED)
+        stopped, gpu = _driver_hold(self.spec, self.pid)
+        if gpu is not None:
+            self.gpu = gpu
+        return stopped
 
     def write_progress(self, out: TextIO) -> None:
         now = time.monotonic()
@@ -339,7 +346,8 @@ class Workload:
 
 
 class _Child:
-    """A DataLoader-like worker: holds a little GPU memory, does no GPU work."""
+    """A DataLoader-like worker: holds a little GPU memory, does no GPU work. With no work
+    in flight it stops at once when the driver locks it, as the process itself does."""
 
     def __init__(self, spec: WorkloadSpec, parent: int) -> None:
         self.spec = spec
@@ -351,8 +359,12 @@ class _Child:
         signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             while self.spec.orphan_children or os.getppid() == self.parent:
+                stopped, gpu = _driver_hold(self.spec, self.pid)
+                if stopped:
+                    time.sleep(self.spec.tick)
+                    continue
                 extra = {"phase": "worker", "parent": self.parent}
-                _report(self.spec, self.pid, self.ticks, self.spec.child_memory, 0, extra)
+                _report(self.spec, self.pid, self.ticks, self.spec.child_memory, 0, extra, gpu)
                 if self.spec.cpu:  # the workers do the CPU work of a dataloader-bound job
                     _burn_cpu(self.spec.tick)
                 else:

@@ -281,3 +281,23 @@ def test_a_suspended_process_does_no_work_but_its_owners_time_runs_on(
         assert took >= 3.4  # 1.5 s of work plus the 2 s it could not do any
     else:
         assert took < 3.0  # the owner's 1.5 s ran on while it was suspended
+
+
+def test_a_dataloader_worker_with_no_work_in_flight_is_locked_at_once_and_suspended(
+    node: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A crashed job's worker still holds its context: with nothing in flight the driver's
+    lock returns at once, and the worker stays off the GPU until it is restored."""
+    parent = start(node, started, "2GiB", "--children", "1", "--child-memory", "1GiB")
+    wait_until(lambda: [p for p in read_procs(node) if p.extra.get("parent") == parent], 10)
+    (worker,) = [p.pid for p in read_procs(node) if p.extra.get("parent") == parent]
+    began = time.monotonic()
+    lock(node, worker, timeout_s=5)
+    assert time.monotonic() - began < 2  # not the timeout
+    checkpoint(node, worker)
+    assert worker not in listed(node, 0) and parent in listed(node, 0)
+    time.sleep(0.3)
+    assert worker not in listed(node, 0)  # it does not re-report while checkpointed
+    restore(node, worker)
+    unlock(node, worker)
+    wait_until(lambda: listed(node, 0).get(worker) == GIB, timeout=10)
