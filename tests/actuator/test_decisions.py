@@ -14,6 +14,7 @@ from tests.helpers.cases import (
     GUARD,
     IDLE,
     LIMITS,
+    SUSPENDABLE,
     T0,
     TICKS,
     decide_live,
@@ -648,13 +649,7 @@ def test_a_present_owners_process_that_can_be_suspended_is_suspended_not_held() 
     gib = 1024**3
     here = OwnerPresence(notebook_connections=1)
     rules = eff(grace=600.0, presence_grace=3600.0, suspend=True, suspend_host_reserve=gib)
-    can = dict(
-        checkpoint_state="running",
-        gpu_memory_bytes=8 * gib,
-        gpu_used_bytes=20 * gib,
-        host_memory_available=64 * gib,
-        mps_on_gpu=False,
-    )
+    can = SUSPENDABLE
     now = T0 + 600
     live = make_live(now, presence=here, **can)
     d = decide_live(_warned(), live, rules, IDLE, LIMITS, GUARD, now)

@@ -16,21 +16,10 @@ from actuator.suspension import (
     decide_suspension,
     why_not_suspended,
 )
-from tests.helpers.cases import T0, eff, make_case, make_live
+from tests.helpers.cases import T0, eff, make_case, make_live, make_suspendable_live
 
 GiB = 1024**3
 RULES = eff(suspend=True, suspend_host_reserve=GiB, suspend_max=3600.0, suspend_timeout=60.0)
-
-
-def eligible(**over):
-    base = dict(
-        checkpoint_state="running",
-        gpu_memory_bytes=8 * GiB,
-        gpu_used_bytes=20 * GiB,
-        host_memory_available=64 * GiB,
-        mps_on_gpu=False,
-    )
-    return make_live(T0, **{**base, **over})
 
 
 @pytest.mark.parametrize(
@@ -51,14 +40,14 @@ def eligible(**over):
     ],
 )
 def test_who_is_not_suspended_and_why(over: dict, rules, why: str) -> None:
-    said = why_not_suspended(make_case(), eligible(**over), rules)
+    said = why_not_suspended(make_case(), make_suspendable_live(**over), rules)
     assert said is not None and why in said
 
 
 def test_an_eligible_process_and_a_mig_instance() -> None:
-    assert why_not_suspended(make_case(), eligible(), RULES) is None
+    assert why_not_suspended(make_case(), make_suspendable_live(), RULES) is None
     mig = make_case(uuid="MIG-4f1c")
-    assert "MIG" in (why_not_suspended(mig, eligible(), RULES) or "")
+    assert "MIG" in (why_not_suspended(mig, make_suspendable_live(), RULES) or "")
 
 
 def _suspending(**over):

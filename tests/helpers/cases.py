@@ -63,6 +63,22 @@ def make_live(now: float = T0, **kw: Any) -> LiveState:
     return LiveState(**base)
 
 
+# What the suspend rung needs to know of a process (actuator/suspension.py): a driver that
+# can checkpoint it, its 8 GiB footprint and room for it in host memory, no MPS on its GPU.
+SUSPENDABLE: dict[str, Any] = dict(
+    checkpoint_state="running",
+    gpu_memory_bytes=8 * 1024**3,
+    gpu_used_bytes=20 * 1024**3,
+    host_memory_available=64 * 1024**3,
+    mps_on_gpu=False,
+)
+
+
+def make_suspendable_live(now: float = T0, **over: Any) -> LiveState:
+    """A live re-check the suspend rung accepts, changed by `over`."""
+    return make_live(now, **{**SUSPENDABLE, **over})
+
+
 def eff(mode: Mode = Mode.ENFORCE, **over):
     policy = Policy(mode=mode)
     base = resolve(policy, Facts(user="alice"))
