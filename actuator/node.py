@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +48,10 @@ class Node(Protocol):
     name: str
 
     def inspect(self, target: Target) -> LiveState: ...
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        """Several re-checks, in the order given: a node's due cases, one round trip."""
+        ...
 
     def alive(self, members: Iterable[Member]) -> list[Member]: ...
 
@@ -187,6 +191,9 @@ class LocalNode:
             if room is not None
             else checkpoint_room(target.pid, self.proc_root, self.cgroup_root),
         )
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        return [self.inspect(target) for target in targets]
 
     def _same(self, target: Target) -> bool:
         """The process under the PID is the target (its start ticks, this boot)."""

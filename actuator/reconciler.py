@@ -73,6 +73,17 @@ class Signalled:
 Observation = LiveState | Signalled
 
 PRUNE_EVERY = 600.0  # seconds between retention passes
+# A re-check read in its node's batch stands in for the case's own this long; older (the
+# node's earlier cases took their time), the case is re-checked alone.
+BATCHED_FRESH_FOR = 2.0
+
+
+@dataclass(frozen=True)
+class Batched:
+    """A case's re-check from its node's one inspect-many call, and when it was asked."""
+
+    live: LiveState
+    asked_mono: float
 
 
 def step_failed(store: Store, audit: AuditLog, case: Case, exc: Exception) -> None:
@@ -239,13 +250,19 @@ class Reconciler:
         node = cases[0].node if cases else ""
         self.batches.begin(node)
         try:
+            due: list[Case] = []
             for case in cases:
                 try:
                     choice = self._choices.get(case.id)
                     last = self._checked.get(case.id)
-                    if not recheck_due(case, last, choice, mono, every, window):
-                        continue  # waiting out its grace, re-checked not long ago (recheck.py)
-                    self.advance(case)
+                    if recheck_due(case, last, choice, mono, every, window):
+                        due.append(case)  # else waiting out its grace, re-checked lately
+                except Exception as exc:  # one broken case never blocks the others
+                    self._step_failed(case, exc)
+            batched = self._inspect_due(node, due)
+            for case in due:
+                try:
+                    self.advance(case, batched.get(case.id))
                 except (StoreUnavailable, LeaseLost):
                     raise
                 except Exception as exc:  # one broken case never blocks the others
@@ -283,15 +300,34 @@ class Reconciler:
 
     # -- one step of one case -------------------------------------------------------------
 
-    def advance(self, case: Case) -> None:
+    def _inspect_due(self, name: str, due: list[Case]) -> dict[int, Batched]:
+        """The re-checks of a node's due cases, in one round trip (a fleet's agent answers
+        them together). Not signalled ones only (theirs is another question); nothing for
+        one case or an unanswered call: each case then asks on its own, as always."""
+        node = self.nodes.get(name)
+        asking = [c for c in due if c.state not in SIGNALLED_STATES]
+        if node is None or len(asking) < 2:
+            return {}
+        asked = self.mono()
+        try:
+            lives = node.inspect_many([c.target for c in asking])
+        except Exception:
+            # Unanswered, or one case's re-check broke: each case asks alone, and only a
+            # broken one fails its step.
+            return {}
+        return {c.id: Batched(live, asked) for c, live in zip(asking, lives, strict=True)}
+
+    def advance(self, case: Case, batched: Batched | None = None) -> None:
         """One step of one case: observe the node (outside the lock, so several nodes are
-        observed at once), then decide under the lock and add the decision to the node's
-        batch (limits are counted and decisions committed and carried out by one step at a
-        time, as if steps ran in turn; a SIGTERM's batch is committed at once)."""
+        observed at once; its node's batched re-check while fresh), then decide under the
+        lock and add the decision to the node's batch (limits are counted and decisions
+        committed and carried out by one step at a time, as if steps ran in turn; a
+        SIGTERM's batch is committed at once)."""
         node = self.nodes.get(case.node)
         if node is None:
             return
-        seen = self._observe(case, node)
+        fresh = batched is not None and self.mono() - batched.asked_mono <= BATCHED_FRESH_FOR
+        seen = batched.live if batched is not None and fresh else self._observe(case, node)
         with self._acting:
             now, mono = self.clock(), self.mono()
             self._checked[case.id] = Checked(mono, demand_key(self._choices.get(case.id)))

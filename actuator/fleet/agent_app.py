@@ -59,6 +59,7 @@ _ROUTES = Map(
         Rule("/metrics", endpoint="metrics", methods=["GET"]),
         Rule("/v1/node", endpoint="about", methods=["GET"]),
         Rule("/v1/inspect", endpoint="inspect", methods=["POST"]),
+        Rule("/v1/inspect-many", endpoint="inspect_many", methods=["POST"]),
         Rule("/v1/alive", endpoint="alive", methods=["POST"]),
         Rule("/v1/gpus/<uuid>/processes", endpoint="gpu_processes", methods=["GET"]),
         Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
@@ -157,6 +158,15 @@ class AgentApp:
         with self.lock:
             live = self.node.inspect(req.target)
         return self.answer({"live": wire.dump_live(live)})
+
+    def on_inspect_many(self, request: Request) -> Response:
+        """A node's due re-checks in one request: one round trip, not one per case."""
+        req: wire.InspectManyRequest = self.body(request, wire.InspectManyRequest)
+        for target in req.targets:
+            self.ours(target.node)
+        with self.lock:
+            lives = [self.node.inspect(target) for target in req.targets]
+        return self.answer({"lives": [wire.dump_live(live) for live in lives]})
 
     def on_alive(self, request: Request) -> Response:
         req: wire.AliveRequest = self.body(request, wire.AliveRequest)

@@ -13,7 +13,7 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -33,6 +33,10 @@ SIGNAL_ATTEMPTS = 3
 CHECKPOINT_TIMEOUT = 180.0
 MAX_ANSWER = 16 * 2**20  # an agent's answer: a process tree or a GPU's list, never near this
 HEADERS = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
+
+
+class NotServed(NodeUnreachable):
+    """The agent does not serve the path (HTTP 404): one older than this actuator."""
 
 
 class ClientTls:
@@ -74,6 +78,7 @@ class RemoteNode:
         self.backoff = min(30.0, 2 * timeout)
         self._down_until = float("-inf")
         self._down_why = ""
+        self._batches = True  # until an older agent says it has no /v1/inspect-many
 
     def _call(
         self,
@@ -87,6 +92,8 @@ class RemoteNode:
             raise NodeUnreachable(f"{self._down_why} (not retried for {self.backoff:g}s)")
         try:
             return self._answer(method, path, body, timeout or self.timeout)
+        except NotServed:
+            raise  # it answered: not down
         except NodeUnreachable as exc:
             self._down_until, self._down_why = time.monotonic() + self.backoff, str(exc)
             raise
@@ -112,6 +119,8 @@ class RemoteNode:
             data = None
         if not isinstance(data, dict):
             raise NodeUnreachable(f"agent {self.url}: HTTP {resp.status}, not JSON")
+        if resp.status == 404:
+            raise NotServed(f"agent {self.url}: HTTP 404: {str(data.get('error'))[:200]}")
         if resp.status != 200:
             raise NodeUnreachable(
                 f"agent {self.url}: HTTP {resp.status}: {str(data.get('error'))[:200]}"
@@ -135,6 +144,28 @@ class RemoteNode:
         except ValidationError as exc:
             raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
         return rebase(live, data["_offset"])
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        """Up to `wire.MAX_INSPECT` re-checks a request; one by one from an older agent."""
+        if not self._batches:
+            return [self.inspect(target) for target in targets]
+        lives: list[LiveState] = []
+        for at in range(0, len(targets), wire.MAX_INSPECT):
+            chunk = list(targets[at : at + wire.MAX_INSPECT])
+            body = {"targets": [wire.dump_target(t) for t in chunk]}
+            try:
+                data = self._call("POST", "/v1/inspect-many", body)
+            except NotServed:
+                self._batches = False
+                return lives + [self.inspect(target) for target in targets[at:]]
+            try:
+                answered = wire.load_lives(data.get("lives"), len(chunk))
+            except (ValidationError, ValueError) as exc:
+                raise NodeUnreachable(
+                    f"agent {self.url}: malformed live states: {exc}"[:300]
+                ) from exc
+            lives += [rebase(live, data["_offset"]) for live in answered]
+        return lives
 
     def alive(self, members: Iterable[Member]) -> list[Member]:
         data = self._call("POST", "/v1/alive", {"members": wire.dump_members(list(members))})

@@ -16,6 +16,9 @@ from actuator.models import LiveState, Member, SignalResult, Target
 
 PROTOCOL = "gpu-reclaimer-agent/1"
 MAX_MEMBERS = 10_000
+# One node's due re-checks in one request (actuator/fleet/remote.py chunks more): each is a
+# few /proc reads and one shared NVML reading, so a full batch answers well within a timeout.
+MAX_INSPECT = 64
 
 _live = TypeAdapter(LiveState)
 _target = TypeAdapter(Target)
@@ -29,6 +32,12 @@ class _Body(BaseModel):
 
 class InspectRequest(_Body):
     target: Target
+
+
+class InspectManyRequest(_Body):
+    """Several re-checks in one request, answered in the order asked."""
+
+    targets: list[Target] = Field(min_length=1, max_length=MAX_INSPECT)
 
 
 class AliveRequest(_Body):
@@ -71,6 +80,13 @@ def dump_live(live: LiveState) -> dict[str, Any]:
 
 def load_live(data: Any) -> LiveState:
     return _live.validate_python(data)
+
+
+def load_lives(data: Any, count: int) -> list[LiveState]:
+    """An inspect-many answer: exactly `count` live states, or ValueError."""
+    if not isinstance(data, list) or len(data) != count:
+        raise ValueError(f"expected {count} live states, got {type(data).__name__}")
+    return [_live.validate_python(item) for item in data]
 
 
 def dump_target(target: Target) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ class LoudNode:
     """A node fake that fails the test on any real signal."""
 
     name = "n1"
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        return [self.inspect(target) for target in targets]
 
     def inspect(self, target: Target) -> LiveState:
         return LiveState(sampled_at=time.time(), exists=False)

@@ -7,6 +7,7 @@ import contextlib
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notifications.notify import NoticeResult
-from actuator.reconciler import Reconciler
+from actuator.reconciler import BATCHED_FRESH_FOR, Reconciler
 from actuator.runtime import Runtime
 from actuator.store import database as database_module
 from actuator.store import open_store
@@ -59,6 +60,12 @@ class ScriptedNode:
     lingering: set[int] = field(default_factory=set)  # outlive a signal while they exist
     inspected: Any = None  # called with the PID after each inspection (the job acts on)
     events: list[tuple[str, int]] | None = None  # ("look", pid), (signal, pid) when given
+
+    batches: list[int] = field(default_factory=list)  # each inspect-many call's size
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        self.batches.append(len(targets))
+        return [self.inspect(target) for target in targets]
 
     def inspect(self, target: Target) -> LiveState:
         if target.pid in self.raises:
@@ -420,6 +427,31 @@ def test_a_warned_case_is_rechecked_every_few_seconds_and_signalled_on_a_fresh_l
     assert deadline <= case.term_mono < deadline + 1  # not a tick past the deadline
     # Decided on a re-check at that tick, and looked at once more before the signal:
     assert looked.count(case.term_mono) == 2
+
+
+def test_a_node_s_due_cases_are_re_checked_in_one_call_unless_its_answer_came_late(
+    tmp_path: Path, database: str
+) -> None:
+    h = Harness(tmp_path, database)
+    pids = (101, 102, 103)
+    h.node.live = {p: idle_live(h.clock, p) for p in pids}
+    looks: list[int] = []
+    h.node.inspected = looks.append
+    h.fire(*pids)
+    r = h.reconciler()
+    h.run(r)
+    assert h.node.batches == [3] and sorted(looks) == list(pids)  # one call, each looked at once
+    # An answer that took longer than BATCHED_FRESH_FOR is old news: each case asks alone.
+    h.node.batches, looks[:] = [], []
+
+    def slow(pid: int) -> None:
+        looks.append(pid)
+        h.clock.advance(BATCHED_FRESH_FOR / 2)
+
+    h.node.inspected = slow
+    h.run(r)
+    assert h.node.batches == [3] and sorted(looks) == sorted(pids * 2)
+    assert {h.state(p) for p in pids} == {State.NOTIFIED}  # decided on their own looks
 
 
 def test_a_new_case_is_looked_at_again_once_its_cpu_window_is_full(

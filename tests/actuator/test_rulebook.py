@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,9 @@ class OneProcessNode:
     def __init__(self, live: LiveState) -> None:
         self.live = live
         self.inspected: list[Target] = []
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        return [self.inspect(target) for target in targets]
 
     def inspect(self, target: Target) -> LiveState:
         self.inspected.append(target)

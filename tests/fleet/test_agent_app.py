@@ -89,6 +89,28 @@ def test_a_process_of_this_node_is_inspected_another_node_s_refused(
     assert refused.status_code == 403 and "serves node" in refused.json["error"]
 
 
+def test_a_node_s_due_re_checks_are_answered_together_in_the_order_asked(
+    agent: Client, workloads: Workloads
+) -> None:
+    small, large = workloads.spawn(memory="1GiB"), workloads.spawn(memory="3GiB")
+    gone = replace(_target(small), pid=small.pid, start_ticks=_target(small).start_ticks + 1)
+    asked = [_target(large), gone, _target(small)]
+    answer = agent.post("/v1/inspect-many", json={"targets": [wire.dump_target(t) for t in asked]})
+    assert answer.status_code == 200, answer.json
+    lives = wire.load_lives(answer.json["lives"], 3)
+    assert [live.gpu_memory_bytes for live in lives] == [3 * GIB, None, GIB]
+    assert lives[1].start_ticks != gone.start_ticks  # another process under that PID
+    # Any target of another node refuses the whole request; so do none and too many.
+    elsewhere = [*asked[:1], replace(_target(small), node="node-b")]
+    refused = agent.post(
+        "/v1/inspect-many", json={"targets": [wire.dump_target(t) for t in elsewhere]}
+    )
+    assert refused.status_code == 403 and "serves node" in refused.json["error"]
+    for count in (0, wire.MAX_INSPECT + 1):
+        body = {"targets": [wire.dump_target(_target(small))] * count}
+        assert agent.post("/v1/inspect-many", json=body).status_code == 422
+
+
 def test_a_signal_step_is_carried_out_once_however_often_asked(
     agent: Client, workloads: Workloads
 ) -> None:

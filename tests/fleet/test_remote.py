@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from actuator.fleet import wire
 from actuator.fleet.remote import ClientTls, RemoteNode, rebase
 from actuator.models import LiveState, Member, Target
 from actuator.node import NodeUnreachable
@@ -120,6 +121,36 @@ def test_the_node_s_readings_are_moved_onto_this_clock(script: tuple[_Script, st
     assert (seen.sampled_at, seen.log_mtime, seen.start_time) == (1000.0, 910.0, 110.0)
     assert seen.heartbeat is None and seen.clock_offset == 10.0
     assert state.seen[0][:2] == ("POST", "/v1/inspect")
+
+
+def test_re_checks_are_asked_together_in_chunks_and_one_by_one_from_an_older_agent(
+    script: tuple[_Script, str],
+) -> None:
+    state, url = script
+    live = {"sampled_at": 990.0, "exists": False}
+    many = wire.MAX_INSPECT + 2
+    state.answers = [
+        (200, _agent({"lives": [live] * wire.MAX_INSPECT})),
+        (200, _agent({"lives": [live] * 2})),
+    ]
+    node = _node(url)
+    seen = node.inspect_many([TARGET] * many)
+    assert len(seen) == many and {s.sampled_at for s in seen} == {1000.0}  # rebased
+    assert [(m, p, len(b["targets"])) for m, p, b in state.seen] == [
+        ("POST", "/v1/inspect-many", wire.MAX_INSPECT),
+        ("POST", "/v1/inspect-many", 2),
+    ]
+    # An answer with a state missing is no answer: no case is judged on a shifted list.
+    state.answers, state.seen = [(200, _agent({"lives": [live]}))], []
+    with pytest.raises(NodeUnreachable, match="expected 2 live states"):
+        _node(url).inspect_many([TARGET, TARGET])
+    # An agent older than this actuator has no such path: asked one by one, and not down.
+    state.answers = [(404, _agent({"error": "not found"})), (200, _agent({"live": live}))]
+    state.seen = []
+    older = _node(url)
+    assert len(older.inspect_many([TARGET, TARGET])) == 2
+    assert len(older.inspect_many([TARGET])) == 1
+    assert [p for _, p, _ in state.seen] == ["/v1/inspect-many"] + ["/v1/inspect"] * 3
 
 
 def test_lists_that_make_no_sense_are_unknown(script: tuple[_Script, str]) -> None:

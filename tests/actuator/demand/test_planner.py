@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,9 @@ class PodNode:
 
     def gpu_processes(self, uuid: str) -> dict[int, int]:
         return dict(self.listed)
+
+    def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
+        return [self.inspect(target) for target in targets]
 
     def inspect(self, target: Target) -> LiveState:
         namespace, _, name = self.pods[target.pid].partition("/")
