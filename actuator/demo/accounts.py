@@ -63,7 +63,7 @@ def day_accounts(*, create_missing: bool, euid: int | None = None) -> Accounts:
         )
     for user in missing:
         why = create(user)
-        if why:
+        if why and not exists(user):  # made meanwhile by another day run: theirs is ours
             return Accounts({}, f"cannot create {user}: {why}; every job runs as you")
     return Accounts(dict(DAY_USERS), "")
 

@@ -190,6 +190,10 @@ def run_demo(args: argparse.Namespace) -> int:
     from actuator.demo.cast import DEMO_CAST
     from actuator.demo.stack import Ports, Stack, StackError, StackOptions
 
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stop)
+    # Ctrl-C must stop everything, even where the parent started us with SIGINT ignored.
+    signal.signal(signal.SIGINT, _raise_stop)
     if args.day:
         return _day(args)
     options = StackOptions(
@@ -204,10 +208,6 @@ def run_demo(args: argparse.Namespace) -> int:
             alertmanager=args.alertmanager_port,
         ),
     )
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_stop)
-    # Ctrl-C must stop everything, even where the parent started us with SIGINT ignored.
-    signal.signal(signal.SIGINT, _raise_stop)
     out = sys.stdout
     try:
         with Stack(options) as stack:
@@ -277,7 +277,7 @@ def _day(args: argparse.Namespace) -> int:
     except StackError as exc:
         print(f"gpu-reclaimer demo: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stop):
         print("\nstopped; every process the demo started is gone.", file=sys.stderr)
         return 0
     return 0

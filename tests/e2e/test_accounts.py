@@ -43,3 +43,16 @@ def test_a_run_directory_the_accounts_cannot_reach_is_named(tmp_path: Path) -> N
     closed.mkdir(mode=0o700)
     with pytest.raises(StackError, match="is closed to other users"):
         Stack(StackOptions(workdir=closed, users={"root": "ops"})).start()
+
+
+def test_an_account_another_day_run_made_meanwhile_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two days started at once both find the accounts missing; the second useradd fails
+    ("already exists"), and that run uses the account as the first does."""
+    monkeypatch.setattr(accounts, "DAY_USERS", {"root": "q"})
+    looks = iter([False, True])  # missing at the first look, there after useradd failed
+    monkeypatch.setattr(accounts, "exists", lambda user: next(looks))
+    monkeypatch.setattr(accounts, "create", lambda user: f"useradd: user '{user}' already exists")
+    assert day_accounts(create_missing=True, euid=0).users == {"root": "q"}
+    looks = iter([False, False])  # a failure that made nothing is still said
+    failed = day_accounts(create_missing=True, euid=0)
+    assert failed.users == {} and "cannot create root" in failed.note
