@@ -259,10 +259,16 @@ class Reconciler:
                         due.append(case)  # else waiting out its grace, re-checked lately
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
-            batched = self._inspect_due(node, due)
-            for case in due:
+            batched: dict[int, Batched] | None = {}  # None: a batch failed, each asks alone
+            for at, case in enumerate(due):
                 try:
-                    self.advance(case, batched.get(case.id))
+                    got = batched.get(case.id) if batched is not None else None
+                    stale = got is None or not self._fresh(got)
+                    if batched is not None and stale and case.state not in SIGNALLED_STATES:
+                        # First, or the node's cases so far took their time: the rest, asked.
+                        batched = self._inspect_due(node, due[at:])
+                        got = batched.get(case.id) if batched is not None else None
+                    self.advance(case, got)
                 except (StoreUnavailable, LeaseLost):
                     raise
                 except Exception as exc:  # one broken case never blocks the others
@@ -300,10 +306,10 @@ class Reconciler:
 
     # -- one step of one case -------------------------------------------------------------
 
-    def _inspect_due(self, name: str, due: list[Case]) -> dict[int, Batched]:
+    def _inspect_due(self, name: str, due: list[Case]) -> dict[int, Batched] | None:
         """The re-checks of a node's due cases, in one round trip (a fleet's agent answers
         them together). Not signalled ones only (theirs is another question); nothing for
-        one case or an unanswered call: each case then asks on its own, as always."""
+        a lone case, and None for an unanswered call: each case then asks on its own."""
         node = self.nodes.get(name)
         asking = [c for c in due if c.state not in SIGNALLED_STATES]
         if node is None or len(asking) < 2:
@@ -314,8 +320,11 @@ class Reconciler:
         except Exception:
             # Unanswered, or one case's re-check broke: each case asks alone, and only a
             # broken one fails its step.
-            return {}
+            return None
         return {c.id: Batched(live, asked) for c, live in zip(asking, lives, strict=True)}
+
+    def _fresh(self, batched: Batched) -> bool:
+        return self.mono() - batched.asked_mono <= BATCHED_FRESH_FOR
 
     def advance(self, case: Case, batched: Batched | None = None) -> None:
         """One step of one case: observe the node (outside the lock, so several nodes are
@@ -326,7 +335,7 @@ class Reconciler:
         node = self.nodes.get(case.node)
         if node is None:
             return
-        fresh = batched is not None and self.mono() - batched.asked_mono <= BATCHED_FRESH_FOR
+        fresh = batched is not None and self._fresh(batched)
         seen = batched.live if batched is not None and fresh else self._observe(case, node)
         with self._acting:
             now, mono = self.clock(), self.mono()

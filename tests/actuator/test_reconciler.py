@@ -429,7 +429,7 @@ def test_a_warned_case_is_rechecked_every_few_seconds_and_signalled_on_a_fresh_l
     assert looked.count(case.term_mono) == 2
 
 
-def test_a_node_s_due_cases_are_re_checked_in_one_call_unless_its_answer_came_late(
+def test_a_node_s_due_cases_are_re_checked_in_one_call_and_a_late_answer_asked_again(
     tmp_path: Path, database: str
 ) -> None:
     h = Harness(tmp_path, database)
@@ -441,17 +441,20 @@ def test_a_node_s_due_cases_are_re_checked_in_one_call_unless_its_answer_came_la
     r = h.reconciler()
     h.run(r)
     assert h.node.batches == [3] and sorted(looks) == list(pids)  # one call, each looked at once
-    # An answer that took longer than BATCHED_FRESH_FOR is old news: each case asks alone.
+    # An answer that took longer than BATCHED_FRESH_FOR is old news: the first case is
+    # looked at alone, and the node's other due cases are asked again, together.
     h.node.batches, looks[:] = [], []
+    late = [BATCHED_FRESH_FOR + 1]
 
     def slow(pid: int) -> None:
         looks.append(pid)
-        h.clock.advance(BATCHED_FRESH_FOR / 2)
+        if late:
+            h.clock.advance(late.pop())
 
     h.node.inspected = slow
     h.run(r)
-    assert h.node.batches == [3] and sorted(looks) == sorted(pids * 2)
-    assert {h.state(p) for p in pids} == {State.NOTIFIED}  # decided on their own looks
+    assert h.node.batches == [3, 2] and sorted(looks) == sorted(pids * 2)
+    assert {h.state(p) for p in pids} == {State.NOTIFIED}
 
 
 def test_a_new_case_is_looked_at_again_once_its_cpu_window_is_full(
