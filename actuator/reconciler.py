@@ -259,14 +259,19 @@ class Reconciler:
                         due.append(case)  # else waiting out its grace, re-checked lately
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
-            batched: dict[int, Batched] | None = {}  # None: a batch failed, each asks alone
+            batched: dict[int, Batched] | None = {}  # None: each case asks alone
+            # Re-checks the batches may ask for: cases that each outlast a batch's freshness
+            # are not asked again and again (at most twice what asking alone would).
+            budget = 2 * len(due)
             for at, case in enumerate(due):
                 try:
                     got = batched.get(case.id) if batched is not None else None
                     stale = got is None or not self._fresh(got)
                     if batched is not None and stale and case.state not in SIGNALLED_STATES:
                         # First, or the node's cases so far took their time: the rest, asked.
-                        batched = self._inspect_due(node, due[at:])
+                        rest = due[at:]
+                        budget -= len(rest)
+                        batched = self._inspect_due(node, rest) if budget >= 0 else None
                         got = batched.get(case.id) if batched is not None else None
                     self.advance(case, got)
                 except (StoreUnavailable, LeaseLost):

@@ -457,6 +457,27 @@ def test_a_node_s_due_cases_are_re_checked_in_one_call_and_a_late_answer_asked_a
     assert {h.state(p) for p in pids} == {State.NOTIFIED}
 
 
+def test_a_node_whose_every_re_check_is_slow_is_not_asked_again_and_again(
+    tmp_path: Path, database: str
+) -> None:
+    """Every batch comes back older than it stays fresh: the batches stop once they have
+    asked twice what asking one by one would, and the rest of the cases ask alone."""
+    h = Harness(tmp_path, database)
+    pids = (101, 102, 103, 104)
+    h.node.live = {p: idle_live(h.clock, p) for p in pids}
+    looks: list[int] = []
+
+    def slow(pid: int) -> None:
+        looks.append(pid)
+        h.clock.advance(BATCHED_FRESH_FOR * 0.4)  # a batch of 3 or 4 comes back stale
+
+    h.node.inspected = slow
+    h.fire(*pids)
+    h.run(h.reconciler())
+    assert h.node.batches == [4, 3]  # then 2 more would pass 2 x 4: each alone
+    assert len(looks) == 4 + 1 + 3 + 1 + 1 + 1
+
+
 def test_a_new_case_is_looked_at_again_once_its_cpu_window_is_full(
     tmp_path: Path, database: str
 ) -> None:
