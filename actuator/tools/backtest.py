@@ -47,6 +47,20 @@ def _labels(rule: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
 
 
+def _recorded(parts: list[tuple[str, dict[str, str]]]) -> str:
+    """What a recorded name stands for: its rule's expression; for a name several rules
+    record (each with its own static labels, as Prometheus allows), the union of theirs,
+    each with its labels set as the rule's `labels:` would set them."""
+    if len(parts) == 1:
+        return parts[0][0]
+    labelled = []
+    for expr, labels in parts:
+        for key, value in labels.items():
+            expr = f'label_replace(\n{expr}\n, {json.dumps(key)}, {json.dumps(value)}, "", "")'
+        labelled.append(f"(\n{expr}\n)")
+    return "\nor\n".join(labelled)
+
+
 class BacktestError(Exception):
     """A rules file or an override the backtest cannot use; the message says why."""
 
@@ -73,18 +87,23 @@ class RuleSet:
             raise BacktestError(f"rules file {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
             raise BacktestError(f"{path}: not a Prometheus rules file (no `groups:` list)")
-        records: dict[str, str] = {}
-        recorded_labels: dict[str, dict[str, str]] = {}
+        parts: dict[str, list[tuple[str, dict[str, str]]]] = {}
         alert_rules: list[dict[str, Any]] = []
         for group in data["groups"]:
             for rule in (group or {}).get("rules") or []:
                 if "record" in rule:
-                    if rule["record"] in records:
-                        raise BacktestError(f"{path}: {rule['record']} is recorded twice")
-                    records[rule["record"]] = str(rule["expr"])
-                    recorded_labels[rule["record"]] = _labels(rule)
+                    name, labels = rule["record"], _labels(rule)
+                    if any(seen == labels for _, seen in parts.get(name, [])):
+                        raise BacktestError(f"{path}: {name} is recorded twice with one label set")
+                    parts.setdefault(name, []).append((str(rule["expr"]), labels))
                 elif "alert" in rule:
                     alert_rules.append(rule)
+        records = {name: _recorded(found) for name, found in parts.items()}
+        # A name recorded once keeps its static labels apart (an alert inherits them); one
+        # recorded by several rules carries them in its expression (_recorded).
+        recorded_labels = {
+            name: found[0][1] if len(found) == 1 else {} for name, found in parts.items()
+        }
         alerts: dict[str, Alert] = {}
         for rule in alert_rules:
             try:

@@ -158,3 +158,29 @@ def test_a_recorded_series_used_with_a_range_cannot_be_inlined(tmp_path: Path) -
     rules = RuleSet.load(path)
     with pytest.raises(BacktestError, match="used with a selector or range"):
         rules.expanded(rules.alerts["X"].expr)
+
+
+def test_a_name_recorded_by_several_rules_is_their_union_with_each_rules_labels(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rules.yml"
+    rule = "  - record: a:size\n    expr: {expr}\n    labels:\n      size: {size}\n"
+    path.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        + rule.format(expr="m < 2", size="small")
+        + rule.format(expr="m >= 2", size="large")
+        + "  - alert: X\n    expr: up * on (i) group_left (size) a:size\n"
+    )
+    expanded = RuleSet.load(path).expanded("a:size")
+    assert 'label_replace(\nm < 2\n, "size", "small", "", "")' in expanded
+    assert 'label_replace(\nm >= 2\n, "size", "large", "", "")' in expanded
+    assert "\nor\n" in expanded
+    # One label set recorded twice would be two rules writing the same series.
+    path.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        + rule.format(expr="m < 2", size="small")
+        + rule.format(expr="m < 3", size="small")
+        + "  - alert: X\n    expr: a:size\n"
+    )
+    with pytest.raises(BacktestError, match="recorded twice with one label set"):
+        RuleSet.load(path)
