@@ -56,7 +56,9 @@ def _recorded(parts: list[tuple[str, dict[str, str]]]) -> str:
     labelled = []
     for expr, labels in parts:
         for key, value in labels.items():
-            expr = f'label_replace(\n{expr}\n, {json.dumps(key)}, {json.dumps(value)}, "", "")'
+            # label_replace's replacement expands `$1`: `$$` is a literal `$`
+            literal = json.dumps(value.replace("$", "$$"))
+            expr = f'label_replace(\n{expr}\n, {json.dumps(key)}, {literal}, "", "")'
         labelled.append(f"(\n{expr}\n)")
     return "\nor\n".join(labelled)
 
