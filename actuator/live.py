@@ -160,6 +160,11 @@ class Inspector:
     def proc_root(self) -> Path:
         return self.evidence.proc_root
 
+    @property
+    def boot_id(self) -> str:
+        """This boot's id, read once: a boot id never changes under a running process."""
+        return self._boot_id
+
     def _presence_of(self, uid: int, pid: int) -> OwnerPresence | None:
         """The owner's presence for their process `pid` through the exporter's own reader
         (None: not read): their login sessions, and the connections to the notebook servers
@@ -178,7 +183,8 @@ class Inspector:
         if seen is None:
             return None
         presence, servers = seen
-        lineage = ancestry(pid, self.proc_root)
+        # The lineage walk reads a stat per ancestor: only worth it under a notebook server.
+        lineage = ancestry(pid, self.proc_root) if servers else set()
         return replace(presence, notebook_connections=connections_under(servers, lineage))
 
     def _read_presence(self, uid: int) -> SeenPresence | None:

@@ -176,30 +176,45 @@ class LocalNode:
     # -- evidence ------------------------------------------------------------------------
 
     def inspect(self, target: Target) -> LiveState:
-        live = self.inspector.inspect(target)
-        if self.checkpointer is None or not self._same(target):
-            return live
-        # A simulated driver's room is the simulated host's; a real one's is the kernel's
-        # and the process's memory cgroups' (actuator/host_memory.py), the tighter.
-        room = self.checkpointer.host_room()
-        if room is None and isinstance(self.checkpointer, SimCheckpointer):
-            return replace(live, checkpoint_state=self.checkpointer.state(target.pid))
-        return replace(
-            live,
-            checkpoint_state=self.checkpointer.state(target.pid),
-            host_memory_available=room
-            if room is not None
-            else checkpoint_room(target.pid, self.proc_root, self.cgroup_root),
-        )
+        return self.inspect_many([target])[0]
 
     def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
-        return [self.inspect(target) for target in targets]
+        lives = [self.inspector.inspect(target) for target in targets]
+        if self.checkpointer is None:
+            return lives
+        # A simulated driver's room is the simulated host's, one figure for the node: read
+        # once for the batch. A real one's is the kernel's and each process's memory
+        # cgroups' (actuator/host_memory.py), the tighter, read per process.
+        room: int | None = None
+        room_read = False
+        found = []
+        for target, live in zip(targets, lives, strict=True):
+            if not self._same(target):
+                found.append(live)
+                continue
+            if not room_read:
+                room, room_read = self.checkpointer.host_room(), True
+            state = self.checkpointer.state(target.pid)
+            if room is None and isinstance(self.checkpointer, SimCheckpointer):
+                found.append(replace(live, checkpoint_state=state))
+                continue
+            found.append(
+                replace(
+                    live,
+                    checkpoint_state=state,
+                    host_memory_available=room
+                    if room is not None
+                    else checkpoint_room(target.pid, self.proc_root, self.cgroup_root),
+                )
+            )
+        return found
 
     def _same(self, target: Target) -> bool:
-        """The process under the PID is the target (its start ticks, this boot)."""
+        """The process under the PID is the target (its start ticks, this boot: the boot id
+        read when the agent started, as no agent outlives its boot)."""
         return (
-            procfs.start_ticks(target.pid, self.proc_root) == target.start_ticks
-            and procfs.boot_id(self.proc_root) == target.boot_id
+            self.inspector.boot_id == target.boot_id
+            and procfs.start_ticks(target.pid, self.proc_root) == target.start_ticks
         )
 
     # -- the suspend rung ----------------------------------------------------------------

@@ -195,7 +195,12 @@ class AgentApp:
     def on_send(self, request: Request) -> Response:
         req: wire.SignalRequest = self.body(request, wire.SignalRequest)
         self.ours(req.target.node)
-        key = f"{req.key}:{req.signal}:{'dry' if req.dry_run else 'real'}"
+        if req.dry_run:
+            # Nothing is sent, so asking again changes nothing either: a rehearsal takes no
+            # place in the journal (two fsync'd commits per case in an observe-mode storm).
+            results = self.node.signal_tree(req.target, req.members, req.signum, dry_run=True)
+            return self.answer({"results": wire.dump_results(results), "replayed": False})
+        key = f"{req.key}:{req.signal}:real"
         with self.lock:
             earlier = self.journal.claim(key)
             if earlier is not None:

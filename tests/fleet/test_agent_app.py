@@ -5,6 +5,7 @@ malformed request refused whole with its reason. Over mutual TLS: tests/fleet/te
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -127,15 +128,21 @@ def test_a_signal_step_is_carried_out_once_however_often_asked(
     assert 'gpu_reclaimer_agent_signals_total{signal="SIGTERM"} 1.0' in metrics
 
 
-def test_a_dry_run_sends_nothing(agent: Client, workloads: Workloads) -> None:
+def test_a_dry_run_sends_nothing_and_takes_no_place_in_the_journal(
+    agent: Client, workloads: Workloads, tmp_path: Path
+) -> None:
     w = workloads.spawn()
-    answer = agent.post("/v1/signal", json=_signal(w, "case-2:term", dry_run=True))
-    assert answer.status_code == 200, answer.json
-    assert answer.json["results"] == [
-        {"pid": w.pid, "signal": "SIGTERM", "sent": False, "detail": "dry run"}
-    ]
+    for _ in range(2):  # asked again, a rehearsal is rehearsed again: it changes nothing
+        answer = agent.post("/v1/signal", json=_signal(w, "case-2:term", dry_run=True))
+        assert answer.status_code == 200, answer.json
+        assert answer.json["replayed"] is False
+        assert answer.json["results"] == [
+            {"pid": w.pid, "signal": "SIGTERM", "sent": False, "detail": "dry run"}
+        ]
     with pytest.raises(subprocess.TimeoutExpired):
         w.proc.wait(timeout=1.0)  # still running
+    with sqlite3.connect(tmp_path / "journal.sqlite") as journal:
+        assert journal.execute("SELECT count(*) FROM steps").fetchone() == (0,)
     # The real step under the same key is another step: it is carried out.
     real = agent.post("/v1/signal", json=_signal(w, "case-2:term"))
     assert real.json["replayed"] is False and real.json["results"][0]["sent"] is True
