@@ -162,6 +162,8 @@ class Intake:
         if is_open:
             return
         flagged = self.store.flagged_since(self.mono() - breaker.window, case.node)
+        if flagged < breaker.min_flagged:
+            return  # too few to open it whatever the node monitors: no call to its agent
         monitored = self.nodes[case.node].monitored_count()
         reason = breaker_should_open(flagged, monitored, breaker)
         if reason is None:

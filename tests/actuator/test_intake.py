@@ -22,8 +22,12 @@ TICKS, BOOT = "123456", "0b31359f-79be-4c80-b06e-652cb015d9d5"
 class CountingNode:
     """The one thing intake asks a node: how many processes it monitors (the breaker)."""
 
+    def __init__(self, monitored: int = 100) -> None:
+        self.monitored, self.asked = monitored, 0
+
     def monitored_count(self) -> int:
-        return 100
+        self.asked += 1
+        return self.monitored
 
 
 def labels(pid: int, **over: str) -> dict[str, str]:
@@ -39,7 +43,7 @@ def labels(pid: int, **over: str) -> dict[str, str]:
     }
 
 
-def intake(tmp_path: Path) -> tuple[Intake, Store, Path]:
+def intake(tmp_path: Path, node: CountingNode | None = None) -> tuple[Intake, Store, Path]:
     config = ActuatorConfig.model_validate(
         {
             "storage": {
@@ -55,7 +59,7 @@ def intake(tmp_path: Path) -> tuple[Intake, Store, Path]:
         config,
         store,
         AuditLog(tmp_path / "audit.jsonl"),
-        NodeDirectory({"n1": CountingNode()}),  # type: ignore[dict-item]
+        NodeDirectory({"n1": node or CountingNode()}),  # type: ignore[dict-item]
         clock=lambda: 1_800_000_000.0,
         mono=lambda: 1000.0,
         pid_max=2**22,
@@ -99,3 +103,20 @@ def test_a_second_alert_for_a_process_joins_its_live_case(tmp_path: Path) -> Non
     made.ingest()
     (case,) = store.list_cases(limit=10)
     assert case.alertname == "GpuProcessIdle" and store.pending_episodes() == []
+
+
+def test_the_breaker_asks_the_node_only_once_enough_are_flagged_to_open_it(
+    tmp_path: Path,
+) -> None:
+    """Below `breaker.min_flagged` (5) no share can open the breaker, so intake does not
+    ask the node's agent what it monitors: in a storm that was a round trip per delivery,
+    inside the webhook's answer. At the threshold it asks, and 5 of 8 opens it."""
+    node = CountingNode(monitored=8)
+    made, store, _ = intake(tmp_path, node)
+    for pid in range(4201, 4205):
+        post(store, alert(labels=labels(pid), fingerprint=str(pid)))
+        made.ingest()
+    assert node.asked == 0 and store.breaker()[0] is False
+    post(store, alert(labels=labels(4205), fingerprint="4205"))
+    made.ingest()
+    assert node.asked == 1 and store.breaker()[0] is True
