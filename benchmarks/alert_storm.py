@@ -261,6 +261,21 @@ def stop(processes: list[Any], *, group: bool = False) -> None:
         process.wait()
 
 
+def agent_calls(base: Path, agents: list[subprocess.Popen[str]]) -> dict[str, float]:
+    """The requests the agents answered, by endpoint (each stand-in writes its sum on
+    SIGUSR1: benchmarks/fleet_agents.py)."""
+    calls: dict[str, float] = {}
+    for agent in agents:
+        path = base / f"agent-calls-{agent.pid}.json"
+        agent.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for endpoint, count in (json.loads(path.read_text()) if path.exists() else {}).items():
+            calls[endpoint] = calls.get(endpoint, 0) + count
+    return calls
+
+
 def leader(database: str, replicas: list[subprocess.Popen[bytes]]) -> int | None:
     """The index of the replica whose worker holds the reconciler's lease (None where it
     cannot be told within 10 s)."""
@@ -431,6 +446,7 @@ def main() -> int:
             time.sleep(1)
         actuator_cpu += sum(cpu(psutil.Process(r.pid)) for r in replicas)
         agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
+        calls = agent_calls(base, fleet.agents)
         rows = query(database, CASES)
     finally:
         cleanup.close()
@@ -468,6 +484,10 @@ def main() -> int:
         f"| {actuator_cpu * per_case:.1f} ms | {agents_cpu * per_case:.1f} ms |"
     )
     print("states: " + ", ".join(f"{k}: {v:,}" for k, v in sorted(by_state.items())))
+    print(
+        "agent requests per case: "
+        + ", ".join(f"{k} {v * per_case / 1000:.2f}" for k, v in sorted(calls.items()))
+    )
     median = 1000 * statistics.median(poster.acks)
     print(f"ack median {median:.1f} ms over {len(poster.acks):,} answers")
     return 0 if not (wanted - set(keys)) and len(keys) == len(set(keys)) else 1
