@@ -33,7 +33,7 @@ from actuator.decisions import Decision, after_notice
 from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
 from actuator.ladder import FIRST_SIGNAL, LADDER, Action, Rung, rung_of
-from actuator.models import Case, CaseUpdate, LiveState, Reason, State
+from actuator.models import Case, CaseUpdate, LiveState, Reason, Rehearsal, State
 from actuator.node import Node
 from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts, RestoreNews
 from actuator.notifications.notify import NoticeResult, Notifier
@@ -88,6 +88,14 @@ class Step:
     now: float
 
 
+@dataclass(frozen=True)
+class Rehearsed:
+    """A step's rehearsed signal, to be sent with the rest of its node's (NodeBatches)."""
+
+    step: Step
+    rehearsal: Rehearsal
+
+
 class NoHandler(RuntimeError):
     """A rung of the ladder that the executor cannot carry out: it would be committed and
     audited but send nothing, so the executor refuses to exist instead."""
@@ -127,9 +135,10 @@ class Executor:
         if missing:
             raise NoHandler(f"no handler for the ladder's rung(s) {', '.join(missing)}")
 
-    def carry_out(self, step: Step) -> Outcome:
+    def carry_out(self, step: Step, rehearsals: list[Rehearsed] | None = None) -> Outcome:
         """What the committed decision means: its rung's effect, then its new state's;
-        returns what was done."""
+        returns what was done. A bare process's rehearsed signal goes into `rehearsals`
+        where given (the node's batch sends them together), else to the node at once."""
         effect = self._effects.get(step.decision.action)  # WAIT and MOVE have none
         done = effect(step) if effect is not None else NOTHING
         state, case = step.decision.state, step.case
@@ -146,7 +155,11 @@ class Executor:
         elif state == State.FAILED and self.alerts is not None:
             self.alerts.failed(case)
         elif state == State.OBSERVED and step.live is not None:
-            self._rehearse(step)
+            rehearsal = self._rehearse(step)
+            if rehearsal is not None and rehearsals is not None:
+                rehearsals.append(Rehearsed(step, rehearsal))
+            elif rehearsal is not None:
+                step.node.rehearse_many([rehearsal])
         return done
 
     # -- the effects -------------------------------------------------------------------
@@ -205,9 +218,10 @@ class Executor:
         assert rung.signal is not None
         return self._signal(case, step.node, rung.signal, dry_run=False)
 
-    def _rehearse(self, step: Step) -> None:
+    def _rehearse(self, step: Step) -> Rehearsal | None:
         """Observe/notify mode: the same side effects enforcement would use, as dry runs
-        (the notice, and the rung after it)."""
+        (the notice, and the rung after it): a scheduler's step here, a bare process's
+        signal returned to be sent (None: nothing more to send)."""
         case, live, scheduler = step.case, step.live, step.scheduler
         rehearsed = FIRST_SIGNAL
         assert live is not None
@@ -218,13 +232,12 @@ class Executor:
             scheduler.claim(rehearsal, live).apply_to(rehearsal)  # a copy: nothing recorded
             if scheduler.owns(rehearsal):
                 self._through_scheduler(rehearsal, scheduler, rehearsed, dry_run=True)
-                return
+                return None
         assert rehearsed.signal is not None
-        step.node.signal_tree(
+        return Rehearsal(
             rehearsal.target,
-            rehearsal.members,
-            rehearsed.signal,
-            dry_run=True,
+            tuple(rehearsal.members),
+            rehearsed.signal.name,
             key=f"case-{case.id}",
         )
 

@@ -20,7 +20,7 @@ from actuator.checkpoint import CheckpointResult, Remap, SimCheckpointer, checkp
 from actuator.config import NodeConfig
 from actuator.host_memory import CGROUP, checkpoint_room
 from actuator.live import Evidence, Inspector, process_tree
-from actuator.models import LiveState, Member, SignalResult, Target
+from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
 from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from actuator.protect import Protection
@@ -74,6 +74,11 @@ class Node(Protocol):
     ) -> list[SignalResult]:
         """Signal the tree; `key` names the escalation step, so a remote node carries a
         retried step out once."""
+        ...
+
+    def rehearse_many(self, rehearsals: Sequence[Rehearsal]) -> list[list[SignalResult]]:
+        """Dry runs of several steps, in the order given (a node's rehearsals of a pass,
+        one round trip): what each would send, nothing sent."""
         ...
 
     def wait_exit(self, timeout: float) -> None: ...
@@ -360,6 +365,12 @@ class LocalNode:
                 continue
             results.append(self.pidfds.send(m, sig, dry_run=dry_run))
         return results
+
+    def rehearse_many(self, rehearsals: Sequence[Rehearsal]) -> list[list[SignalResult]]:
+        return [
+            self.signal_tree(r.target, r.members, signal.Signals[r.signal], dry_run=True)
+            for r in rehearsals
+        ]
 
 
 def _pod_resources(socket_path: str | None) -> PodResources | None:

@@ -23,7 +23,7 @@ from actuator.audit_records import DecisionAborted, DecisionMade
 from actuator.decision_record import StepEvidence, decision_record
 from actuator.decisions import Decision
 from actuator.demand.planner import DemandPlanner
-from actuator.executor import Executor, Outcome, Step
+from actuator.executor import Executor, Outcome, Rehearsed, Step
 from actuator.ladder import Action, commits_alone, rung_for, takes_tree
 from actuator.models import Case, CaseUpdate, LiveState, State
 from actuator.notifications.notice import ProvenFacts, disagreements
@@ -218,6 +218,7 @@ class NodeBatches:
                 self.aborted(b.step.case, b.record.decision_id, str(exc))
             raise
         failed: BaseException | None = None
+        rehearsals: list[Rehearsed] = []  # the node's, sent together after the loop
         # Signals first: a KILL's escalation never waits on another case's notice.
         ordered = sorted(
             zip(steps, made, strict=True),
@@ -232,15 +233,27 @@ class NodeBatches:
             if takes_tree(d.action):
                 batch.signalled.add(case)  # before its signal: the pass's next decisions
             try:
-                batch.done(case, self.executor.carry_out(b.step))
+                batch.done(case, self.executor.carry_out(b.step, rehearsals))
                 if d.state == State.RECLAIMED:
                     self.planner.reclaimed(case, b.mono)
             except (StoreUnavailable, LeaseLost) as exc:
                 failed = failed or exc  # the batch's other committed steps are still carried out
             except Exception as exc:  # one broken case never blocks the others
                 self.step_failed(case, exc)
+        self._rehearse(rehearsals)
         if failed is not None:
             raise failed
+
+    def _rehearse(self, rehearsals: list[Rehearsed]) -> None:
+        """The node's rehearsed signals in one round trip (dry runs: each tree verified as
+        for a real signal, nothing sent); a failed call fails each of their steps."""
+        if not rehearsals:
+            return
+        try:
+            rehearsals[0].step.node.rehearse_many([r.rehearsal for r in rehearsals])
+        except Exception as exc:
+            for r in rehearsals:
+                self.step_failed(r.step.case, exc)
 
     def aborted(self, case: Case, decision_id: str, why: str) -> None:
         """The audit must not show a decision that was not carried out as if it was."""

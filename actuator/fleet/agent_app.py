@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
+from signal import Signals
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -65,6 +66,7 @@ _ROUTES = Map(
         Rule("/v1/slurm/jobs/<job>/processes", endpoint="job_processes", methods=["GET"]),
         Rule("/v1/monitored", endpoint="monitored", methods=["GET"]),
         Rule("/v1/signal", endpoint="send", methods=["POST"]),
+        Rule("/v1/rehearse", endpoint="rehearse", methods=["POST"]),
         Rule("/v1/checkpoint", endpoint="checkpoint", methods=["POST"]),
     ]
 )
@@ -213,6 +215,20 @@ class AgentApp:
             if r.sent:
                 self.signals_total.labels(r.signal).inc()
         return self.answer({"results": wire.dump_results(results), "replayed": False})
+
+    def on_rehearse(self, request: Request) -> Response:
+        """A node's rehearsed steps together: each tree verified as for a real signal,
+        nothing sent, nothing journalled (asking again changes nothing)."""
+        req: wire.RehearseRequest = self.body(request, wire.RehearseRequest)
+        for step in req.steps:
+            self.ours(step.target.node)
+        answers = [
+            wire.dump_results(
+                self.node.signal_tree(step.target, step.members, Signals[step.signal], dry_run=True)
+            )
+            for step in req.steps
+        ]
+        return self.answer({"results": answers})
 
     def on_checkpoint(self, request: Request) -> Response:
         """Suspend or resume one process through the node's checkpointer, once per key."""

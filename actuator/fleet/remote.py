@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from actuator.checkpoint import CheckpointResult
 from actuator.endpoints import POOL_SIZE, EndpointError, exchange
 from actuator.fleet import wire
-from actuator.models import LiveState, Member, SignalResult, Target
+from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
 from actuator.node import NodeUnreachable
 
 SIGNAL_ATTEMPTS = 3
@@ -33,6 +33,8 @@ SIGNAL_ATTEMPTS = 3
 CHECKPOINT_TIMEOUT = 180.0
 MAX_ANSWER = 16 * 2**20  # an agent's answer: a process tree or a GPU's list, never near this
 HEADERS = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
+# After an agent's 404 on a batched path, its calls go one at a time this long (s).
+UNSERVED_RETRY = 600.0
 
 
 class NotServed(NodeUnreachable):
@@ -78,7 +80,10 @@ class RemoteNode:
         self.backoff = min(30.0, 2 * timeout)
         self._down_until = float("-inf")
         self._down_why = ""
-        self._batches = True  # until an older agent says it has no /v1/inspect-many
+        # Paths an older agent said it does not serve (404), and until when (monotonic) the
+        # calls they batch go one at a time: asked again after that, as an agent upgraded
+        # meanwhile serves them.
+        self._unserved: dict[str, float] = {}
 
     def _call(
         self,
@@ -145,18 +150,25 @@ class RemoteNode:
             raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
         return rebase(live, data["_offset"])
 
+    def _serves(self, path: str) -> bool:
+        return time.monotonic() >= self._unserved.get(path, float("-inf"))
+
+    def _not_served(self, path: str) -> None:
+        self._unserved[path] = time.monotonic() + UNSERVED_RETRY
+
     def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
         """Up to `wire.MAX_INSPECT` re-checks a request; one by one from an older agent."""
-        if not self._batches:
+        path = "/v1/inspect-many"
+        if not self._serves(path):
             return [self.inspect(target) for target in targets]
         lives: list[LiveState] = []
         for at in range(0, len(targets), wire.MAX_INSPECT):
             chunk = list(targets[at : at + wire.MAX_INSPECT])
             body = {"targets": [wire.dump_target(t) for t in chunk]}
             try:
-                data = self._call("POST", "/v1/inspect-many", body)
+                data = self._call("POST", path, body)
             except NotServed:
-                self._batches = False
+                self._not_served(path)
                 return lives + [self.inspect(target) for target in targets[at:]]
             try:
                 answered = wire.load_lives(data.get("lives"), len(chunk))
@@ -166,6 +178,34 @@ class RemoteNode:
                 ) from exc
             lives += [rebase(live, data["_offset"]) for live in answered]
         return lives
+
+    def rehearse_many(self, rehearsals: Sequence[Rehearsal]) -> list[list[SignalResult]]:
+        """Up to `wire.MAX_INSPECT` rehearsed steps a request; one by one (dry-run signal
+        steps) from an older agent."""
+        path = "/v1/rehearse"
+        if not self._serves(path):
+            return [self._rehearse_alone(r) for r in rehearsals]
+        answers: list[list[SignalResult]] = []
+        for at in range(0, len(rehearsals), wire.MAX_INSPECT):
+            chunk = list(rehearsals[at : at + wire.MAX_INSPECT])
+            body = {"steps": [wire.dump_rehearsal(r) for r in chunk]}
+            try:
+                data = self._call("POST", path, body)
+            except NotServed:
+                self._not_served(path)
+                return answers + [self._rehearse_alone(r) for r in rehearsals[at:]]
+            try:
+                answers += wire.load_result_lists(data.get("results"), len(chunk))
+            except (ValidationError, ValueError) as exc:
+                raise NodeUnreachable(
+                    f"agent {self.url}: malformed rehearsal results: {exc}"[:300]
+                ) from exc
+        return answers
+
+    def _rehearse_alone(self, rehearsal: Rehearsal) -> list[SignalResult]:
+        sig = signal.Signals[rehearsal.signal]
+        key = rehearsal.key or None
+        return self.signal_tree(rehearsal.target, rehearsal.members, sig, dry_run=True, key=key)
 
     def alive(self, members: Iterable[Member]) -> list[Member]:
         data = self._call("POST", "/v1/alive", {"members": wire.dump_members(list(members))})

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from actuator.ladder import SIGNAL_NAMES
-from actuator.models import LiveState, Member, SignalResult, Target
+from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
 
 PROTOCOL = "gpu-reclaimer-agent/1"
 MAX_MEMBERS = 10_000
@@ -57,6 +57,19 @@ class SignalRequest(_Body):
     @property
     def signum(self) -> Signals:
         return Signals[self.signal]
+
+
+class RehearsalStep(_Body):
+    target: Target
+    members: list[Member] = Field(max_length=MAX_MEMBERS)
+    signal: str = Field(pattern="^(" + "|".join(SIGNAL_NAMES) + ")$")
+
+
+class RehearseRequest(_Body):
+    """A node's rehearsed steps (dry runs: nothing sent, nothing journalled), answered in
+    the order asked."""
+
+    steps: list[RehearsalStep] = Field(min_length=1, max_length=MAX_INSPECT)
 
 
 class CheckpointRequest(_Body):
@@ -111,3 +124,18 @@ def dump_results(results: list[SignalResult]) -> list[dict[str, Any]]:
 
 def load_results(data: Any) -> list[SignalResult]:
     return _results.validate_python(data)
+
+
+def dump_rehearsal(rehearsal: Rehearsal) -> dict[str, Any]:
+    return {
+        "target": dump_target(rehearsal.target),
+        "members": dump_members(list(rehearsal.members)),
+        "signal": rehearsal.signal,
+    }
+
+
+def load_result_lists(data: Any, count: int) -> list[list[SignalResult]]:
+    """Exactly `count` lists of results (one per step asked), or ValueError."""
+    if not isinstance(data, list) or len(data) != count:
+        raise ValueError(f"expected {count} result lists")
+    return [_results.validate_python(results) for results in data]

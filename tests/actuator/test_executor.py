@@ -16,7 +16,7 @@ from actuator.audit_records import KubeReclaim
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
 from actuator.ladder import Verb
-from actuator.models import UNSET, Case, CaseUpdate, Reason, SignalResult, State
+from actuator.models import UNSET, Case, CaseUpdate, Reason, Rehearsal, SignalResult, State
 from actuator.notifications.notice import ProvenFacts
 from actuator.notifications.notify import NullNotifier
 from actuator.policy import Mode, Notice
@@ -36,6 +36,11 @@ class Node:
     ) -> list[SignalResult]:
         self.signalled.append((sig.name, dry_run))
         return [SignalResult(4242, sig.name, not dry_run, "ok")]
+
+    def rehearse_many(self, rehearsals: list[Rehearsal]) -> list[list[SignalResult]]:
+        for r in rehearsals:
+            self.signalled.append((r.signal, True))
+        return [[SignalResult(4242, r.signal, False, "dry run")] for r in rehearsals]
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"unexpected Node.{name}")

@@ -20,7 +20,7 @@ from actuator.audit import AuditLog
 from actuator.audit_records import DecisionMade
 from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
-from actuator.models import LiveState, Member, SignalResult, State, Target
+from actuator.models import LiveState, Member, Rehearsal, SignalResult, State, Target
 from actuator.notifications.notify import NoticeResult
 from actuator.reconciler import BATCHED_FRESH_FOR, Reconciler
 from actuator.runtime import Runtime
@@ -90,6 +90,12 @@ class ScriptedNode:
 
     def job_processes(self, job):  # type: ignore[no-untyped-def]
         return []
+
+    rehearsed: list[int] = field(default_factory=list)  # each rehearse-many call's size
+
+    def rehearse_many(self, rehearsals: Sequence[Rehearsal]) -> list[list[SignalResult]]:
+        self.rehearsed.append(len(rehearsals))
+        return [[] for _ in rehearsals]
 
     def signal_tree(self, target, members, sig, *, dry_run, key=None):  # type: ignore[no-untyped-def]
         if dry_run:
@@ -455,6 +461,22 @@ def test_a_node_s_due_cases_are_re_checked_in_one_call_and_a_late_answer_asked_a
     h.run(r)
     assert h.node.batches == [3, 2] and sorted(looks) == sorted(pids * 2)
     assert {h.state(p) for p in pids} == {State.NOTIFIED}
+
+
+def test_in_observe_mode_a_node_s_rehearsals_of_a_pass_go_in_one_call(
+    tmp_path: Path, database: str
+) -> None:
+    """Each observed case rehearses the signal enforcement would send (a dry run through
+    the node, each tree verified): a node's rehearsals of a pass are one round trip, not
+    one per case; nothing is sent."""
+    h = Harness(tmp_path, database, mode="observe")
+    pids = (101, 102, 103)
+    h.node.live = {p: idle_live(h.clock, p) for p in pids}
+    h.fire(*pids)
+    r = h.reconciler()
+    h.run(r, ticks=5)
+    assert {h.state(p) for p in pids} == {State.OBSERVED}
+    assert h.node.rehearsed == [3] and h.node.signalled == []
 
 
 def test_a_node_whose_every_re_check_is_slow_is_not_asked_again_and_again(

@@ -148,6 +148,39 @@ def test_a_dry_run_sends_nothing_and_takes_no_place_in_the_journal(
     assert real.json["replayed"] is False and real.json["results"][0]["sent"] is True
 
 
+def test_a_node_s_rehearsals_are_answered_together_and_send_nothing(
+    agent: Client, workloads: Workloads, tmp_path: Path
+) -> None:
+    first, second = workloads.spawn(), workloads.spawn()
+    steps = [
+        {k: v for k, v in _signal(w, "unused").items() if k in ("target", "members", "signal")}
+        for w in (first, second)
+    ]
+    answer = agent.post("/v1/rehearse", json={"steps": steps})
+    assert answer.status_code == 200, answer.json
+    assert answer.json["results"] == [
+        [{"pid": w.pid, "signal": "SIGTERM", "sent": False, "detail": "dry run"}]
+        for w in (first, second)
+    ]
+    for w in (first, second):
+        with pytest.raises(subprocess.TimeoutExpired):
+            w.proc.wait(timeout=0.5)  # still running
+    with sqlite3.connect(tmp_path / "journal.sqlite") as journal:
+        assert journal.execute("SELECT count(*) FROM steps").fetchone() == (0,)
+    # Another node's step refuses the whole request; so do none, too many, and a key
+    # (a rehearsal has no step to keep) or a signal off the ladder.
+    elsewhere = {**steps[0], "target": {**steps[0]["target"], "node": "node-b"}}
+    refused = agent.post("/v1/rehearse", json={"steps": [steps[0], elsewhere]})
+    assert refused.status_code == 403 and "serves node" in refused.json["error"]
+    for bad in (
+        [],
+        [steps[0]] * (wire.MAX_INSPECT + 1),
+        [{**steps[0], "key": "case-1"}],
+        [{**steps[0], "signal": "SIGSTOP"}],
+    ):
+        assert agent.post("/v1/rehearse", json={"steps": bad}).status_code == 422
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "code"),
     [

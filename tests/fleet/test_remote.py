@@ -11,6 +11,7 @@ import json
 import signal
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import urllib3
 
 from actuator.fleet import wire
 from actuator.fleet.remote import ClientTls, RemoteNode, rebase
-from actuator.models import LiveState, Member, Target
+from actuator.models import LiveState, Member, Rehearsal, Target
 from actuator.node import NodeUnreachable
 
 NODE = "node-b"
@@ -151,6 +152,62 @@ def test_re_checks_are_asked_together_in_chunks_and_one_by_one_from_an_older_age
     assert len(older.inspect_many([TARGET, TARGET])) == 2
     assert len(older.inspect_many([TARGET])) == 1
     assert [p for _, p, _ in state.seen] == ["/v1/inspect-many"] + ["/v1/inspect"] * 3
+
+
+def test_after_an_older_agent_s_404_the_batch_is_tried_again_later(
+    script: tuple[_Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent upgraded since its 404 serves the batch again: asked after a while, not
+    never again until this actuator restarts."""
+    monkeypatch.setattr("actuator.fleet.remote.UNSERVED_RETRY", 0.2)
+    state, url = script
+    live = {"sampled_at": 990.0, "exists": False}
+    state.answers = [
+        (404, _agent({"error": "not found"})),
+        (200, _agent({"live": live})),
+        (200, _agent({"live": live})),
+        (200, _agent({"lives": [live] * 2})),
+    ]
+    node = _node(url)
+    assert len(node.inspect_many([TARGET, TARGET])) == 2
+    time.sleep(0.3)
+    assert len(node.inspect_many([TARGET, TARGET])) == 2
+    paths = [p for _, p, _ in state.seen]
+    assert paths == ["/v1/inspect-many", "/v1/inspect", "/v1/inspect", "/v1/inspect-many"]
+
+
+def test_rehearsals_are_sent_together_in_chunks_and_one_by_one_to_an_older_agent(
+    script: tuple[_Script, str],
+) -> None:
+    state, url = script
+    dry = [{"pid": 4242, "signal": "SIGTERM", "sent": False, "detail": "dry run"}]
+    step = Rehearsal(TARGET, (Member(4242, 1000, 0),), "SIGTERM", key="case-7")
+    many = wire.MAX_INSPECT + 1
+    state.answers = [
+        (200, _agent({"results": [dry] * wire.MAX_INSPECT})),
+        (200, _agent({"results": [dry]})),
+    ]
+    answers = _node(url).rehearse_many([step] * many)
+    assert len(answers) == many and {a[0].detail for a in answers} == {"dry run"}
+    assert [(p, len(b["steps"])) for _, p, b in state.seen] == [
+        ("/v1/rehearse", wire.MAX_INSPECT),
+        ("/v1/rehearse", 1),
+    ]
+    assert state.seen[0][2]["steps"][0]["signal"] == "SIGTERM"
+    # One list of results short is no answer.
+    state.answers, state.seen = [(200, _agent({"results": [dry]}))], []
+    with pytest.raises(NodeUnreachable, match="expected 2 result lists"):
+        _node(url).rehearse_many([step, step])
+    # An older agent: each a dry-run signal step under its case's key.
+    state.answers = [
+        (404, _agent({"error": "not found"})),
+        (200, _agent({"results": dry, "replayed": False})),
+    ]
+    state.seen = []
+    assert len(_node(url).rehearse_many([step, step])) == 2
+    assert [p for _, p, _ in state.seen] == ["/v1/rehearse", "/v1/signal", "/v1/signal"]
+    sent = state.seen[1][2]
+    assert sent["dry_run"] is True and sent["key"] == "case-7"
 
 
 def test_lists_that_make_no_sense_are_unknown(script: tuple[_Script, str]) -> None:
