@@ -122,6 +122,7 @@ class Poster:
     ports: list[int]
     fresh: bool = False
     acks: list[float] = field(default_factory=list)
+    acked_at: list[float] = field(default_factory=list)  # monotonic, beside each of acks
     retries: int = 0
     acked: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -155,6 +156,7 @@ class Poster:
                 if response.status == 200:
                     with self.lock:
                         self.acks.append(time.monotonic() - started)
+                        self.acked_at.append(time.monotonic())
                         self.acked += 1
                     if self.fresh or response.will_close:
                         conn.close()
@@ -382,6 +384,8 @@ def main() -> int:
     restart_taken = threading.Lock()  # taken, never given back, by the one poster that restarts
     failed: list[BaseException] = []  # a restart that failed fails the run
 
+    restart_times: list[float] = []  # the kill, then the new actuator ready
+
     def restart_actuator() -> None:
         """Kill the actuator (with replicas: the lease's holder) and start it again, from
         the poster whose answer reached the mark while the others go on posting (what is
@@ -393,6 +397,7 @@ def main() -> int:
         actuator_cpu += cpu(psutil.Process(killed.pid))
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
+        restart_times.append(time.monotonic())
         restarted_after = poster.acked
         which = f"replica {index} (the leader)"
         if len(replicas) == 1:
@@ -406,6 +411,7 @@ def main() -> int:
         replicas[index], _ = start_actuator(
             base, works[index], database, args.parallel, port=ports[index]
         )
+        restart_times.append(time.monotonic())  # the new one answers from here
 
     def worker() -> None:
         while (body := todo.get()) is not None:
@@ -488,6 +494,25 @@ def main() -> int:
         "agent requests per case: "
         + ", ".join(f"{k} {v * per_case / 1000:.2f}" for k, v in sorted(calls.items()))
     )
+    if len(restart_times) == 2:
+        killed_at, ready_at = restart_times
+        timed = list(zip(poster.acks, poster.acked_at, strict=True))
+        phases = {
+            "before the kill": [a for a, t in timed if t < killed_at],
+            "the first 30 s after the restart": [
+                a for a, t in timed if killed_at <= t < ready_at + 30
+            ],
+            "later": [a for a, t in timed if t >= ready_at + 30],
+        }
+        print(
+            "ack p50 / p99 by phase: "
+            + "; ".join(
+                f"{name} {1000 * percentile(acks, 0.5):.0f} / {1000 * percentile(acks, 0.99):.0f}"
+                f" ms ({len(acks):,})"
+                for name, acks in phases.items()
+                if acks
+            )
+        )
     median = 1000 * statistics.median(poster.acks)
     print(f"ack median {median:.1f} ms over {len(poster.acks):,} answers")
     return 0 if not (wanted - set(keys)) and len(keys) == len(set(keys)) else 1
