@@ -24,6 +24,8 @@ from actuator.models import Case, Reason, State, parse_target, parse_uid_label
 from actuator.rearm import rearmed_case
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 
+INGEST_CHUNK = 50  # new cases (and processed episodes) per transaction
+
 log = logging.getLogger(__name__)
 
 
@@ -87,13 +89,22 @@ class Intake:
                 [decision_record(c, None, "created", c.reason, now) for c in cases]
             )
 
-        try:
-            self.store.ingest_batch(marks, new, before_commit=audit_created)
-        except AuditError as exc:
-            log.error("not creating cases: %s", exc)
-            return
+        made: list[Case] = []
+        # A few dozen cases a transaction: the store's writer lock (and the audit's fsync
+        # inside it) is held for milliseconds, so the webhook's commits are not queued
+        # behind a batch's hundreds of cases.
+        for at in range(0, max(len(marks), len(new)), INGEST_CHUNK):
+            chunk = new[at : at + INGEST_CHUNK]
+            try:
+                self.store.ingest_batch(
+                    marks[at : at + INGEST_CHUNK], chunk, before_commit=audit_created
+                )
+            except AuditError as exc:
+                log.error("not creating cases: %s", exc)
+                break
+            made += [case for case, _ in chunk]
         checked: set[str] = set()
-        for case, _ in new:
+        for case in made:
             if case.state == State.PENDING and case.node not in checked:
                 checked.add(case.node)
                 self._check_breaker(case, now)
