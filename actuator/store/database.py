@@ -10,6 +10,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib.resources import files
@@ -77,6 +78,15 @@ class WriterTurn:
         self._depth = 0
         self._fd: int | None = None
         self._pid = -1
+        _TURNS.add(self)
+
+    def _forked(self) -> None:
+        """In a child: a writer of the parent's that held the turn at fork() is not here."""
+        self._threads, self._depth = threading.RLock(), 0
+        if self._fd is not None:
+            with suppress(OSError):
+                os.close(self._fd)  # the parent's own descriptor still holds its flock
+        self._fd, self._pid = None, -1
 
     def _file(self) -> int | None:
         if self._pid != os.getpid():  # a child shares its parent's flock: its own file
@@ -112,6 +122,17 @@ class WriterTurn:
             with suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
+
+
+_TURNS: weakref.WeakSet[WriterTurn] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for turn in list(_TURNS):
+        turn._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Database:

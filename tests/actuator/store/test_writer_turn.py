@@ -6,16 +6,18 @@ the turn to SQLite's own locking, the writes still made."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from actuator.store import Store, StoreUnavailable
-from actuator.store.database import Database
+from actuator.store.database import Database, WriterTurn
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,7 +29,7 @@ def _other_writer(db: Path) -> subprocess.Popen[str]:
         f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from actuator.store.database import Database
+        from actuator.store.database import Database, WriterTurn
         db = Database({str(db)!r})
         print("waiting", time.monotonic(), flush=True)
         with db._tx() as conn:
@@ -100,3 +102,31 @@ def test_without_a_lock_file_the_turn_is_sqlite_s_and_the_writes_are_made(
     assert db._read("SELECT value FROM counters WHERE name = 'made'")[0]["value"] == 1
     with pytest.raises(StoreUnavailable), db._tx() as conn:  # a failed write is still one
         conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+
+def test_a_child_forked_while_a_writer_holds_the_turn_gets_its_own_turn(tmp_path: Path) -> None:
+    """gunicorn forks its workers: a thread of the parent that held the turn at fork() does
+    not exist in the child, whose writer must not wait on it until the timeout. (The turn
+    alone: SQLite itself must not be forked mid-transaction, and is not.)"""
+    turn = WriterTurn(str(tmp_path / "db.sqlite.writer"), timeout=3.0)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        assert turn.acquire()
+        holding.set()
+        release.wait(10)
+        turn.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its turn comes once the parent's writer is done
+        started = time.monotonic()
+        got = turn.acquire()
+        os._exit(0 if got and time.monotonic() - started < 2.0 else 1)
+    time.sleep(0.3)
+    release.set()
+    holder.join(10)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
