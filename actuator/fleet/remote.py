@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
@@ -35,6 +35,9 @@ MAX_ANSWER = 16 * 2**20  # an agent's answer: a process tree or a GPU's list, ne
 HEADERS = {"Content-Type": "application/json", "User-Agent": "gpu-reclaimer"}
 # After an agent's 404 on a batched path, its calls go one at a time this long (s).
 UNSERVED_RETRY = 600.0
+
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
 
 
 class NotServed(NodeUnreachable):
@@ -150,57 +153,60 @@ class RemoteNode:
             raise NodeUnreachable(f"agent {self.url}: malformed live state: {exc}"[:300]) from exc
         return rebase(live, data["_offset"])
 
-    def _serves(self, path: str) -> bool:
-        return time.monotonic() >= self._unserved.get(path, float("-inf"))
-
-    def _not_served(self, path: str) -> None:
-        self._unserved[path] = time.monotonic() + UNSERVED_RETRY
+    def _batched(
+        self,
+        path: str,
+        items: Sequence[Item],
+        body: Callable[[list[Item]], dict[str, Any]],
+        answers: Callable[[dict[str, Any], int], list[Answer]],
+        alone: Callable[[Item], Answer],
+    ) -> list[Answer]:
+        """`items` asked `wire.MAX_INSPECT` a request at `path`, each chunk's `answers` read
+        from its reply (ValueError or ValidationError: malformed, none of them used); an
+        agent older than this actuator (404) is asked `alone` for each, for UNSERVED_RETRY
+        seconds before the batch is tried again."""
+        if time.monotonic() < self._unserved.get(path, float("-inf")):
+            return [alone(item) for item in items]
+        answered: list[Answer] = []
+        for at in range(0, len(items), wire.MAX_INSPECT):
+            chunk = list(items[at : at + wire.MAX_INSPECT])
+            try:
+                data = self._call("POST", path, body(chunk))
+            except NotServed:
+                self._unserved[path] = time.monotonic() + UNSERVED_RETRY
+                return answered + [alone(item) for item in items[at:]]
+            try:
+                answered += answers(data, len(chunk))
+            except (ValidationError, ValueError) as exc:
+                raise NodeUnreachable(f"agent {self.url}: malformed answer: {exc}"[:300]) from exc
+        return answered
 
     def inspect_many(self, targets: Sequence[Target]) -> list[LiveState]:
         """Up to `wire.MAX_INSPECT` re-checks a request; one by one from an older agent."""
-        path = "/v1/inspect-many"
-        if not self._serves(path):
-            return [self.inspect(target) for target in targets]
-        lives: list[LiveState] = []
-        for at in range(0, len(targets), wire.MAX_INSPECT):
-            chunk = list(targets[at : at + wire.MAX_INSPECT])
-            body = {"targets": [wire.dump_target(t) for t in chunk]}
-            try:
-                data = self._call("POST", path, body)
-            except NotServed:
-                self._not_served(path)
-                return lives + [self.inspect(target) for target in targets[at:]]
-            try:
-                answered = wire.load_lives(data.get("lives"), len(chunk))
-            except (ValidationError, ValueError) as exc:
-                raise NodeUnreachable(
-                    f"agent {self.url}: malformed live states: {exc}"[:300]
-                ) from exc
-            lives += [rebase(live, data["_offset"]) for live in answered]
-        return lives
+
+        def lives(data: dict[str, Any], count: int) -> list[LiveState]:
+            return [
+                rebase(live, data["_offset"]) for live in wire.load_lives(data.get("lives"), count)
+            ]
+
+        return self._batched(
+            "/v1/inspect-many",
+            targets,
+            lambda chunk: {"targets": [wire.dump_target(t) for t in chunk]},
+            lives,
+            self.inspect,
+        )
 
     def rehearse_many(self, rehearsals: Sequence[Rehearsal]) -> list[list[SignalResult]]:
         """Up to `wire.MAX_INSPECT` rehearsed steps a request; one by one (dry-run signal
         steps) from an older agent."""
-        path = "/v1/rehearse"
-        if not self._serves(path):
-            return [self._rehearse_alone(r) for r in rehearsals]
-        answers: list[list[SignalResult]] = []
-        for at in range(0, len(rehearsals), wire.MAX_INSPECT):
-            chunk = list(rehearsals[at : at + wire.MAX_INSPECT])
-            body = {"steps": [wire.dump_rehearsal(r) for r in chunk]}
-            try:
-                data = self._call("POST", path, body)
-            except NotServed:
-                self._not_served(path)
-                return answers + [self._rehearse_alone(r) for r in rehearsals[at:]]
-            try:
-                answers += wire.load_result_lists(data.get("results"), len(chunk))
-            except (ValidationError, ValueError) as exc:
-                raise NodeUnreachable(
-                    f"agent {self.url}: malformed rehearsal results: {exc}"[:300]
-                ) from exc
-        return answers
+        return self._batched(
+            "/v1/rehearse",
+            rehearsals,
+            lambda chunk: {"steps": [wire.dump_rehearsal(r) for r in chunk]},
+            lambda data, count: wire.load_result_lists(data.get("results"), count),
+            self._rehearse_alone,
+        )
 
     def _rehearse_alone(self, rehearsal: Rehearsal) -> list[SignalResult]:
         sig = signal.Signals[rehearsal.signal]
