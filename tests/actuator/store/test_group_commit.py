@@ -56,6 +56,8 @@ def test_deliveries_that_arrive_together_commit_together(store: Store) -> None:
     assert len(store.pending_episodes(1000)) == 160
     groups = store.alert_groups
     assert groups is not None and groups.groups < 160 and groups.largest > 1
+    # Counted once per delivery, however many shared a commit (one statement a group).
+    assert store.metric_snapshot()["requests"] == {"200": 160}
 
 
 def test_a_delivery_alone_commits_at_once(store: Store) -> None:
