@@ -33,12 +33,13 @@ from actuator.decisions import Decision, after_notice
 from actuator.evidence.pictures import EvidencePictures
 from actuator.keeplinks import KeepLinks
 from actuator.ladder import FIRST_SIGNAL, LADDER, Action, Rung, rung_of
-from actuator.models import Case, CaseUpdate, LiveState, Reason, Rehearsal, State
+from actuator.models import Case, CaseUpdate, LiveState, Reason, State
 from actuator.node import Node
 from actuator.notifications.notice import Kind, Notice, OwnerHint, ProvenFacts, RestoreNews
 from actuator.notifications.notify import NoticeResult, Notifier
 from actuator.policy import Effective, ReclaimWhen
 from actuator.policy import Notice as NoticeGate
+from actuator.rehearsal import Rehearsal
 from actuator.schedulers import Scheduler
 from actuator.store.counters import Bump, demand_to_free
 from actuator.store.signals import SignalSent

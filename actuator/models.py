@@ -301,18 +301,6 @@ class SignalResult:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class Rehearsal:
-    """An escalation step rehearsed, not taken (observe and notify modes): the tree the
-    signal would go to, each member verified as for a real one, nothing sent. `key` names
-    the case's step for an agent that takes rehearsals one at a time."""
-
-    target: Target
-    members: tuple[Member, ...]
-    signal: str  # the ladder's signal name (SIGTERM)
-    key: str = ""
-
-
 # The environment variable an owner starts a process with to ask not to be judged idle
 # before that much runtime (`GPU_RECLAIMER_KEEP=4h python eval.py`), within the rule's
 # [keep_min, keep_max]; read from the node, never from an alert.

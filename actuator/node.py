@@ -20,10 +20,11 @@ from actuator.checkpoint import CheckpointResult, Remap, SimCheckpointer, checkp
 from actuator.config import NodeConfig
 from actuator.host_memory import CGROUP, checkpoint_room
 from actuator.live import Evidence, Inspector, process_tree
-from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
+from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.pidfds import Pidfds
 from actuator.policy import Protect
 from actuator.protect import Protection
+from actuator.rehearsal import Rehearsal
 from actuator.restore_place import Placement, place_restore, rooms
 from exporter import procfs
 from exporter.guard import BoundedCall

@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from actuator.checkpoint import CheckpointResult
 from actuator.endpoints import POOL_SIZE, EndpointError, exchange
 from actuator.fleet import wire
-from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
+from actuator.models import LiveState, Member, SignalResult, Target
 from actuator.node import NodeUnreachable
+from actuator.rehearsal import Rehearsal
 
 SIGNAL_ATTEMPTS = 3
 # A checkpoint copies the process's GPU memory to host memory (tens of GiB at PCIe speed), a

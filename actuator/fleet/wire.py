@@ -12,7 +12,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from actuator.ladder import SIGNAL_NAMES
-from actuator.models import LiveState, Member, Rehearsal, SignalResult, Target
+from actuator.models import LiveState, Member, SignalResult, Target
+from actuator.rehearsal import Rehearsal
 
 PROTOCOL = "gpu-reclaimer-agent/1"
 MAX_MEMBERS = 10_000

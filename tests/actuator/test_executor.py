@@ -16,10 +16,11 @@ from actuator.audit_records import KubeReclaim
 from actuator.decisions import Action, Decision
 from actuator.executor import Executor, Step
 from actuator.ladder import Verb
-from actuator.models import UNSET, Case, CaseUpdate, Reason, Rehearsal, SignalResult, State
+from actuator.models import UNSET, Case, CaseUpdate, Reason, SignalResult, State
 from actuator.notifications.notice import ProvenFacts
 from actuator.notifications.notify import NullNotifier
 from actuator.policy import Mode, Notice
+from actuator.rehearsal import Rehearsal
 from actuator.schedulers import Step as SchedulerStep
 from actuator.store.signals import SignalSent
 from tests.helpers.cases import T0, eff, make_case, make_live

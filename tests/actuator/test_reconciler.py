@@ -20,9 +20,10 @@ from actuator.audit import AuditLog
 from actuator.audit_records import DecisionMade
 from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
-from actuator.models import LiveState, Member, Rehearsal, SignalResult, State, Target
+from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notifications.notify import NoticeResult
 from actuator.reconciler import BATCHED_FRESH_FOR, Reconciler
+from actuator.rehearsal import Rehearsal
 from actuator.runtime import Runtime
 from actuator.store import database as database_module
 from actuator.store import open_store

@@ -22,8 +22,9 @@ import urllib3
 
 from actuator.fleet import wire
 from actuator.fleet.remote import ClientTls, RemoteNode, rebase
-from actuator.models import LiveState, Member, Rehearsal, Target
+from actuator.models import LiveState, Member, Target
 from actuator.node import NodeUnreachable
+from actuator.rehearsal import Rehearsal
 
 NODE = "node-b"
 _SERVERS: dict[str, http.server.ThreadingHTTPServer] = {}  # by URL, for a test to wrap in TLS
