@@ -16,7 +16,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from signal import Signals
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -224,7 +223,7 @@ class AgentApp:
             self.ours(step.target.node)
         answers = [
             wire.dump_results(
-                self.node.signal_tree(step.target, step.members, Signals[step.signal], dry_run=True)
+                self.node.signal_tree(step.target, step.members, step.signum, dry_run=True)
             )
             for step in req.steps
         ]

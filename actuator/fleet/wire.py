@@ -45,25 +45,25 @@ class AliveRequest(_Body):
     members: list[Member] = Field(max_length=MAX_MEMBERS)
 
 
-class SignalRequest(_Body):
-    """One escalation step. `key` (case id and step) makes a retried or replayed request
-    change nothing: the agent answers what it did the first time."""
+class RehearsalStep(_Body):
+    """A tree and the ladder's signal for it: a rehearsal as it is, a signal step with its
+    key."""
 
-    key: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
     target: Target
     members: list[Member] = Field(max_length=MAX_MEMBERS)
     signal: str = Field(pattern="^(" + "|".join(SIGNAL_NAMES) + ")$")  # the ladder's own
-    dry_run: bool = False
 
     @property
     def signum(self) -> Signals:
         return Signals[self.signal]
 
 
-class RehearsalStep(_Body):
-    target: Target
-    members: list[Member] = Field(max_length=MAX_MEMBERS)
-    signal: str = Field(pattern="^(" + "|".join(SIGNAL_NAMES) + ")$")
+class SignalRequest(RehearsalStep):
+    """One escalation step. `key` (case id and step) makes a retried or replayed request
+    change nothing: the agent answers what it did the first time."""
+
+    key: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
+    dry_run: bool = False
 
 
 class RehearseRequest(_Body):

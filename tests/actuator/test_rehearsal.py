@@ -5,9 +5,7 @@ as for a real signal (a process gone or replaced under its PID says so), nothing
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -16,23 +14,7 @@ from actuator.models import Member
 from actuator.node import LocalNode
 from actuator.policy import Protect
 from actuator.rehearsal import Rehearsal
-from exporter.sim.state import init_node
 from tests.helpers.actuator import NODE, Workload, Workloads
-
-GIB = 1 << 30
-
-
-@pytest.fixture
-def node_dir(tmp_path: Path) -> Path:
-    init_node(tmp_path / "node", gpus=2, memory_total=80 * GIB, name="NVIDIA H100 80GB HBM3")
-    return tmp_path / "node"
-
-
-@pytest.fixture
-def workloads(node_dir: Path) -> Iterator[Workloads]:
-    made = Workloads(node_dir)
-    yield made
-    made.cleanup()
 
 
 def _rehearsal(w: Workload) -> Rehearsal:
@@ -40,12 +22,10 @@ def _rehearsal(w: Workload) -> Rehearsal:
     return Rehearsal(target, (Member(target.pid, target.start_ticks, 0),), "SIGTERM", "case-1")
 
 
-def test_a_node_s_rehearsals_are_verified_in_order_and_send_nothing(
-    node_dir: Path, workloads: Workloads
-) -> None:
-    node = LocalNode(
-        NODE, Protect(protect_root=False, protected_uid_below=0), sim_dir=str(node_dir)
-    )
+def test_a_node_s_rehearsals_are_verified_in_order_and_send_nothing(workloads: Workloads) -> None:
+    """`workloads`: tests/actuator/conftest.py's simulated node and its processes."""
+    protect = Protect(protect_root=False, protected_uid_below=0)
+    node = LocalNode(NODE, protect, sim_dir=str(workloads.node_dir))
     first, second, gone = workloads.spawn(), workloads.spawn(), workloads.spawn()
     # A member recorded with other start ticks is another process now: not the target's.
     stale = _rehearsal(second)
