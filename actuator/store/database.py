@@ -92,7 +92,8 @@ class WriterTurn:
         if self._pid != os.getpid():  # a child shares its parent's flock: its own file
             self._pid, self._fd = os.getpid(), None
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW  # never a link
+                self._fd = os.open(self.path, flags, 0o600)
             except OSError:
                 self._fd = None
         return self._fd

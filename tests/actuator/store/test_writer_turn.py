@@ -91,15 +91,23 @@ def test_a_writer_that_waits_past_the_busy_timeout_is_refused_and_writes_nothing
     assert impatient._read("SELECT count(*) AS n FROM counters WHERE name = 'x'")[0]["n"] == 0
 
 
+@pytest.mark.parametrize("planted", ["directory", "link"])
 def test_without_a_lock_file_the_turn_is_sqlite_s_and_the_writes_are_made(
-    tmp_path: Path,
+    tmp_path: Path, planted: str
 ) -> None:
-    (tmp_path / "db.sqlite.writer").mkdir()  # cannot be opened as a file
+    """A directory, or a link to a file elsewhere, where the lock file goes: not opened (a
+    link is never followed, so nothing is created or locked through it)."""
+    lock = tmp_path / "db.sqlite.writer"
+    if planted == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(tmp_path / "elsewhere")
     Store(tmp_path / "db.sqlite").init()
     db = Database(tmp_path / "db.sqlite")
     with db._tx() as conn:
         conn.execute("INSERT INTO counters (name, label, value) VALUES ('made', '', 1)")
     assert db._read("SELECT value FROM counters WHERE name = 'made'")[0]["value"] == 1
+    assert not (tmp_path / "elsewhere").exists()
     with pytest.raises(StoreUnavailable), db._tx() as conn:  # a failed write is still one
         conn.execute("INSERT INTO no_such_table VALUES (1)")
 
