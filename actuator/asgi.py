@@ -12,12 +12,13 @@ or spooled to disk.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
+from tempfile import SpooledTemporaryFile
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from asgiref.wsgi import WsgiToAsgi, WsgiToAsgiInstance
 
 # Requests a worker answers at once. The app holds no lock across a request; the store keeps
@@ -83,13 +84,41 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+# asgiref's own request runner, undecorated: run here in the pool, with its messages kept.
+_RUN_WSGI_APP = WsgiToAsgiInstance.__dict__["run_wsgi_app"].func
+_APP_POOL = ThreadPoolExecutor(APP_THREADS, thread_name_prefix="app")
+
+
 class _PooledInstance(WsgiToAsgiInstance):
-    # asgiref's own method, run in the pool instead of its one shared thread.
-    run_wsgi_app = sync_to_async(
-        WsgiToAsgiInstance.__dict__["run_wsgi_app"].func,
-        thread_sensitive=False,
-        executor=ThreadPoolExecutor(APP_THREADS, thread_name_prefix="app"),
-    )
+    """asgiref's WSGI request, its answer collected in the app's thread and sent from the
+    event loop: one hand-over each way. asgiref sends each message from the app's thread
+    through the loop and waits for it (three round trips per answer, each a new task); in
+    the alert storm they and their thread pool took more of the worker than Flask itself
+    (docs/performance.md). The app's answers are whole JSON or text bodies, never a stream."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            raise ValueError("WSGI wrapper received a non-HTTP scope")
+        self.scope = scope
+        with SpooledTemporaryFile(max_size=65536) as body:
+            while True:  # the whole body, read by the loop, before the app sees it
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ValueError("WSGI wrapper received a non-HTTP-request message")
+                body.write(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            body.seek(0)
+            loop = asyncio.get_running_loop()
+            answer = await loop.run_in_executor(_APP_POOL, self._answer, body)
+        for message in answer:
+            await send(message)
+
+    def _answer(self, body: Any) -> list[MutableMapping[str, Any]]:
+        messages: list[MutableMapping[str, Any]] = []
+        self.sync_send = messages.append
+        _RUN_WSGI_APP(self, body)
+        return messages
 
 
 class PooledWsgiToAsgi(WsgiToAsgi):

@@ -33,6 +33,7 @@ from actuator.evidence.links import PictureLinks
 from actuator.evidence.pictures import EvidencePictures
 from actuator.evidence.rules import EvaluatedThresholds, rules_api
 from actuator.fleet.directory import NodeDirectory, build_agents
+from actuator.heap import settle_heap
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.node import LocalNode, local_node
@@ -447,6 +448,7 @@ class ActuatorApplication(BaseApplication):
     def _post_worker_init(self, _worker: Any) -> None:
         if self.worker is not None:
             self.worker.start()
+        settle_heap()  # before the first request: a full collection no longer stops it
 
     def _worker_exit(self, _server: Any, _worker: Any) -> None:
         if self.worker is not None:

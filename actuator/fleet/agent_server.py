@@ -13,6 +13,7 @@ from gunicorn.app.base import BaseApplication
 from actuator.fleet.agent_app import create_agent_app
 from actuator.fleet.agent_config import AgentConfig, AgentTls
 from actuator.fleet.journal import SignalJournal
+from actuator.heap import settle_heap
 from actuator.node import local_node
 from actuator.startup import load_node_projects
 from exporter import ownprocs
@@ -49,6 +50,7 @@ class AgentApplication(BaseApplication):
             "errorlog": "-",
             "loglevel": logging.getLevelName(logging.getLogger().level).lower(),
             "logconfig_dict": gunicorn_logconfig(),  # one format: gunicorn's lines too
+            "post_worker_init": lambda _worker: settle_heap(),  # built: out of collections
         }
         if "control_socket_disable" in self.cfg.settings:
             settings["control_socket_disable"] = True

@@ -137,3 +137,71 @@ def test_requests_of_one_worker_run_at_once() -> None:
         return await asyncio.gather(*(one() for _ in range(8)))
 
     assert asyncio.run(all_at_once()) == [200] * 8
+
+
+def _answer_of(wsgi: Any) -> tuple[list[str], list[MutableMapping[str, Any]]]:
+    """What happened, in order, and what was sent, for one request to a bare WSGI app."""
+    events: list[str] = []
+    sent: list[MutableMapping[str, Any]] = []
+    served = asgi_app(wsgi(events), LIMIT, lambda _: None)
+
+    async def receive() -> MutableMapping[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        events.append(f"sent {message['type']}")
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/metrics",
+        "query_string": b"",
+        "headers": [],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "root_path": "",
+    }
+    asyncio.run(served(scope, receive, send))
+    return events, sent
+
+
+def test_the_app_s_answer_is_collected_in_its_thread_and_sent_from_the_loop() -> None:
+    """One hand-over each way: the app has produced its whole answer before the loop sends
+    the first message (asgiref sent each message from the app's thread, waiting on the loop
+    for each)."""
+
+    def wsgi(events: list[str]) -> Any:
+        def app(_environ: dict[str, Any], start_response: Any) -> Any:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            for chunk in (b"first ", b"second"):
+                events.append(f"made {chunk.decode().strip()}")
+                yield chunk
+
+        return app
+
+    events, sent = _answer_of(wsgi)
+    assert events[:2] == ["made first", "made second"]
+    assert all(e.startswith("sent ") for e in events[2:])
+    assert sent[0] == {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/plain")],
+    }
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == b"first second"
+    assert sent[-1] == {"type": "http.response.body"}  # the end of the body
+
+
+def test_an_answer_longer_than_its_content_length_is_cut_to_it() -> None:
+    def wsgi(_events: list[str]) -> Any:
+        def app(_environ: dict[str, Any], start_response: Any) -> list[bytes]:
+            start_response("201 Created", [("Content-Length", "5")])
+            return [b"abc", b"defgh"]
+
+        return app
+
+    _, sent = _answer_of(wsgi)
+    assert sent[0]["status"] == 201
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == b"abcde"
