@@ -16,7 +16,6 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from tempfile import SpooledTemporaryFile
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgi, WsgiToAsgiInstance
@@ -97,22 +96,14 @@ class _PooledInstance(WsgiToAsgiInstance):
     (docs/performance.md). The app's answers are whole JSON or text bodies, never a stream."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            raise ValueError("WSGI wrapper received a non-HTTP scope")
-        self.scope = scope
-        with SpooledTemporaryFile(max_size=65536) as body:
-            while True:  # the whole body, read by the loop, before the app sees it
-                message = await receive()
-                if message["type"] != "http.request":
-                    raise ValueError("WSGI wrapper received a non-HTTP-request message")
-                body.write(message.get("body", b""))
-                if not message.get("more_body"):
-                    break
-            body.seek(0)
-            loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(_APP_POOL, self._answer, body)
+        self._send = send  # asgiref reads the whole body, then awaits run_wsgi_app
+        await super().__call__(scope, receive, send)
+
+    async def run_wsgi_app(self, body: Any) -> None:
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(_APP_POOL, self._answer, body)
         for message in answer:
-            await send(message)
+            await self._send(message)
 
     def _answer(self, body: Any) -> list[MutableMapping[str, Any]]:
         messages: list[MutableMapping[str, Any]] = []

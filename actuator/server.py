@@ -446,9 +446,9 @@ class ActuatorApplication(BaseApplication):
         return self.worker.app
 
     def _post_worker_init(self, _worker: Any) -> None:
+        settle_heap()  # built, not yet started: no later full collection walks it
         if self.worker is not None:
             self.worker.start()
-        settle_heap()  # before the first request: a full collection no longer stops it
 
     def _worker_exit(self, _server: Any, _worker: Any) -> None:
         if self.worker is not None:
