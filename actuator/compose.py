@@ -23,6 +23,7 @@ from actuator.evidence.pictures import EvidencePictures
 from actuator.executor import Executor
 from actuator.fleet.directory import NodeDirectory
 from actuator.intake import Intake
+from actuator.intake_first import DeliveryClock
 from actuator.keeplinks import KeepLinks
 from actuator.node import Node
 from actuator.node_batch import NodeBatches
@@ -51,6 +52,7 @@ def build_reconciler(
     alerts: DecisionAlerts | None = None,
     schedulers: Schedulers | None = None,
     demand: DemandReader | None = None,
+    deliveries: DeliveryClock | None = None,
 ) -> Reconciler:
     directory = nodes if isinstance(nodes, NodeDirectory) else NodeDirectory(nodes)
     found = schedulers or Schedulers()
@@ -120,6 +122,7 @@ def build_reconciler(
         clock=clock,
         mono=mono,
         alerts=alerts,
+        deliveries=deliveries,
     )
 
 

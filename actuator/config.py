@@ -474,6 +474,14 @@ class ReconcilerSettings(Strict):
         8, ge=1, le=64, description="nodes whose cases are re-checked at once (agents)"
     )
     lease_ttl: Duration = Field(10.0, gt=0)
+    intake_first: Duration = Field(
+        60.0,
+        ge=0,
+        le=600,
+        description="while Alertmanager's deliveries keep arriving on this host (one within "
+        "0.25 s), the reconciler waits before its next pass, at most this long in a row, so "
+        "a storm's acknowledgements come first; 0: never waits",
+    )
     stall_after: Duration = Field(
         30.0, gt=0, description="/-/ready fails when no reconciler finished a pass for this long"
     )

@@ -42,6 +42,7 @@ from actuator.demand.planner import DemandPlanner
 from actuator.executor import Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.intake import Intake
+from actuator.intake_first import DeliveryClock
 from actuator.ladder import SIGNALLED_STATES, commits_alone, last_look_before, takes_tree
 from actuator.models import (
     Case,
@@ -116,7 +117,9 @@ class Reconciler:
         clock: Callable[[], float],
         mono: Callable[[], float],
         alerts: DecisionAlerts | None = None,
+        deliveries: DeliveryClock | None = None,
     ) -> None:
+        self.deliveries = deliveries  # the host's webhook deliveries (actuator/intake_first.py)
         self.config, self.store, self.audit, self.nodes = config, store, audit, nodes
         self.intake, self.rules, self.planner, self.batches = intake, rules, planner, batches
         self.schedulers, self.holder, self.alerts = schedulers, holder, alerts
@@ -149,6 +152,7 @@ class Reconciler:
             except Exception:
                 log.exception("reconciler tick failed")
             if tracking and not stop.is_set():
+                self.intake_first(stop)
                 self.nodes.wait_exit(interval)  # wakes early when a signalled process exits
             else:
                 stop.wait(interval)
@@ -158,6 +162,31 @@ class Reconciler:
                 self.store.release_lease(self.holder)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def intake_first(self, stop: threading.Event) -> None:
+        """Between passes, while deliveries are arriving on this host: wait for them, at
+        most `reconciler.intake_first` in a row (actuator/intake_first.py). The lease and
+        the progress mark are renewed meanwhile: waiting on purpose is not a stall."""
+        most, ttl = self.config.reconciler.intake_first, self.config.reconciler.lease_ttl
+        if self.deliveries is None or most <= 0:
+            return
+        began = renewed = self.deliveries.clock()
+        while not stop.is_set():
+            now = self.deliveries.clock()
+            wait = self.deliveries.wait_now(now - began, most)
+            if wait <= 0:
+                return
+            stop.wait(min(wait, ttl / 3))
+            if self.deliveries.clock() - renewed < ttl / 3:
+                continue
+            renewed = self.deliveries.clock()
+            try:
+                if not self.store.mark_progress(self.holder, self.mono(), ttl):
+                    self._renewed_mono = float("-inf")
+                    return  # lost meanwhile: the next tick asks for the lease again
+            except StoreUnavailable:
+                return  # the next tick says so
+            self._renewed_mono = self.mono()
 
     def keep_lease(self, stop: threading.Event, every: float | None = None) -> None:
         """Renew the lease while a pass is running, every third of its life: one step may

@@ -12,6 +12,7 @@ from actuator.audit import AuditLog
 from actuator.clock import boottime
 from actuator.config import ActuatorConfig
 from actuator.evidence.links import PictureLinks
+from actuator.intake_first import DeliveryClock
 from actuator.keeplinks import KeepLinks
 from actuator.operators import Operators
 from actuator.store import Store
@@ -29,3 +30,4 @@ class Runtime:
     clock: Callable[[], float] = time.time
     mono: Callable[[], float] = boottime
     started_mono: float = field(default_factory=boottime)
+    deliveries: DeliveryClock | None = None  # the webhook marks each delivery on it

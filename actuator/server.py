@@ -34,6 +34,7 @@ from actuator.evidence.pictures import EvidencePictures
 from actuator.evidence.rules import EvaluatedThresholds, rules_api
 from actuator.fleet.directory import NodeDirectory, build_agents
 from actuator.heap import settle_heap
+from actuator.intake_first import DeliveryClock
 from actuator.keep_socket import KeepSocket
 from actuator.keeplinks import KeepLinks, link_key
 from actuator.node import LocalNode, local_node
@@ -318,7 +319,9 @@ def build_nodes(config: ActuatorConfig) -> NodeDirectory:
 class _Worker:
     """What one gunicorn worker owns: the app and its reconciler thread."""
 
-    def __init__(self, config: ActuatorConfig, token: str) -> None:
+    def __init__(
+        self, config: ActuatorConfig, token: str, deliveries: DeliveryClock | None = None
+    ) -> None:
         self.config = config
         store = open_store(config.storage.database)
         audit = open_audit(config, store)
@@ -340,6 +343,7 @@ class _Worker:
             operators=build_operators(config),
             mono=store.mono,
             started_mono=started,
+            deliveries=deliveries,
         )
         self.app = create_app(self.runtime)
         self.stop = threading.Event()
@@ -360,6 +364,7 @@ class _Worker:
             mono=store.mono,
             schedulers=schedulers,
             demand=self.demand,
+            deliveries=deliveries,
         )
         self.thread: threading.Thread | None = None
         self.own: Path | None = None
@@ -399,6 +404,8 @@ class ActuatorApplication(BaseApplication):
         self.token = token
         self.listen = listen
         self.worker: _Worker | None = None
+        # Made here, in gunicorn's master, before it forks: every worker marks the same page.
+        self.deliveries = DeliveryClock()
         super().__init__()
 
     def load_config(self) -> None:
@@ -433,7 +440,7 @@ class ActuatorApplication(BaseApplication):
 
     def load(self) -> Any:
         # Called in each worker after fork: every worker has its own connections.
-        self.worker = _Worker(self.config, self.token)
+        self.worker = _Worker(self.config, self.token, self.deliveries)
         if self.config.server.worker_class == "asgi":
             store = self.worker.runtime.store
 

@@ -24,6 +24,8 @@ def alerts_blueprint(rt: Runtime, auth: Auth) -> Blueprint:
     @api.post("/api/v1/alerts")
     def alerts() -> tuple[Response, int]:
         started = time.perf_counter()
+        if rt.deliveries is not None:
+            rt.deliveries.mark()  # an authenticated delivery: the reconciler waits for it
         if request.mimetype != "application/json":
             auth.count(415)
             return error(415, "Content-Type must be application/json")
