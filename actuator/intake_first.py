@@ -22,8 +22,11 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+import threading
 import time
 from collections.abc import Callable
+
+from actuator.store import StoreUnavailable
 
 INTAKE_QUIET = 0.25  # s without a delivery: the storm's intake is over (or paused)
 _TIME = struct.Struct("d")
@@ -47,6 +50,33 @@ class DeliveryClock:
     def wait_now(self, waited: float, most: float) -> float:
         """How long the reconciler waits now, having waited `waited` in a row already."""
         return intake_wait(self.last(), self.clock(), waited, most)
+
+
+def wait_for_intake(
+    deliveries: DeliveryClock,
+    most: float,
+    every: float,
+    stop: threading.Event,
+    progressed: Callable[[], bool],
+) -> None:
+    """Wait while deliveries arrive, at most `most` in a row, calling `progressed` every
+    `every` seconds of the wait (the reconciler renews its lease and its progress mark:
+    waiting on purpose is not a stall). A False from it (the lease is another's), or a
+    store that cannot be written, ends the wait: the next tick says so."""
+    began = renewed = deliveries.clock()
+    while not stop.is_set():
+        wait = deliveries.wait_now(deliveries.clock() - began, most)
+        if wait <= 0:
+            return
+        stop.wait(min(wait, every))
+        if deliveries.clock() - renewed < every:
+            continue
+        renewed = deliveries.clock()
+        try:
+            if not progressed():
+                return
+        except StoreUnavailable:
+            return
 
 
 def intake_wait(last: float, now: float, waited: float, most: float) -> float:

@@ -42,7 +42,7 @@ from actuator.demand.planner import DemandPlanner
 from actuator.executor import Step
 from actuator.fleet.directory import NodeDirectory
 from actuator.intake import Intake
-from actuator.intake_first import DeliveryClock
+from actuator.intake_first import DeliveryClock, wait_for_intake
 from actuator.ladder import SIGNALLED_STATES, commits_alone, last_look_before, takes_tree
 from actuator.models import (
     Case,
@@ -164,29 +164,20 @@ class Reconciler:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def intake_first(self, stop: threading.Event) -> None:
-        """Between passes, while deliveries are arriving on this host: wait for them, at
-        most `reconciler.intake_first` in a row (actuator/intake_first.py). The lease and
-        the progress mark are renewed meanwhile: waiting on purpose is not a stall."""
-        most, ttl = self.config.reconciler.intake_first, self.config.reconciler.lease_ttl
-        if self.deliveries is None or most <= 0:
-            return
-        began = renewed = self.deliveries.clock()
-        while not stop.is_set():
-            now = self.deliveries.clock()
-            wait = self.deliveries.wait_now(now - began, most)
-            if wait <= 0:
-                return
-            stop.wait(min(wait, ttl / 3))
-            if self.deliveries.clock() - renewed < ttl / 3:
-                continue
-            renewed = self.deliveries.clock()
-            try:
-                if not self.store.mark_progress(self.holder, self.mono(), ttl):
-                    self._renewed_mono = float("-inf")
-                    return  # lost meanwhile: the next tick asks for the lease again
-            except StoreUnavailable:
-                return  # the next tick says so
-            self._renewed_mono = self.mono()
+        """Between passes, while deliveries are arriving on this host: wait for them
+        (actuator/intake_first.py), the lease and the progress mark renewed meanwhile."""
+        ttl = self.config.reconciler.lease_ttl
+        if self.deliveries is not None:
+            most = self.config.reconciler.intake_first
+            wait_for_intake(self.deliveries, most, ttl / 3, stop, lambda: self._progressed(ttl))
+
+    def _progressed(self, ttl: float) -> bool:
+        """Say this holder progressed, renewing its lease; False when it is no longer ours
+        (the next tick asks for it again)."""
+        now = self.mono()
+        kept = self.store.mark_progress(self.holder, now, ttl)
+        self._renewed_mono = now if kept else float("-inf")
+        return kept
 
     def keep_lease(self, stop: threading.Event, every: float | None = None) -> None:
         """Renew the lease while a pass is running, every third of its life: one step may
@@ -241,12 +232,7 @@ class Reconciler:
             is_open, _, why = self.store.breaker()
             self.alerts.breaker(is_open, why, self.mono())
         self._prune()
-        now = self.mono()
-        if not self.store.mark_progress(self.holder, now, ttl):
-            self._renewed_mono = float("-inf")
-            return False  # lost meanwhile: the next tick asks for the lease again
-        self._renewed_mono = now
-        return True
+        return self._progressed(ttl)
 
     def _advance_all(self, cases: list[Case]) -> None:
         """Every live case, one step each: a node's cases in turn, up to

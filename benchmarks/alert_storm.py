@@ -6,6 +6,7 @@ the middle.
     python benchmarks/alert_storm.py [--nodes 1000] [--per-node 24] [--concurrency 32]
         [--per-request 1] [--restart-at 0.5] [--agents 2] [--deadline 900]
         [--store sqlite|postgres] [--replicas 1] [--fresh-connections]
+        [--senders loop|threads] [--intake-first SECONDS]
 
 The fleet: NODES simulated nodes of 8 GPUs, each listing PER_NODE processes. The processes
 are PER_NODE real `sleep` processes shared by every node (each node's agent inspects them
@@ -28,7 +29,10 @@ keeps them (--fresh-connections: a new one per request, as this benchmark posted
 backoff, as Alertmanager retries. When --restart-at of the requests are acknowledged the
 actuator (with replicas: the one holding the lease) is killed (SIGKILL, its workers with
 it) and started again on the same database and port: requests in flight fail and are
-retried.
+retried. The senders share one event loop (aiohttp), as Alertmanager's Go client sends;
+`--senders threads` gives each its own Python thread, as this benchmark did before
+2026-12-07, whose acknowledgements then include the senders' own waits for the
+benchmark's interpreter.
 
 It reports the webhook's acknowledgement latency (p50/p99, answered requests), the retries,
 every alert's case (none lost: one case per alert acknowledged or retried; none doubled),
@@ -404,6 +408,13 @@ def main() -> int:
         help="open a connection per request (Alertmanager keeps its connections alive)",
     )
     parser.add_argument(
+        "--intake-first",
+        type=float,
+        default=None,
+        help="reconciler.intake_first, s (default: the shipped one; 0: the reconciler "
+        "never waits for the deliveries, as before 2026-12-07)",
+    )
+    parser.add_argument(
         "--senders",
         choices=("loop", "threads"),
         default="loop",
@@ -446,7 +457,11 @@ def main() -> int:
     cleanup.callback(lambda: stop(replicas, group=True))  # those running at the end
     for work, port in zip(works, ports, strict=True):
         work.mkdir()
-        replicas.append(start_actuator(base, work, database, args.parallel, port=port)[0])
+        replicas.append(
+            start_actuator(
+                base, work, database, args.parallel, port=port, intake_first=args.intake_first
+            )[0]
+        )
     agents_cpu0 = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents)
     bodies = requests_for(fleet.targets, args.per_request)
     todo: queue.Queue[bytes | None] = queue.Queue()
@@ -486,7 +501,12 @@ def main() -> int:
             flush=True,
         )
         replicas[index], _ = start_actuator(
-            base, works[index], database, args.parallel, port=ports[index]
+            base,
+            works[index],
+            database,
+            args.parallel,
+            port=ports[index],
+            intake_first=args.intake_first,
         )
         restart_times.append(time.monotonic())  # the new one answers from here
 

@@ -101,12 +101,20 @@ def start_agents(base: Path, names: list[str], hosts: int = 1) -> list[subproces
 
 
 def start_actuator(
-    base: Path, work: Path, database: str, parallel: int, port: int | None = None
+    base: Path,
+    work: Path,
+    database: str,
+    parallel: int,
+    port: int | None = None,
+    intake_first: float | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
     port = port or free_port()
     token = work / "token"
     token.write_text(TOKEN)
     token.chmod(0o600)
+    reconciler: dict[str, Any] = {"interval": "0.1s", "parallel": parallel}
+    if intake_first is not None:  # else the shipped default
+        reconciler["intake_first"] = f"{intake_first}s"
     config = {
         "mode": "observe",
         "node": {"name": "central"},
@@ -122,7 +130,7 @@ def start_actuator(
         "idle": {"cpu_window": "0.3s", "sm_window": "1s"},
         "protect": {"protect_root": False, "protected_uid_below": 0},
         "breaker": {"min_flagged": 100000},
-        "reconciler": {"interval": "0.1s", "parallel": parallel},
+        "reconciler": reconciler,
     }
     (work / "actuator.yml").write_text(yaml.safe_dump(config))
     log = (work / "actuator.log").open("ab")
