@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from actuator.models import AlertmanagerAlert, Case, epoch, is_reclaimable, is_zero_time
 from actuator.store.cases import insert_case
 from actuator.store.counters import bump
-from actuator.store.database import DATABASE_ERRORS, DUPLICATE, Conn, Database
+from actuator.store.database import (
+    DATABASE_ERRORS,
+    DUPLICATE,
+    Conn,
+    Database,
+    StoreUnavailable,
+)
 from actuator.store.group_commit import GroupCommit
 
 
@@ -45,8 +51,8 @@ class EpisodeQueries(Database):
         so a late or duplicated `firing` copy can never revive it.
 
         Deliveries that arrive together are committed together (store/group_commit.py): one
-        transaction and one fsync for the group, each delivery in a savepoint of its own, and
-        none answered before the group committed.
+        transaction and one fsync for the group, none answered before the group committed,
+        and a delivery that fails costs the others nothing (`_record_group`).
         """
         group = self.__dict__.get("_alert_group")
         if group is None:  # setdefault: two first deliveries at once share one
@@ -59,6 +65,22 @@ class EpisodeQueries(Database):
         return self.__dict__.get("_alert_group")
 
     def _record_group(self, deliveries: list[_Delivery]) -> list[Ingest | BaseException]:
+        """The group in one transaction. It is written first as it comes: a savepoint for
+        each delivery is two statements more, and on PostgreSQL each statement is a round
+        trip the whole group waits for, holding the writers' turn. Only if a delivery
+        fails is that transaction rolled back and the group written again, each delivery
+        in a savepoint of its own, so its failure costs the others nothing."""
+        try:
+            with self._tx() as conn:
+                answers: list[Ingest | BaseException] = [_record(conn, d) for d in deliveries]
+                _count_recorded(conn, answers)
+            return answers
+        except StoreUnavailable:
+            raise  # the database failed: the whole group fails with it (503, resent)
+        except Exception:  # one delivery's own failure (its input): each in a savepoint
+            return self._record_apart(deliveries)
+
+    def _record_apart(self, deliveries: list[_Delivery]) -> list[Ingest | BaseException]:
         answers: list[Ingest | BaseException] = []
         with self._tx() as conn:
             for n, delivery in enumerate(deliveries):
@@ -75,11 +97,7 @@ class EpisodeQueries(Database):
                     conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
                     answers.append(exc)
                 conn.execute(f"RELEASE SAVEPOINT {savepoint}")
-            # The group's answered deliveries in one statement, not one each: on PostgreSQL
-            # each statement is a round trip the whole group waits for.
-            recorded = sum(isinstance(answer, Ingest) for answer in answers)
-            if recorded:
-                bump(conn, "webhook_requests", "200", recorded)
+            _count_recorded(conn, answers)
         return answers
 
     def pending_episodes(self, limit: int = 500) -> list[Episode]:
@@ -141,6 +159,14 @@ class _Delivery:
     alerts: list[AlertmanagerAlert]
     rejected: int
     now: float
+
+
+def _count_recorded(conn: Conn, answers: list[Ingest | BaseException]) -> None:
+    """The group's answered deliveries in one statement, not one each: on PostgreSQL each
+    statement is a round trip the whole group waits for."""
+    recorded = sum(isinstance(answer, Ingest) for answer in answers)
+    if recorded:
+        bump(conn, "webhook_requests", "200", recorded)
 
 
 def _record(conn: Conn, delivery: _Delivery) -> Ingest:

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from actuator.models import AlertmanagerAlert
-from actuator.store import Store, StoreUnavailable
+from actuator.store import Store, StoreUnavailable, open_store
+from actuator.store.episodes import Ingest, _Delivery
 from actuator.store.group_commit import GroupCommit
 from tests.helpers.api import alert
 
@@ -66,6 +67,31 @@ def test_a_delivery_alone_commits_at_once(store: Store) -> None:
     assert ingest.recorded == 1 and time.monotonic() - began < 1.0
     again = store.record_alerts([firing("alone")], 0, time.time())
     assert again.duplicates and again.duplicates[0][2] == 2  # the second delivery, said so
+
+
+def test_a_delivery_that_fails_costs_the_others_of_its_group_nothing(database: str) -> None:
+    """A group is written as it comes, without a savepoint each; when one delivery fails
+    (here its start time is not a time), that transaction is rolled back and the group
+    written again, each delivery in a savepoint: the others are recorded once and counted
+    once, the bad one is answered with its own error and leaves nothing behind."""
+    store = open_store(database)
+    store.init()
+    bad = AlertmanagerAlert.model_construct(**{**alert(fingerprint="bad"), "startsAt": "soon"})
+    now = time.time()
+    first, failed, last = store._record_group(
+        [
+            _Delivery([firing("a")], 0, now),
+            _Delivery([bad], 0, now),
+            _Delivery([firing("b")], 0, now),
+        ]
+    )
+    assert isinstance(first, Ingest) and first.recorded == 1 and not first.duplicates
+    assert isinstance(failed, AttributeError)  # a str has no astimezone
+    assert isinstance(last, Ingest) and last.recorded == 1 and not last.duplicates
+    assert sorted(e.fingerprint for e in store.pending_episodes(10)) == ["a", "b"]
+    assert store.metric_snapshot()["requests"] == {"200": 2}
+    clean = store._record_group([_Delivery([firing("c")], 0, now)])  # the next group as it comes
+    assert isinstance(clean[0], Ingest) and clean[0].recorded == 1
 
 
 def test_one_bad_ask_costs_only_itself_and_a_failed_commit_fails_every_ask() -> None:
