@@ -10,6 +10,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,87 +77,102 @@ def test_only_an_authenticated_delivery_is_marked(tmp_path: Path) -> None:
     assert before <= deliveries.last() <= time.monotonic()
 
 
-def _reconciler(rt: Runtime, deliveries: DeliveryClock) -> Reconciler:
+class SteppedTime(threading.Event):
+    """The reconciler's waits on a clock of the test's own: each wait moves it on by the
+    time waited, then the storm (while it lasts) delivers once more, so a loaded machine
+    cannot make the deliveries look paused or the wait look long."""
+
+    def __init__(self, storm_until: float = math.inf) -> None:
+        super().__init__()
+        self.now, self.storm_until = 1000.0, storm_until
+        self.deliveries = DeliveryClock(clock=lambda: self.now)
+        self.at: list[tuple[float, Callable[[], None]]] = []  # (when, what) during the wait
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None and timeout > 0
+        self.now += timeout
+        for when, what in [(w, f) for w, f in self.at if w <= self.now]:
+            self.at.remove((when, what))
+            what()
+        if self.now < self.storm_until:
+            self.deliveries.mark()
+        return self.is_set()
+
+    def timed_wait(self, reconciler: Reconciler) -> float:
+        began = self.now
+        reconciler.intake_first(self)
+        return self.now - began
+
+
+def _reconciler(rt: Runtime, time_: SteppedTime) -> Reconciler:
     return build_reconciler(
-        rt.config, rt.store, rt.audit, {}, NullNotifier(), holder="r1", deliveries=deliveries
+        rt.config,
+        rt.store,
+        rt.audit,
+        {},
+        NullNotifier(),
+        holder="r1",
+        mono=lambda: time_.now,
+        deliveries=time_.deliveries,
     )
 
 
-def _timed_wait(reconciler: Reconciler) -> float:
-    began = time.monotonic()
-    reconciler.intake_first(threading.Event())
-    return time.monotonic() - began
-
-
-def _delivering(deliveries: DeliveryClock, every: float = 0.02) -> threading.Event:
-    """A storm: a delivery every 20 ms until the event is set."""
-    done = threading.Event()
-
-    def deliver() -> None:
-        while not done.wait(every):
-            deliveries.mark()
-
-    deliveries.mark()
-    threading.Thread(target=deliver, daemon=True).start()
-    return done
-
-
 def test_the_reconciler_waits_for_the_deliveries_to_pause(tmp_path: Path) -> None:
-    deliveries = DeliveryClock()
-    rt = make_runtime(tmp_path, reconciler={"intake_first": "10s"})
-    reconciler = _reconciler(rt, deliveries)
-    assert _timed_wait(reconciler) < 0.05  # nothing delivered: no wait
-    storm = _delivering(deliveries)
-    threading.Timer(0.5, storm.set).start()  # half a second of deliveries, then quiet
-    took = _timed_wait(reconciler)
-    assert 0.5 <= took < 0.5 + INTAKE_QUIET + 0.5
+    time_ = SteppedTime(storm_until=1000.5)  # half a second of deliveries, then quiet
+    reconciler = _reconciler(make_runtime(tmp_path), time_)
+    assert reconciler.tick()
+    assert time_.timed_wait(reconciler) == 0.0  # nothing delivered yet: no wait
+    time_.deliveries.mark()
+    took = time_.timed_wait(reconciler)
+    assert 0.5 <= took <= 0.5 + INTAKE_QUIET + 1e-6
 
 
 def test_a_storm_that_goes_on_delays_the_pass_by_the_cap_and_no_more(tmp_path: Path) -> None:
-    deliveries = DeliveryClock()
-    rt = make_runtime(tmp_path, reconciler={"intake_first": "0.6s"})
-    reconciler = _reconciler(rt, deliveries)
-    storm = _delivering(deliveries)
-    try:
-        took = _timed_wait(reconciler)
-    finally:
-        storm.set()
-    assert 0.6 <= took < 1.2
+    time_ = SteppedTime()
+    rt = make_runtime(tmp_path)  # reconciler.intake_first: 60 s, the default
+    reconciler = _reconciler(rt, time_)
+    assert reconciler.tick()  # it waits after a pass it made, holding the lease
+    time_.deliveries.mark()
+    assert time_.timed_wait(reconciler) == pytest.approx(rt.config.reconciler.intake_first)
+
+
+def test_a_waiter_that_no_longer_holds_the_lease_stops_waiting(tmp_path: Path) -> None:
+    time_ = SteppedTime()
+    rt = make_runtime(tmp_path)
+    reconciler = _reconciler(rt, time_)
+    assert reconciler.tick()
+    time_.at = [(1005.0, lambda: rt.store.release_lease("r1"))]  # taken from it meanwhile
+    time_.deliveries.mark()
+    took = time_.timed_wait(reconciler)
+    assert 5.0 <= took <= 10.0  # at its next renewal, a third of the lease later
 
 
 def test_the_cap_off_means_no_wait(tmp_path: Path) -> None:
-    deliveries = DeliveryClock()
-    rt = make_runtime(tmp_path, reconciler={"intake_first": "0s"})
-    storm = _delivering(deliveries)
-    try:
-        assert _timed_wait(_reconciler(rt, deliveries)) < 0.05
-    finally:
-        storm.set()
+    time_ = SteppedTime()
+    reconciler = _reconciler(make_runtime(tmp_path, reconciler={"intake_first": "0s"}), time_)
+    time_.deliveries.mark()
+    assert time_.timed_wait(reconciler) == 0.0
 
 
 def test_a_waiting_reconciler_keeps_its_lease_and_reports_progress(tmp_path: Path) -> None:
-    """Waiting on purpose is not a stall: the lease (0.3 s here) is renewed every third of
-    its life, with the progress mark /-/ready reads, so no other worker takes over and
-    readiness stays green through a wait three leases long."""
-    deliveries = DeliveryClock()
-    rt = make_runtime(tmp_path, reconciler={"intake_first": "1s", "lease_ttl": "0.3s"})
-    reconciler = _reconciler(rt, deliveries)
+    """Waiting on purpose is not a stall: the lease (10 s) is renewed every third of its
+    life, with the progress mark /-/ready reads (30 s), so no other worker takes over and
+    readiness stays green through a wait of six leases."""
+    time_ = SteppedTime()
+    rt = dataclasses.replace(make_runtime(tmp_path), mono=lambda: time_.now)
+    reconciler = _reconciler(rt, time_)
     assert reconciler.tick()
-    progress = rt.store.progress()
-    assert progress is not None and progress[2] is not None
-    first = progress[2]
-    storm = _delivering(deliveries)
     taken: list[bool] = []
-    rival = threading.Timer(0.8, lambda: taken.append(rt.store.acquire_lease("r2", rt.mono(), 0.3)))
-    rival.start()
-    try:
-        took = _timed_wait(reconciler)
-    finally:
-        storm.set()
-    rival.join()
-    assert took >= 1.0
+    ready: list[int] = []
+    client = create_app(rt).test_client()
+    time_.at = [
+        (1025.0, lambda: taken.append(rt.store.acquire_lease("r2", time_.now, 10.0))),
+        (1045.0, lambda: ready.append(client.get("/-/ready").status_code)),
+    ]
+    time_.deliveries.mark()
+    assert time_.timed_wait(reconciler) == pytest.approx(60.0)
     assert taken == [False]  # still r1's, two leases into the wait
+    assert ready == [200]  # 45 s since the last pass, past stall_after: progress was marked
     progress = rt.store.progress()
-    assert progress is not None and progress[0] == "r1" and progress[2] is not None
-    assert progress[2] > first + 0.5
-    assert create_app(rt).test_client().get("/-/ready").status_code == 200
+    assert progress is not None and progress[0] == "r1"
+    assert progress[2] is not None and progress[2] >= 1055.0
