@@ -57,7 +57,7 @@ from actuator.policy import Effective
 from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.rulebook import RuleBook
 from actuator.schedulers import Scheduler, gate
-from actuator.store import LeaseLost, Store, StoreUnavailable, Transition
+from actuator.store import KeepKey, LeaseLost, Store, StoreUnavailable, Transition
 
 log = logging.getLogger(__name__)
 
@@ -451,25 +451,25 @@ class Reconciler:
         return decision, seen, eff
 
     def _guard(self, case: Case, mono: float) -> FleetState:
+        # A keep counts only for a pending case: one its owner asked before the case opened.
+        keep = KeepKey(case.node, case.pid, case.start_ticks, case.boot_id)
+        facts = self.store.guard_facts(
+            case.id,
+            case.node,
+            node_since=mono - 3600,
+            fleet_since=mono - 60,
+            clock=self.store.clock_id,
+            keep=keep if case.state == State.PENDING else None,
+            now=self.clock(),
+        )
         return FleetState(
-            unresolved=self.store.unresolved_episodes(case.id),
-            breaker_open=self.store.breaker()[0],
-            terminations_node_hour=self.store.terminations_since(
-                mono - 3600, self.store.clock_id, case.node
-            ),
-            terminations_minute=self.store.terminations_since(mono - 60, self.store.clock_id),
-            kept_until=self._kept_until(case),
+            unresolved=facts.unresolved,
+            breaker_open=facts.breaker_open,
+            terminations_node_hour=facts.terminations_node,
+            terminations_minute=facts.terminations_fleet,
+            kept_until=facts.kept_until,
             demand=self._choices.get(case.id),
         )
-
-    def _kept_until(self, case: Case) -> float | None:
-        """A keep the owner asked before this case opened (for this very process)."""
-        if case.state != State.PENDING:
-            return None
-        kept = self.store.active_keep(
-            case.node, case.pid, case.start_ticks, case.boot_id, self.clock()
-        )
-        return kept.until if kept else None
 
     def apply(
         self,

@@ -16,6 +16,7 @@ from actuator.store.cases import CaseQueries, Transition
 from actuator.store.counters import CounterQueries
 from actuator.store.database import SCHEMA_VERSION, Database, StoreUnavailable
 from actuator.store.episodes import Episode, EpisodeQueries, Ingest
+from actuator.store.guard import GuardFacts, GuardQueries, KeepKey
 from actuator.store.keep_links import KeepLinkQueries
 from actuator.store.keeps import AdvanceKeep, KeepQueries
 from actuator.store.lease import Fence, LeaseLost, LeaseQueries
@@ -30,7 +31,9 @@ __all__ = [
     "Database",
     "Episode",
     "Fence",
+    "GuardFacts",
     "Ingest",
+    "KeepKey",
     "LeaseLost",
     "Store",
     "StoreUnavailable",
@@ -45,6 +48,7 @@ class Store(
     EpisodeQueries,
     CaseQueries,
     SignalQueries,
+    GuardQueries,
     CounterQueries,
     LeaseQueries,
     BreakerQueries,

@@ -146,13 +146,6 @@ class EpisodeQueries(Database):
             if before_commit is not None and new:
                 before_commit([case for case, _ in new])
 
-    def unresolved_episodes(self, case_id: int) -> int:
-        rows = self._read(
-            "SELECT COUNT(*) AS n FROM episodes WHERE case_id = ? AND status = 'firing'",
-            (case_id,),
-        )
-        return int(rows[0]["n"])
-
 
 @dataclass(frozen=True)
 class _Delivery:

@@ -1,4 +1,5 @@
-"""Signals sent, and the counts the rate limits judge by."""
+"""Signals sent, and the processes flagged per node (the counts the rate limits judge by
+are read with the rest of a step's guard: actuator/store/guard.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actuator.ladder import LIMITED
 from actuator.store.database import Database
 
 
@@ -35,20 +35,6 @@ class SignalQueries(Database):
     def signals_for(self, case_id: int) -> list[dict[str, Any]]:
         rows = self._read("SELECT * FROM signals WHERE case_id = ? ORDER BY id", (case_id,))
         return [{"ts": r["ts"], "pid": r["pid"], "signal": r["signal"]} for r in rows]
-
-    def terminations_since(self, since_mono: float, clock: str, node: str | None = None) -> int:
-        """Cases that took the ladder's limited rung (SIGTERM) since `since_mono` on the
-        clock `clock` (Database.clock_id): a reading of another clock (an earlier boot) says
-        nothing about "since". Not the target's boot id: a central actuator's cases are on
-        other nodes' boots."""
-        assert LIMITED.stamps is not None  # a column name from the ladder, never from input
-        column = LIMITED.stamps.mono
-        sql = f"SELECT COUNT(*) AS n FROM cases WHERE {column} >= ? AND clock = ?"
-        params: tuple[Any, ...] = (since_mono, clock)
-        if node is not None:
-            sql += " AND node = ?"
-            params += (node,)
-        return int(self._read(sql, params)[0]["n"])
 
     def flagged_since(self, since_mono: float, node: str) -> int:
         rows = self._read(
