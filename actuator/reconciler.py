@@ -119,8 +119,8 @@ class Reconciler:
         alerts: DecisionAlerts | None = None,
         deliveries: DeliveryClock | None = None,
     ) -> None:
-        self.deliveries = deliveries  # the host's webhook deliveries (actuator/intake_first.py)
         self.config, self.store, self.audit, self.nodes = config, store, audit, nodes
+        self.deliveries = deliveries  # the host's webhook deliveries (actuator/intake_first.py)
         self.intake, self.rules, self.planner, self.batches = intake, rules, planner, batches
         self.schedulers, self.holder, self.alerts = schedulers, holder, alerts
         self.clock, self.mono = clock, mono
@@ -144,7 +144,7 @@ class Reconciler:
         while not stop.is_set():
             tracking = False
             try:
-                self.holding = self.tick()
+                self.holding = self.tick(stop)
                 tracking = self.holding
             except StoreUnavailable as exc:
                 self.holding = False
@@ -166,9 +166,8 @@ class Reconciler:
     def intake_first(self, stop: threading.Event) -> None:
         """Between passes, while deliveries are arriving on this host: wait for them
         (actuator/intake_first.py), the lease and the progress mark renewed meanwhile."""
-        ttl = self.config.reconciler.lease_ttl
         if self.deliveries is not None:
-            most = self.config.reconciler.intake_first
+            ttl, most = self.config.reconciler.lease_ttl, self.config.reconciler.intake_first
             wait_for_intake(self.deliveries, most, ttl / 3, stop, lambda: self._progressed(ttl))
 
     def _progressed(self, ttl: float) -> bool:
@@ -197,8 +196,9 @@ class Reconciler:
             except StoreUnavailable:
                 pass  # the pass's own writes say so
 
-    def tick(self) -> bool:
-        """One pass if we hold the lease; False when another worker holds it."""
+    def tick(self, stop: threading.Event | None = None) -> bool:
+        """One pass if we hold the lease; False when another worker holds it. A new holder
+        (a restart, a take-over) with `stop` first lets the deliveries arriving land."""
         ttl = self.config.reconciler.lease_ttl
         # The end of the last pass renewed the lease with its progress mark: a pass that
         # starts within a third of the lease's life needs no renewal of its own (every
@@ -206,6 +206,8 @@ class Reconciler:
         fresh = self.mono() - self._renewed_mono < ttl / 3
         if not fresh and not self.store.acquire_lease(self.holder, self.mono(), ttl):
             return False
+        if stop is not None and not self.holding:
+            self.intake_first(stop)
         self._pass_began = self.mono()
         try:
             return self._pass(ttl)
@@ -315,11 +317,9 @@ class Reconciler:
         if self.mono() - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = self.mono()
-        removed = self.store.prune(self.clock() - self.config.storage.retention)
-        if removed:
-            log.info(
-                "pruned %d ended case(s) older than %gs", removed, self.config.storage.retention
-            )
+        retention = self.config.storage.retention
+        if removed := self.store.prune(self.clock() - retention):
+            log.info("pruned %d ended case(s) older than %gs", removed, retention)
 
     def _step_failed(self, case: Case, exc: Exception) -> None:
         step_failed(self.store, self.audit, case, exc)

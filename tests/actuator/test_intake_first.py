@@ -176,3 +176,25 @@ def test_a_waiting_reconciler_keeps_its_lease_and_reports_progress(tmp_path: Pat
     progress = rt.store.progress()
     assert progress is not None and progress[0] == "r1"
     assert progress[2] is not None and progress[2] >= 1055.0
+
+
+def test_a_new_holder_lets_the_deliveries_land_before_its_first_pass(tmp_path: Path) -> None:
+    """A take-over or a restart in the middle of a storm: the worker that takes the lease
+    waits for the deliveries arriving before its first pass, as between passes, and the
+    pass then takes what landed meanwhile. One that held the lease already does not wait
+    before its pass (it waited after its last one)."""
+    time_ = SteppedTime(storm_until=1000.5)
+    rt = make_runtime(tmp_path)
+    reconciler = _reconciler(rt, time_)
+    client = create_app(rt).test_client()
+    time_.at = [(1000.3, lambda: client.post("/api/v1/alerts", json=body(alert()), headers=AUTH))]
+    time_.deliveries.mark()
+    assert reconciler.tick(time_)
+    assert 0.5 <= time_.now - 1000.0 <= 0.5 + INTAKE_QUIET + 1e-6
+    assert rt.store.pending_episodes() == []  # delivered during the wait, taken by the pass
+    reconciler.holding = True
+    time_.storm_until = math.inf
+    time_.deliveries.mark()
+    before = time_.now
+    assert reconciler.tick(time_)
+    assert time_.now == before
