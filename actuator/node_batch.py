@@ -24,7 +24,7 @@ from actuator.decision_record import StepEvidence, decision_record
 from actuator.decisions import Decision
 from actuator.demand.planner import DemandPlanner
 from actuator.executor import Executor, Outcome, Rehearsed, Step
-from actuator.ladder import Action, commits_alone, rung_for, takes_tree
+from actuator.ladder import LIMITED, Action, commits_alone, rung_for, takes_tree
 from actuator.models import Case, CaseUpdate, LiveState, State
 from actuator.notifications.notice import ProvenFacts, disagreements
 from actuator.policy import Effective
@@ -158,6 +158,9 @@ class NodeBatches:
         self.store, self.audit, self.executor, self.planner = store, audit, executor, planner
         self.fence, self.step_failed = fence, step_failed
         self._open: dict[str, NodeBatch] = {}
+        # Limited-rung (SIGTERM) decisions committed so far: a guard read before the last
+        # of them is read again (actuator/guard_reader.py).
+        self.limited_made = 0
         # What was done but not yet saved (the store failed): saved with the next pass's.
         self._unsaved: dict[str, tuple[list[SignalSent], list[Bump]]] = {}
 
@@ -217,6 +220,8 @@ class NodeBatches:
             for b in steps:
                 self.aborted(b.step.case, b.record.decision_id, str(exc))
             raise
+        finally:  # counted made or not: a commit that failed may have landed
+            self.limited_made += sum(b.step.decision.action == LIMITED.action for b in steps)
         failed: BaseException | None = None
         rehearsals: list[Rehearsed] = []  # the node's, sent together after the loop
         # Signals first: a KILL's escalation never waits on another case's notice.

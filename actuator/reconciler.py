@@ -29,7 +29,6 @@ from actuator.config import ActuatorConfig
 from actuator.decision_alerts import DecisionAlerts
 from actuator.decisions import (
     Decision,
-    FleetState,
     decide_live,
     decide_signalled,
     decide_unreachable,
@@ -41,6 +40,7 @@ from actuator.demand.fit import Choice
 from actuator.demand.planner import DemandPlanner
 from actuator.executor import Step
 from actuator.fleet.directory import NodeDirectory
+from actuator.guard_reader import GuardRead, GuardReader
 from actuator.intake import Intake
 from actuator.intake_first import DeliveryClock, wait_for_intake
 from actuator.ladder import SIGNALLED_STATES, commits_alone, last_look_before, takes_tree
@@ -57,7 +57,7 @@ from actuator.policy import Effective
 from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.rulebook import RuleBook
 from actuator.schedulers import Scheduler, gate
-from actuator.store import KeepKey, LeaseLost, Store, StoreUnavailable, Transition
+from actuator.store import LeaseLost, Store, StoreUnavailable, Transition
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ class Reconciler:
         self.intake, self.rules, self.planner, self.batches = intake, rules, planner, batches
         self.schedulers, self.holder, self.alerts = schedulers, holder, alerts
         self.clock, self.mono = clock, mono
+        self.guards = GuardReader(store, lambda: batches.limited_made, clock, mono)
         self.thresholds = rules.thresholds
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._checked: dict[int, Checked] = {}  # last live re-check of each live case
@@ -357,6 +358,7 @@ class Reconciler:
             return
         fresh = batched is not None and self._fresh(batched)
         seen = batched.live if batched is not None and fresh else self._observe(case, node)
+        read = self.guards.read(case) if isinstance(seen, LiveState) else None  # not our turn yet
         with self._acting:
             now, mono = self.clock(), self.mono()
             self._checked[case.id] = Checked(mono, demand_key(self._choices.get(case.id)))
@@ -372,7 +374,7 @@ class Reconciler:
                 live = None
                 eff = self.rules.recorded(case)
             else:
-                decision, live, eff = self._decide(case, seen, now, mono)
+                decision, live, eff = self._decide(case, seen, read, now, mono)
             # The scheduler, once per step: the live process's, or the one that took the case.
             scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
             if scheduler is not None and live is not None:
@@ -423,7 +425,7 @@ class Reconciler:
             return exc
 
     def _decide(
-        self, case: Case, seen: Observation, now: float, mono: float
+        self, case: Case, seen: Observation, read: GuardRead | None, now: float, mono: float
     ) -> tuple[Decision, LiveState | None, Effective]:
         if isinstance(seen, Signalled):
             eff = self.rules.recorded(case)
@@ -442,34 +444,13 @@ class Reconciler:
             eff,
             self.config.idle,
             self.config.limits,
-            self._guard(case, mono),
+            self.guards.at_turn(case, read, self._choices.get(case.id)),
             now,
             self.thresholds,
             mono=mono,
             notice=self.config.notice,
         )
         return decision, seen, eff
-
-    def _guard(self, case: Case, mono: float) -> FleetState:
-        # A keep counts only for a pending case: one its owner asked before the case opened.
-        keep = KeepKey(case.node, case.pid, case.start_ticks, case.boot_id)
-        facts = self.store.guard_facts(
-            case.id,
-            case.node,
-            node_since=mono - 3600,
-            fleet_since=mono - 60,
-            clock=self.store.clock_id,
-            keep=keep if case.state == State.PENDING else None,
-            now=self.clock(),
-        )
-        return FleetState(
-            unresolved=facts.unresolved,
-            breaker_open=facts.breaker_open,
-            terminations_node_hour=facts.terminations_node,
-            terminations_minute=facts.terminations_fleet,
-            kept_until=facts.kept_until,
-            demand=self._choices.get(case.id),
-        )
 
     def apply(
         self,

@@ -29,6 +29,7 @@ from actuator.store import database as database_module
 from actuator.store import open_store
 from tests.helpers.api import AUTH, TOKEN, alert, body
 from tests.helpers.cases import BOOT, TICKS
+from tests.helpers.guard_reads import CountedGuardReads
 from tests.support import wait_until
 
 NODE = "n1"
@@ -1001,3 +1002,39 @@ def test_defect_8_ready_says_so_while_nothing_can_be_recorded(
         h.fire(500)  # and it records again
     finally:
         subprocess.run(["umount", "-l", str(volume)], check=False)
+
+
+def test_two_nodes_steps_that_read_before_either_s_turn_take_one_sigterm_under_a_limit_of_one(
+    tmp_path: Path, database: str
+) -> None:
+    """Both steps read their guard (no SIGTERM yet) before either takes its turn; the
+    second at its turn sees the first's SIGTERM and is held back by the limit."""
+    h = Harness(tmp_path, database, limits={"terminations_per_minute": 1})
+    other = ScriptedNode(h.clock, name="n2", allow_signals=True)
+    h.node.allow_signals = True
+    h.node.live = {101: idle_live(h.clock, 101)}
+    other.live = {102: idle_live(h.clock, 102)}
+    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
+    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
+    h.fire(101)
+    r = build_reconciler(
+        h.config,
+        h.store,
+        h.audit,
+        {NODE: h.node, "n2": other},
+        h.notifier,
+        clock=lambda: h.clock.wall,
+        mono=lambda: h.clock.mono,
+    )
+    h.run(r, ticks=3)
+    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    h.clock.advance(61)  # past the grace: each step's next decision is its SIGTERM
+    both_read = threading.Barrier(2, timeout=10)
+    counted = CountedGuardReads(h.store, before=lambda n: both_read.wait() if n <= 2 else None)
+    h.run(r)
+    assert counted.reads == 3  # the second step read again at its turn
+    signalled = h.node.signalled + other.signalled
+    assert [s for _, s in signalled] == ["SIGTERM"], signalled
+    held = 102 if h.node.signalled else 101
+    (case,) = [c for c in h.cases(held) if c.state == State.DEFERRED]
+    assert case.reason_code == "limit_minute"
