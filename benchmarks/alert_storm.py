@@ -256,6 +256,25 @@ def requests_for(targets: list[dict[str, Any]], per_request: int) -> list[bytes]
     return bodies
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far: busy is all but idle and
+    I/O wait."""
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return sum(t) - idle, sum(t)
+
+
+def server_cpu(data: Path) -> float:
+    """The PostgreSQL server's CPU seconds: its postmaster's, its running backends' and
+    those of the backends that already exited (the postmaster waited for them)."""
+    try:
+        postmaster = psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
+        t = postmaster.cpu_times()
+    except (OSError, ValueError, psutil.Error):
+        return float("nan")
+    return cpu(postmaster) + t.children_user + t.children_system
+
+
 def cpu(process: psutil.Process) -> float:
     total = 0.0
     try:
@@ -445,7 +464,9 @@ def main() -> int:
         from actuator.demo.postgres import postgres_server
 
         print("  a PostgreSQL server ...", flush=True)
-        database = cleanup.enter_context(postgres_server(base / "postgres")).new_database()
+        server = cleanup.enter_context(postgres_server(base / "postgres"))
+        database = server.new_database()
+        server_cpu0 = server_cpu(server.data)
     else:
         database = str(base / "actuator.db")
     print(f"# store: {args.store}, {args.replicas} replica(s)", flush=True)
@@ -541,6 +562,7 @@ def main() -> int:
     try:
         print(f"  posting {len(bodies):,} requests ({args.senders}) ...", flush=True)
         first = time.time()
+        busy0 = machine_busy()
         if isinstance(poster, LoopPoster):
             run_on_a_loop(poster.run(bodies, args.concurrency, after_ack))
         else:
@@ -567,6 +589,10 @@ def main() -> int:
             time.sleep(1)
         actuator_cpu += sum(cpu(psutil.Process(r.pid)) for r in replicas)
         agents_cpu = sum(cpu(psutil.Process(a.pid)) for a in fleet.agents) - agents_cpu0
+        busy1 = machine_busy()
+        database_cpu = (
+            server_cpu(server.data) - server_cpu0 if args.store == "postgres" else float("nan")
+        )
         calls = agent_calls(base, fleet.agents)
         rows = query(database, CASES)
     finally:
@@ -608,6 +634,16 @@ def main() -> int:
     print(
         "agent requests per case: "
         + ", ".join(f"{k} {v * per_case / 1000:.2f}" for k, v in sorted(calls.items()))
+    )
+    busy = (busy1[0] - busy0[0]) / max(1e-9, busy1[1] - busy0[1])
+    server_share = (
+        f"; the PostgreSQL server {database_cpu * per_case:.1f} ms CPU per case"
+        if args.store == "postgres"
+        else ""
+    )
+    print(
+        f"the machine's CPUs from the first request to the end: {100 * busy:.0f} % busy"
+        f"{server_share}"
     )
     if len(restart_times) == 2:
         killed_at, ready_at = restart_times
