@@ -112,6 +112,30 @@ def test_a_node_s_due_re_checks_are_answered_together_in_the_order_asked(
         assert agent.post("/v1/inspect-many", json=body).status_code == 422
 
 
+def test_a_node_s_re_checks_asked_together_read_the_host_s_room_once(
+    node_dir: Path, tmp_path: Path, workloads: Workloads
+) -> None:
+    """What is one figure for the node (a simulated host's memory room) is read once per
+    request, as the node's own batch reads it, not once per target."""
+    node = LocalNode(
+        NODE, Protect(protect_root=False, protected_uid_below=0), sim_dir=str(node_dir)
+    )
+    assert node.checkpointer is not None
+    reads: list[int] = []
+    host_room = node.checkpointer.host_room
+
+    def counted() -> int | None:
+        reads.append(1)
+        return host_room()
+
+    node.checkpointer.host_room = counted  # type: ignore[method-assign]
+    agent = Client(create_agent_app(node, SignalJournal(tmp_path / "journal.sqlite")))
+    asked = [_target(workloads.spawn(memory="1GiB")) for _ in range(3)]
+    answer = agent.post("/v1/inspect-many", json={"targets": [wire.dump_target(t) for t in asked]})
+    assert answer.status_code == 200, answer.json
+    assert len(wire.load_lives(answer.json["lives"], 3)) == 3 and len(reads) == 1
+
+
 def test_a_signal_step_is_carried_out_once_however_often_asked(
     agent: Client, workloads: Workloads
 ) -> None:
