@@ -211,12 +211,13 @@ class Harness:
         )
         self.client = create_app(self.runtime).test_client()
 
-    def reconciler(self, holder: str = "r1") -> Reconciler:
+    def reconciler(self, holder: str = "r1", others: dict[str, Any] | None = None) -> Reconciler:
+        """The reconciler over this node and `others` (name -> node)."""
         return build_reconciler(
             self.config,
             self.store,
             self.audit,
-            {NODE: self.node},
+            {NODE: self.node, **(others or {})},
             self.notifier,
             clock=lambda: self.clock.wall,
             mono=lambda: self.clock.mono,
@@ -706,15 +707,7 @@ def test_a_node_slow_to_answer_does_not_hold_the_other_nodes_up(
     on_slow = alert(labels={**labels(102), "node": "a-slow-node"}, fingerprint="fp102")
     assert h.client.post("/api/v1/alerts", json=body(on_slow), headers=AUTH).status_code == 200
     h.fire(101)  # after the slow node's case: in turn, it would wait behind it
-    r = build_reconciler(
-        h.config,
-        h.store,
-        h.audit,
-        {NODE: h.node, "a-slow-node": slow},
-        h.notifier,
-        clock=lambda: h.clock.wall,
-        mono=lambda: h.clock.mono,
-    )
+    r = h.reconciler(others={"a-slow-node": slow})
     ticking = threading.Thread(target=r.tick)
     ticking.start()
     try:
@@ -1017,15 +1010,7 @@ def test_two_nodes_steps_that_read_before_either_s_turn_take_one_sigterm_under_a
     on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
     assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
     h.fire(101)
-    r = build_reconciler(
-        h.config,
-        h.store,
-        h.audit,
-        {NODE: h.node, "n2": other},
-        h.notifier,
-        clock=lambda: h.clock.wall,
-        mono=lambda: h.clock.mono,
-    )
+    r = h.reconciler(others={"n2": other})
     h.run(r, ticks=3)
     assert {h.state(101), h.state(102)} == {State.NOTIFIED}
     h.clock.advance(61)  # past the grace: each step's next decision is its SIGTERM
