@@ -13,6 +13,7 @@ from typing import Any
 
 from actuator.ladder import LIMITED
 from actuator.store.database import Database
+from actuator.store.keeps import ACTIVE_KEEP
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,7 @@ class GuardQueries(Database):
         params: list[Any] = [case_id, node_since, clock, node, fleet_since, clock]
         kept = "NULL"
         if keep is not None:
-            kept = (
-                "(SELECT until_ts FROM keeps WHERE node = ? AND pid = ? AND start_ticks = ? "
-                "AND boot_id = ? AND revoked = 0 AND until_ts > ? ORDER BY id DESC LIMIT 1)"
-            )
+            kept = f"(SELECT until_ts {ACTIVE_KEEP})"
             params += [keep.node, keep.pid, keep.start_ticks, keep.boot_id, now]
         row = self._read(
             "SELECT "

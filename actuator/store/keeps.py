@@ -8,6 +8,13 @@ from dataclasses import dataclass
 
 from actuator.store.database import Database, Row
 
+# The keep in force for one process (node, pid, start ticks, boot id; now): the latest asked,
+# neither revoked nor expired. One predicate for every reader (store/guard.py too).
+ACTIVE_KEEP = (
+    "FROM keeps WHERE node = ? AND pid = ? AND start_ticks = ? AND boot_id = ? "
+    "AND revoked = 0 AND until_ts > ? ORDER BY id DESC LIMIT 1"
+)
+
 
 @dataclass(frozen=True)
 class AdvanceKeep:
@@ -70,11 +77,7 @@ class KeepQueries(Database):
     def active_keep(
         self, node: str, pid: int, start_ticks: int, boot_id: str, now: float
     ) -> AdvanceKeep | None:
-        rows = self._read(
-            "SELECT * FROM keeps WHERE node = ? AND pid = ? AND start_ticks = ? AND boot_id = ? "
-            "AND revoked = 0 AND until_ts > ? ORDER BY id DESC LIMIT 1",
-            (node, pid, start_ticks, boot_id, now),
-        )
+        rows = self._read(f"SELECT * {ACTIVE_KEEP}", (node, pid, start_ticks, boot_id, now))
         return _keep(rows[0]) if rows else None
 
     def list_keeps(self, node: str, now: float, uid: int | None = None) -> list[AdvanceKeep]:
