@@ -202,14 +202,18 @@ class PresenceReader:
                     continue
             except OSError:
                 continue
+            # Its command line next, one read: most of a uid's processes are no server, and
+            # only a server's status and start are read (a uid running a thousand
+            # processes cost four reads each: docs/performance.md, "The agents' walk").
+            argv = procfs.read_cmdline(pid, self.proc_root)
+            if not argv or not _JUPYTER_SERVER.fullmatch(command_name(argv)):
+                continue
             status = procfs.read_status(pid, self.proc_root)
             if status is None or status.uid not in uids:
                 continue
-            uid = status.uid
-            argv = procfs.read_cmdline(pid, self.proc_root)
             ticks = procfs.start_ticks(pid, self.proc_root)
-            if argv and ticks is not None and _JUPYTER_SERVER.fullmatch(command_name(argv)):
-                servers.append((pid, ticks, uid))
+            if ticks is not None:
+                servers.append((pid, ticks, status.uid))
         return servers
 
     def _accepted(self, pid: int) -> int | None:
