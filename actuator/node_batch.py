@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,8 +160,10 @@ class NodeBatches:
         self.fence, self.step_failed = fence, step_failed
         self._open: dict[str, NodeBatch] = {}
         # Limited-rung (SIGTERM) decisions committed so far: a guard read before the last
-        # of them is read again (actuator/guard_reader.py).
+        # of them is read again (actuator/guard_reader.py). Batches commit from several
+        # node threads, some outside the reconciler's turn: the count has its own lock.
         self.limited_made = 0
+        self._counting = threading.Lock()
         # What was done but not yet saved (the store failed): saved with the next pass's.
         self._unsaved: dict[str, tuple[list[SignalSent], list[Bump]]] = {}
 
@@ -177,6 +180,17 @@ class NodeBatches:
     def signalled_on(self, node: str) -> SignalledTrees:
         batch = self._open.get(node)  # outside a node's pass: read afresh
         return batch.signalled if batch else SignalledTrees(self.store.signalled_trees)
+
+    def needs_turn(self, node: str) -> bool:
+        """Whether committing the node's open decisions must wait for the reconciler's
+        turn: a limited-rung (SIGTERM) decision changes what every later step's guard
+        counts, and a reclaimed GPU goes to the demand planner, which the pass shares.
+        Notices and observations change neither."""
+        batch = self._open.get(node)
+        return batch is not None and any(
+            b.step.decision.action == LIMITED.action or b.step.decision.state == State.RECLAIMED
+            for b in batch.decided
+        )
 
     def sample(self, case: Case) -> None:
         """A case that only waited, with evidence for later steps: saved at the end."""
@@ -221,7 +235,9 @@ class NodeBatches:
                 self.aborted(b.step.case, b.record.decision_id, str(exc))
             raise
         finally:  # counted made or not: a commit that failed may have landed
-            self.limited_made += sum(b.step.decision.action == LIMITED.action for b in steps)
+            if limited := sum(b.step.decision.action == LIMITED.action for b in steps):
+                with self._counting:
+                    self.limited_made += limited
         failed: BaseException | None = None
         rehearsals: list[Rehearsed] = []  # the node's, sent together after the loop
         # Signals first: a KILL's escalation never waits on another case's notice.

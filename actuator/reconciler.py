@@ -296,12 +296,15 @@ class Reconciler:
                     raise
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
-            with self._acting:
+            # The node's remaining decisions (notices, observations) change no other
+            # step's guard, so they are committed and carried out outside the turn: a slow
+            # mail server or a round trip no longer holds every other node's steps. A batch
+            # that does change what others read waits for the turn (NodeBatches.needs_turn).
+            with self._acting if self.batches.needs_turn(node) else contextlib.nullcontext():
                 self.batches.commit(node)
         finally:
             try:
-                with self._acting:
-                    self.batches.end(node)  # samples and what was done, saved
+                self.batches.end(node)  # samples and what was done, saved: no guard reads them
             finally:
                 self._flush_audit()
 

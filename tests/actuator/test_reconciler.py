@@ -1023,3 +1023,33 @@ def test_two_nodes_steps_that_read_before_either_s_turn_take_one_sigterm_under_a
     held = 102 if h.node.signalled else 101
     (case,) = [c for c in h.cases(held) if c.state == State.DEFERRED]
     assert case.reason_code == "limit_minute"
+
+
+def test_a_slow_notice_on_one_node_does_not_hold_another_node_s_steps(
+    tmp_path: Path, database: str
+) -> None:
+    """Each node's notice waits until the other's is under way too (a slow mail server):
+    both are sent, as a node's notices are carried out outside the reconciler's turn. Were
+    they carried out in it, the second node's step would wait for the first's notice, the
+    barrier would break after 10 s, and neither would be sent."""
+    h = Harness(tmp_path, database)
+    other = ScriptedNode(h.clock, name="n2")
+    h.node.live = {101: idle_live(h.clock, 101)}
+    other.live = {102: idle_live(h.clock, 102)}
+    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
+    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
+    h.fire(101)
+    both_sending = threading.Barrier(2, timeout=10)
+    send = h.notifier.send
+
+    def slow_send(notice: Any, *, dry_run: bool) -> NoticeResult:
+        both_sending.wait()
+        return send(notice, dry_run=dry_run)
+
+    h.notifier.send = slow_send  # type: ignore[method-assign]
+    r = h.reconciler(others={"n2": other})
+    h.run(r, ticks=3)
+    assert sorted(n.case for n in h.notifier.sent) == sorted(
+        c.id for pid in (101, 102) for c in h.cases(pid)
+    )
+    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
