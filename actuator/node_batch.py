@@ -49,6 +49,27 @@ class Decided:
     mono: float
 
 
+@dataclass(frozen=True)
+class Committed:
+    """A node's steps recorded and committed, in the order they are carried out, each with
+    whether its compare-and-set was made."""
+
+    batch: NodeBatch
+    steps: list[tuple[Decided, bool]]
+
+    @property
+    def needs_turn(self) -> bool:
+        """Whether carrying these out must wait for the reconciler's turn. A signal or a
+        checkpoint (the rungs that commit alone) acts on a process tree the pass's next
+        decisions must see acted on, and a reclaimed GPU goes to the demand planner, which
+        the pass shares; a notice or an observation's rehearsal changes nothing another
+        step reads, and may take seconds (a mail server) or a round trip (the agent)."""
+        return any(
+            commits_alone(b.step.decision.action) or b.step.decision.state == State.RECLAIMED
+            for b, _ in self.steps
+        )
+
+
 @dataclass
 class NodeBatch:
     """One node's pass: the decisions to commit, the cases whose samples (or notice's
@@ -181,17 +202,6 @@ class NodeBatches:
         batch = self._open.get(node)  # outside a node's pass: read afresh
         return batch.signalled if batch else SignalledTrees(self.store.signalled_trees)
 
-    def needs_turn(self, node: str) -> bool:
-        """Whether committing the node's open decisions must wait for the reconciler's
-        turn: a limited-rung (SIGTERM) decision changes what every later step's guard
-        counts, and a reclaimed GPU goes to the demand planner, which the pass shares.
-        Notices and observations change neither."""
-        batch = self._open.get(node)
-        return batch is not None and any(
-            b.step.decision.action == LIMITED.action or b.step.decision.state == State.RECLAIMED
-            for b in batch.decided
-        )
-
     def sample(self, case: Case) -> None:
         """A case that only waited, with evidence for later steps: saved at the end."""
         (self._open.get(case.node) or self.begin(case.node)).samples.append(case)
@@ -219,15 +229,20 @@ class NodeBatches:
     def commit(self, node: str) -> None:
         """The node's decided steps so far: their audit records fsync'd together, their
         states committed together (fenced by the lease), then each carried out in turn."""
+        self.carry_out(self.record(node))
+
+    def record(self, node: str) -> Committed | None:
+        """The node's decided steps so far, recorded and committed, not yet carried out
+        (None: nothing to carry out)."""
         batch = self._open.get(node)
         if batch is None or not batch.decided:
-            return
+            return None
         steps, batch.decided = batch.decided, []
         try:
             self.audit.write_many([b.record for b in steps])
         except AuditError as exc:
             log.error("cases %s: not acting, %s", [b.step.case.id for b in steps], exc)
-            return
+            return None
         try:
             made = self.store.transition_many([b.move for b in steps], self.fence())
         except LeaseLost as exc:
@@ -238,16 +253,23 @@ class NodeBatches:
             if limited := sum(b.step.decision.action == LIMITED.action for b in steps):
                 with self._counting:
                     self.limited_made += limited
-        failed: BaseException | None = None
-        rehearsals: list[Rehearsed] = []  # the node's, sent together after the loop
         # Signals first: a KILL's escalation never waits on another case's notice.
         ordered = sorted(
             zip(steps, made, strict=True),
             key=lambda item: not commits_alone(item[0].step.decision.action),
         )
-        for b, committed in ordered:
+        return Committed(batch, ordered)
+
+    def carry_out(self, committed: Committed | None) -> None:
+        """Each committed step's side effect, the node's rehearsals in one round trip."""
+        if committed is None:
+            return
+        batch = committed.batch
+        failed: BaseException | None = None
+        rehearsals: list[Rehearsed] = []  # the node's, sent together after the loop
+        for b, made in committed.steps:
             case, d = b.step.case, b.step.decision
-            if not committed:
+            if not made:
                 self.aborted(case, b.record.decision_id, "the case changed meanwhile (snoozed?)")
                 continue
             log.info("case %d: %s -> %s (%s)", case.id, b.previous, d.state, d.reason)

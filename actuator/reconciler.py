@@ -296,15 +296,18 @@ class Reconciler:
                     raise
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
-            # The node's remaining decisions (notices, observations) change no other
-            # step's guard, so they are committed and carried out outside the turn: a slow
-            # mail server or a round trip no longer holds every other node's steps. A batch
-            # that does change what others read waits for the turn (NodeBatches.needs_turn).
-            with self._acting if self.batches.needs_turn(node) else contextlib.nullcontext():
-                self.batches.commit(node)
+            with self._acting:
+                committed = self.batches.record(node)
+            # The node's remaining decisions are carried out after the turn unless they
+            # act on processes (Committed.needs_turn): a notice to a slow mail server, or an
+            # observation's rehearsal at the agent, no longer holds every other node's steps.
+            turn = committed is not None and committed.needs_turn
+            with self._acting if turn else contextlib.nullcontext():
+                self.batches.carry_out(committed)
         finally:
             try:
-                self.batches.end(node)  # samples and what was done, saved: no guard reads them
+                with self._acting:
+                    self.batches.end(node)  # samples and what was done, saved
             finally:
                 self._flush_audit()
 
