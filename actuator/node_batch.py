@@ -49,6 +49,10 @@ class Decided:
     mono: float
 
 
+# What a node's batch may carry out after the reconciler's turn (Committed.needs_turn).
+OUTSIDE_TURN = frozenset({Action.NOTIFY, Action.MOVE, Action.WAIT})
+
+
 @dataclass(frozen=True)
 class Committed:
     """A node's steps recorded and committed, in the order they are carried out, each with
@@ -59,13 +63,13 @@ class Committed:
 
     @property
     def needs_turn(self) -> bool:
-        """Whether carrying these out must wait for the reconciler's turn. A signal or a
-        checkpoint (the rungs that commit alone) acts on a process tree the pass's next
-        decisions must see acted on, and a reclaimed GPU goes to the demand planner, which
-        the pass shares; a notice or an observation's rehearsal changes nothing another
-        step reads, and may take seconds (a mail server) or a round trip (the agent)."""
+        """Whether carrying these out must wait for the reconciler's turn: anything that
+        acts on a process (a signal, a checkpoint, a restore), and a reclaimed GPU, which
+        goes to the demand planner the pass shares. A notice, or an observation's
+        rehearsal (a dry run at the agent), changes nothing another step reads, and may
+        take seconds (a slow mail server) or a round trip."""
         return any(
-            commits_alone(b.step.decision.action) or b.step.decision.state == State.RECLAIMED
+            b.step.decision.action not in OUTSIDE_TURN or b.step.decision.state == State.RECLAIMED
             for b, _ in self.steps
         )
 

@@ -5,19 +5,21 @@ the pass, and kept for the next one when the store fails."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from actuator.audit import AuditLog
 from actuator.decisions import Action, Decision
 from actuator.demand.planner import DemandPlanner
-from actuator.executor import Executor, Outcome
+from actuator.executor import Executor, Outcome, Step
 from actuator.models import UNSET, Case, CaseUpdate, Member, State
-from actuator.node_batch import NodeBatches, state_change
+from actuator.node import Node
+from actuator.node_batch import Committed, Decided, NodeBatch, NodeBatches, decided, state_change
 from actuator.notifications.notify import NullNotifier
 from actuator.policy import Notice
-from actuator.store import Fence, Store, StoreUnavailable
+from actuator.signalled import SignalledTrees
+from actuator.store import Fence, Store, StoreUnavailable, Transition
 from actuator.store.signals import SignalSent
 from tests.helpers.cases import T0, eff, make_case, make_live
 
@@ -127,3 +129,34 @@ def test_an_uncommitted_decision_is_dropped_at_the_end_of_the_pass(
     batches.end("n")
     assert batches.begin("n").decided == []  # the next pass starts with none
     assert batches.audit.tail(5) == []
+
+
+def _committed(action: Action, state: State) -> Decided:
+    case, live, d = make_case(), make_live(), Decision(action, state)
+    record, evidence = decided(case, d, live, case.state, {}, T0)
+    step = Step(case, d, live, eff(), cast(Node, None), None, T0)
+    return Decided(step, case.state, record, Transition(case, state, "", evidence, T0), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("action", "state", "turn"),
+    [
+        (Action.NOTIFY, State.NOTIFIED, False),
+        (Action.MOVE, State.OBSERVED, False),  # its rehearsal: a dry run at the agent
+        (Action.MOVE, State.CANCELLED, False),
+        (Action.MOVE, State.RECLAIMED, True),  # the demand planner watches the freed GPU
+        (Action.SUSPEND, State.SUSPENDING, True),
+        (Action.RESUME, State.RESUMING, True),
+        (Action.TERM, State.TERMINATING, True),  # the rate limits count it
+        (Action.KILL, State.KILLING, True),
+    ],
+)
+def test_a_batch_waits_for_the_turn_when_it_acts_on_a_process_or_reclaims(
+    action: Action, state: State, turn: bool
+) -> None:
+    """A node's notices and observations are carried out after the reconciler's turn; one
+    step that acts on a process or reclaims a GPU keeps the whole batch in it."""
+    notice = _committed(Action.NOTIFY, State.NOTIFIED)
+    batch = NodeBatch(SignalledTrees(lambda node, boot: {}))
+    steps = [(notice, True), (_committed(action, state), True)]
+    assert Committed(batch, steps).needs_turn is turn
