@@ -7,6 +7,9 @@ effect. The decisions of a node's pass are recorded and committed together (one 
 commit) before any of their side effects; a SIGTERM decision first has the node's earlier
 decisions carried out, then looks at its process once more and is committed alone, so its
 signal leaves as soon after its last look as before; a SIGKILL commits its batch at once.
+Steps decide one at a time (the turn: the rate limits count every SIGTERM decided
+before); a node's notices and observations are carried out after its batch's commit has
+left the turn, so a slow mail server holds its own node's pass, not every node's.
 A step whose audit record cannot be written stops there; a reconciler that lost its lease
 stops before the next side effect and audits the decision as aborted; a state is committed
 before its signal is sent, so a restart never signals twice (at worst a SIGTERM is lost
