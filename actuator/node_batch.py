@@ -50,7 +50,7 @@ class Decided:
 
 
 # What a node's batch may carry out after the reconciler's turn (Committed.needs_turn).
-OUTSIDE_TURN = frozenset({Action.NOTIFY, Action.MOVE, Action.WAIT})
+OUTSIDE_TURN = frozenset({Action.NOTIFY, Action.MOVE, Action.WAIT, Action.SUSPEND, Action.RESUME})
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,12 @@ class Committed:
 
     @property
     def needs_turn(self) -> bool:
-        """Whether carrying these out must wait for the reconciler's turn: anything that
-        acts on a process (a signal, a checkpoint, a restore), and a reclaimed GPU, which
-        goes to the demand planner the pass shares. A notice, or an observation's
-        rehearsal (a dry run at the agent), changes nothing another step reads, and may
-        take seconds (a slow mail server) or a round trip."""
+        """Whether carrying these out must wait for the reconciler's turn: a signal (kept
+        beside the rate limits' count as it always was) and a reclaimed GPU, which goes to
+        the demand planner the pass shares. A notice, an observation's rehearsal (a dry run
+        at the agent), a checkpoint or a restore acts only on its own node, which one
+        thread advances at a time, and may take seconds (a slow mail server) or minutes (a
+        checkpoint's copy): it holds no other node's steps."""
         return any(
             b.step.decision.action not in OUTSIDE_TURN or b.step.decision.state == State.RECLAIMED
             for b, _ in self.steps

@@ -8,8 +8,9 @@ commit) before any of their side effects; a SIGTERM decision first has the node'
 decisions carried out, then looks at its process once more and is committed alone, so its
 signal leaves as soon after its last look as before; a SIGKILL commits its batch at once.
 Steps decide one at a time (the turn: the rate limits count every SIGTERM decided
-before); a node's notices and observations are carried out after its batch's commit has
-left the turn, so a slow mail server holds its own node's pass, not every node's.
+before); a node's notices, observations, checkpoints and restores are carried out after
+its batch's commit has left the turn, so a slow mail server or a checkpoint's copy holds its
+own node's pass, not every node's.
 A step whose audit record cannot be written stops there; a reconciler that lost its lease
 stops before the next side effect and audits the decision as aborted; a state is committed
 before its signal is sent, so a restart never signals twice (at worst a SIGTERM is lost
@@ -55,7 +56,7 @@ from actuator.models import (
     State,
 )
 from actuator.node import Node, NodeUnreachable
-from actuator.node_batch import Decided, NodeBatches, decided, state_change
+from actuator.node_batch import Committed, Decided, NodeBatches, decided, state_change
 from actuator.policy import Effective
 from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.rulebook import RuleBook
@@ -360,8 +361,8 @@ class Reconciler:
         """One step of one case: observe the node (outside the lock, so several nodes are
         observed at once; its node's batched re-check while fresh), then decide under the
         lock and add the decision to the node's batch (limits are counted and decisions
-        committed and carried out by one step at a time, as if steps ran in turn; a
-        SIGTERM's batch is committed at once)."""
+        committed by one step at a time, as if steps ran in turn; a SIGTERM's batch is
+        committed at once and carried out in the turn, a checkpoint's after it)."""
         node = self.nodes.get(case.node)
         if node is None:
             return
@@ -411,7 +412,10 @@ class Reconciler:
                 decision = replace(
                     decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
                 )
-            self.apply(case, decision, live, eff, node, now, mono, scheduler)
+            committed = self._record_step(case, decision, live, eff, node, now, mono, scheduler)
+        if committed is not None:  # a batch that commits alone: carried out right after
+            with self._acting if committed.needs_turn else contextlib.nullcontext():
+                self.batches.carry_out(committed)
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
@@ -461,7 +465,7 @@ class Reconciler:
         )
         return decision, seen, eff
 
-    def apply(
+    def _record_step(
         self,
         case: Case,
         d: Decision,
@@ -471,14 +475,16 @@ class Reconciler:
         now: float,
         mono: float,
         scheduler: Scheduler | None = None,
-    ) -> None:
+    ) -> Committed | None:
         """The decision's case updates; a state change goes into the node's batch, recorded
-        and committed with it before the executor carries it out (actuator/node_batch.py)."""
+        and committed with it before the executor carries it out (actuator/node_batch.py).
+        A rung that commits alone (a signal, a checkpoint) commits its node's batch now and
+        returns it, for the step to carry out as soon as its turn allows."""
         d.updates.apply_to(case)
         if not d.changes_state:
             if d.updates:  # evidence for later steps, covering no side effect
                 self.batches.sample(case)
-            return
+            return None
         assert d.state is not None
         state_change(case, d, live, eff, scheduler, now, mono).apply_to(case)
         previous = case.state
@@ -486,5 +492,6 @@ class Reconciler:
         move = Transition(case, d.state, d.reason, evidence, now, d.code or "", mono)
         step = Step(case, d, live, eff, node, scheduler, now)
         self.batches.add(case, Decided(step, previous, record, move, mono))
-        if commits_alone(d.action):
-            self.batches.commit(case.node)  # a signal leaves right after its decision, as ever
+        if commits_alone(d.action):  # a signal leaves right after its decision, as ever
+            return self.batches.record(case.node)
+        return None

@@ -145,17 +145,17 @@ def _committed(action: Action, state: State) -> Decided:
         (Action.MOVE, State.OBSERVED, False),  # its rehearsal: a dry run at the agent
         (Action.MOVE, State.CANCELLED, False),
         (Action.MOVE, State.RECLAIMED, True),  # the demand planner watches the freed GPU
-        (Action.SUSPEND, State.SUSPENDING, True),
-        (Action.RESUME, State.RESUMING, True),
+        (Action.SUSPEND, State.SUSPENDING, False),  # its own node's, for minutes maybe
+        (Action.RESUME, State.RESUMING, False),
         (Action.TERM, State.TERMINATING, True),  # the rate limits count it
         (Action.KILL, State.KILLING, True),
     ],
 )
-def test_a_batch_waits_for_the_turn_when_it_acts_on_a_process_or_reclaims(
+def test_a_batch_waits_for_the_turn_when_it_signals_or_reclaims(
     action: Action, state: State, turn: bool
 ) -> None:
-    """A node's notices and observations are carried out after the reconciler's turn; one
-    step that acts on a process or reclaims a GPU keeps the whole batch in it."""
+    """A node's notices, observations, checkpoints and restores are carried out after the
+    reconciler's turn; one step that signals or reclaims a GPU keeps the whole batch in it."""
     notice = _committed(Action.NOTIFY, State.NOTIFIED)
     batch = NodeBatch(SignalledTrees(lambda node, boot: {}))
     steps = [(notice, True), (_committed(action, state), True)]

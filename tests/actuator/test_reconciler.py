@@ -18,6 +18,7 @@ from actuator import operations
 from actuator.app import create_app
 from actuator.audit import AuditLog
 from actuator.audit_records import DecisionMade
+from actuator.checkpoint import CheckpointResult
 from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
@@ -1053,3 +1054,71 @@ def test_a_slow_notice_on_one_node_does_not_hold_another_node_s_steps(
         c.id for pid in (101, 102) for c in h.cases(pid)
     )
     assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+
+
+class CheckpointingNode(ScriptedNode):
+    """A node whose driver checkpoints: each suspend call runs `during` first (the copy)."""
+
+    def __init__(self, clock: ManualClock, during: Any) -> None:
+        super().__init__(clock, allow_signals=True)
+        self.during, self.suspended = during, list[int]()
+
+    def suspend(self, target: Target, lock_timeout: float, *, key: str | None = None) -> Any:
+        self.during()
+        self.suspended.append(target.pid)
+        return CheckpointResult(True, "checkpointed", "ok")
+
+
+def test_one_node_s_checkpoint_does_not_hold_another_node_s_sigterm(
+    tmp_path: Path, database: str
+) -> None:
+    """A checkpoint's copy may take minutes. n1's copy waits until n2's SIGTERM is sent,
+    and n2 is looked at only once n1's copy has begun: both go through, as a checkpoint is
+    carried out after the turn. Were it carried out in the turn, n2's step could not
+    decide its SIGTERM until n1's copy gave up after 10 s, and n1 would not be suspended."""
+    h = Harness(tmp_path, database, defaults={"suspend": True, "suspend_host_reserve": "0"})
+    copying, terminated = threading.Event(), threading.Event()
+
+    def copy() -> None:
+        copying.set()
+        assert terminated.wait(10), "n2's SIGTERM waited for n1's checkpoint"
+
+    h.node = CheckpointingNode(h.clock, copy)
+    other = ScriptedNode(h.clock, name="n2", allow_signals=True)
+    real_signal, real_inspect = other.signal_tree, other.inspect
+    after_grace = threading.Event()
+
+    def signal_tree(*args: Any, **kw: Any) -> Any:
+        sent = real_signal(*args, **kw)
+        if not kw.get("dry_run"):
+            terminated.set()
+        return sent
+
+    def inspect(target: Target) -> LiveState:
+        if after_grace.is_set():
+            copying.wait(10)  # n1's copy first
+        return real_inspect(target)
+
+    other.signal_tree = signal_tree  # type: ignore[method-assign]
+    other.inspect = inspect  # type: ignore[method-assign]
+    checkpointable = dict(
+        checkpoint_state="running",
+        mps_on_gpu=False,
+        gpu_used_bytes=4 << 30,
+        host_memory_available=64 << 30,
+    )
+    h.node.live = {101: idle_live(h.clock, 101, **checkpointable)}
+    other.live = {102: idle_live(h.clock, 102)}  # no checkpoint: its next rung is SIGTERM
+    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
+    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
+    h.fire(101)
+    r = h.reconciler(others={"n2": other})
+    h.run(r, ticks=3)
+    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    h.clock.advance(61)  # past the grace
+    after_grace.set()
+    h.run(r)
+    assert h.node.suspended == [101]
+    assert [s for _, s in other.signalled] == ["SIGTERM"]
+    assert h.state(102) == State.TERMINATING
+    assert [c.state for c in h.cases(101)] == [State.SUSPENDING]
