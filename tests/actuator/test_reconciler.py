@@ -998,6 +998,18 @@ def test_defect_8_ready_says_so_while_nothing_can_be_recorded(
         subprocess.run(["umount", "-l", str(volume)], check=False)
 
 
+def both_notified(h: Harness, other: ScriptedNode) -> Reconciler:
+    """Case 101 on the harness's node and 102 on `other` ("n2"), alerted and each warned
+    by the reconciler over both nodes, which is returned."""
+    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
+    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
+    h.fire(101)
+    r = h.reconciler(others={"n2": other})
+    h.run(r, ticks=3)
+    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    return r
+
+
 def test_two_nodes_steps_that_read_before_either_s_turn_take_one_sigterm_under_a_limit_of_one(
     tmp_path: Path, database: str
 ) -> None:
@@ -1008,12 +1020,7 @@ def test_two_nodes_steps_that_read_before_either_s_turn_take_one_sigterm_under_a
     h.node.allow_signals = True
     h.node.live = {101: idle_live(h.clock, 101)}
     other.live = {102: idle_live(h.clock, 102)}
-    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
-    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
-    h.fire(101)
-    r = h.reconciler(others={"n2": other})
-    h.run(r, ticks=3)
-    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    r = both_notified(h, other)
     h.clock.advance(61)  # past the grace: each step's next decision is its SIGTERM
     both_read = threading.Barrier(2, timeout=10)
     counted = CountedGuardReads(h.store, before=lambda n: both_read.wait() if n <= 2 else None)
@@ -1037,9 +1044,6 @@ def test_a_slow_notice_on_one_node_does_not_hold_another_node_s_steps(
     other = ScriptedNode(h.clock, name="n2")
     h.node.live = {101: idle_live(h.clock, 101)}
     other.live = {102: idle_live(h.clock, 102)}
-    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
-    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
-    h.fire(101)
     both_sending = threading.Barrier(2, timeout=10)
     send = h.notifier.send
 
@@ -1048,8 +1052,7 @@ def test_a_slow_notice_on_one_node_does_not_hold_another_node_s_steps(
         return send(notice, dry_run=dry_run)
 
     h.notifier.send = slow_send  # type: ignore[method-assign]
-    r = h.reconciler(others={"n2": other})
-    h.run(r, ticks=3)
+    both_notified(h, other)
     assert sorted(n.case for n in h.notifier.sent) == sorted(
         c.id for pid in (101, 102) for c in h.cases(pid)
     )
@@ -1109,12 +1112,7 @@ def test_one_node_s_checkpoint_does_not_hold_another_node_s_sigterm(
     )
     h.node.live = {101: idle_live(h.clock, 101, **checkpointable)}
     other.live = {102: idle_live(h.clock, 102)}  # no checkpoint: its next rung is SIGTERM
-    on_other = alert(labels={**labels(102), "node": "n2"}, fingerprint="fp102")
-    assert h.client.post("/api/v1/alerts", json=body(on_other), headers=AUTH).status_code == 200
-    h.fire(101)
-    r = h.reconciler(others={"n2": other})
-    h.run(r, ticks=3)
-    assert {h.state(101), h.state(102)} == {State.NOTIFIED}
+    r = both_notified(h, other)
     h.clock.advance(61)  # past the grace
     after_grace.set()
     h.run(r)
