@@ -265,6 +265,15 @@ class NodeBatches:
         )
         return Committed(batch, ordered)
 
+    def in_turn(self, committed: Committed | None) -> Committed | None:
+        """Called in the reconciler's turn: carries out a committed batch that needs the
+        turn (Committed.needs_turn; a signal leaves in the turn of its commit, right after
+        it) and returns None; else returns the batch, to be carried out after the turn."""
+        if committed is not None and committed.needs_turn:
+            self.carry_out(committed)
+            return None
+        return committed
+
     def carry_out(self, committed: Committed | None) -> None:
         """Each committed step's side effect, the node's rehearsals in one round trip."""
         if committed is None:

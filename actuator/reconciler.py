@@ -301,7 +301,7 @@ class Reconciler:
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
             with self._acting:
-                committed = self._carried_out_if_it_needs_the_turn(self.batches.record(node))
+                committed = self.batches.in_turn(self.batches.record(node))
             # Its notices, observations and restores after the turn: a slow mail server or
             # agent no longer holds every other node's steps (Committed.needs_turn).
             self.batches.carry_out(committed)
@@ -410,17 +410,8 @@ class Reconciler:
                     decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
                 )
             committed = self._record_step(case, decision, live, eff, node, now, mono, scheduler)
-            # A signal leaves in the turn of its commit, right after it, as ever.
-            committed = self._carried_out_if_it_needs_the_turn(committed)
+            committed = self.batches.in_turn(committed)  # a signal leaves in it, as ever
         self.batches.carry_out(committed)  # a checkpoint after the turn: its copy takes long
-
-    def _carried_out_if_it_needs_the_turn(self, committed: Committed | None) -> Committed | None:
-        """Called in the turn: carries out a committed batch that needs it, else returns it
-        for the caller to carry out after the turn."""
-        if committed is not None and committed.needs_turn:
-            self.batches.carry_out(committed)
-            return None
-        return committed
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
