@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,10 +185,9 @@ class NodeBatches:
         self.fence, self.step_failed = fence, step_failed
         self._open: dict[str, NodeBatch] = {}
         # Limited-rung (SIGTERM) decisions committed so far: a guard read before the last
-        # of them is read again (actuator/guard_reader.py). Batches commit from several
-        # node threads, some outside the reconciler's turn: the count has its own lock.
+        # of them is read again (actuator/guard_reader.py). Batches are recorded only in
+        # the reconciler's turn, so one step at a time counts.
         self.limited_made = 0
-        self._counting = threading.Lock()
         # What was done but not yet saved (the store failed): saved with the next pass's.
         self._unsaved: dict[str, tuple[list[SignalSent], list[Bump]]] = {}
 
@@ -238,7 +236,8 @@ class NodeBatches:
 
     def record(self, node: str) -> Committed | None:
         """The node's decided steps so far, recorded and committed, not yet carried out
-        (None: nothing to carry out)."""
+        (None: nothing to carry out). Called in the reconciler's turn only: the commit is
+        where the rate limits' count of SIGTERMs changes."""
         batch = self._open.get(node)
         if batch is None or not batch.decided:
             return None
@@ -255,9 +254,7 @@ class NodeBatches:
                 self.aborted(b.step.case, b.record.decision_id, str(exc))
             raise
         finally:  # counted made or not: a commit that failed may have landed
-            if limited := sum(b.step.decision.action == LIMITED.action for b in steps):
-                with self._counting:
-                    self.limited_made += limited
+            self.limited_made += sum(b.step.decision.action == LIMITED.action for b in steps)
         # Signals first: a KILL's escalation never waits on another case's notice.
         ordered = sorted(
             zip(steps, made, strict=True),
