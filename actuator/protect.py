@@ -47,12 +47,12 @@ class Protection:
     ) -> None:
         self.protect = protect
         self.proc_root = proc_root
-        self.runtime_dir = runtime_dir
         self.clock = clock
         self._patterns = [re.compile(p) for p in protect.effective_commands]
         self._own: frozenset[tuple[int, int]] = frozenset()
         self._own_at = float("-inf")
         self._lock = threading.Lock()
+        self._records = ownprocs.OwnRecords(runtime_dir, proc_root)
 
     def own_processes(self) -> frozenset[tuple[int, int]]:
         """(pid, start ticks) of this process, our recorded processes and their ancestors."""
@@ -61,7 +61,7 @@ class Protection:
             if now - self._own_at < OWN_REFRESH_SECONDS:
                 return self._own
             roots = {os.getpid()}
-            roots.update(p.pid for p in ownprocs.registered(self.runtime_dir, self.proc_root))
+            roots.update(p.pid for p in self._records.live())
             keys: set[tuple[int, int]] = set()
             for root in roots:
                 pid = root

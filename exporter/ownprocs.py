@@ -14,11 +14,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from exporter import procfs
-from exporter.hostile_file import HostileRead, open_directory, read_hostile
+from exporter.hostile_file import (
+    HostileRead,
+    Refusal,
+    look,
+    open_directory,
+    read_hostile,
+    signature,
+)
 
 log = logging.getLogger(__name__)
 RUNTIME_DIR_ENV = "GPU_RECLAIMER_RUNTIME_DIR"
@@ -82,42 +90,94 @@ def unregister(path: Path | None) -> None:
 
 def registered(directory: Path | None = None, proc_root: Path = procfs.PROC) -> list[OwnProcess]:
     """Live, trusted records; stale ones (dead process, reused PID, other boot) are skipped."""
-    folder = open_directory(os.fspath((directory or runtime_dir()) / _SUBDIR))
-    if folder is None:
-        return []
-    try:
-        return _trusted_records(folder, proc_root)
-    finally:
-        os.close(folder)
+    return OwnRecords(directory, proc_root).live()
 
 
-def _trusted_records(folder: int, proc_root: Path) -> list[OwnProcess]:
-    names = _listing(folder)
-    trusted_owners = {0, os.geteuid()}
-    this_boot = procfs.boot_id(proc_root)
-    found = []
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        # A file another user could have put there is read as hostile input, like a
-        # heartbeat: no symlink or pipe followed, the owner judged first, bounded.
-        read = read_hostile(folder, name, lambda uid: uid in trusted_owners, max_bytes=4096)
-        if not isinstance(read, HostileRead):
-            continue
+class OwnRecords:
+    """The runtime directory's live, trusted records, read again at each `live()`.
+
+    A record whose process is gone (no /proc entry, other start ticks, another boot) is
+    gone for good: a PID with its start ticks never comes back on a boot. So a file found
+    gone, or not to be trusted, is not opened again while it is the same file (`signature`:
+    inode, size, times); a rewrite is read afresh. Records of killed processes (SIGKILL,
+    the OOM killer) stay until the next boot, and each was read and judged again at every
+    refresh: 191 of them, left by killed test actuators, cost an agent's 12 re-checks some
+    20 ms (docs/performance.md, "Records of killed processes"). Now one `lstat` each.
+    A process that cannot be told gone (its /proc entry unreadable for another reason) is
+    skipped this time and judged again the next."""
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        proc_root: Path = procfs.PROC,
+        *,
+        read: Callable[..., HostileRead | Refusal] = read_hostile,
+    ) -> None:
+        self.directory = directory
+        self.proc_root = proc_root
+        self._read = read
+        self._settled: dict[str, tuple[int, ...]] = {}  # name -> signature: never live
+
+    def live(self) -> list[OwnProcess]:
+        folder = open_directory(os.fspath((self.directory or runtime_dir()) / _SUBDIR))
+        if folder is None:
+            return []
         try:
-            record = json.loads(read.data)
-            own = OwnProcess(
-                role=str(record["role"]),
-                pid=int(record["pid"]),
-                start_ticks=int(record["start_ticks"]),
-                boot_id=str(record["boot_id"]),
-            )
-        except (ValueError, KeyError, TypeError):
-            continue
-        stat = procfs.read_stat(own.pid, proc_root)
-        if own.boot_id == this_boot and stat is not None and stat.start_ticks == own.start_ticks:
-            found.append(own)
-    return found
+            return self._trusted_records(folder)
+        finally:
+            os.close(folder)
+
+    def _trusted_records(self, folder: int) -> list[OwnProcess]:
+        names = [n for n in _listing(folder) if n.endswith(".json")]
+        trusted_owners = {0, os.geteuid()}
+        this_boot = procfs.boot_id(self.proc_root)
+        settled: dict[str, tuple[int, ...]] = {}
+        found = []
+        for name in names:
+            seen = look(folder, name)
+            if isinstance(seen, Refusal):
+                continue
+            if self._settled.get(name) == signature(seen):
+                settled[name] = signature(seen)
+                continue
+            # A file another user could have put there is read as hostile input, like a
+            # heartbeat: no symlink or pipe followed, the owner judged first, bounded.
+            read = self._read(folder, name, lambda uid: uid in trusted_owners, max_bytes=4096)
+            if read is Refusal.OWNER:
+                settled[name] = signature(seen)  # a new owner changes its ctime
+            if not isinstance(read, HostileRead):
+                continue
+            own = _record(read.data)
+            verdict = self._alive(own, this_boot) if own is not None else False
+            if verdict and own is not None:
+                found.append(own)
+            elif verdict is False:
+                settled[name] = signature(read.stat)
+        self._settled = settled  # names gone from the directory are forgotten
+        return found
+
+    def _alive(self, own: OwnProcess, this_boot: str) -> bool | None:
+        """True while the record's process runs; False when it is gone for good; None when
+        /proc could not tell."""
+        if own.boot_id != this_boot:
+            return False
+        stat = procfs.read_stat(own.pid, self.proc_root)
+        if stat is not None:
+            return stat.start_ticks == own.start_ticks
+        return False if not os.path.lexists(f"{self.proc_root}/{own.pid}") else None
+
+
+def _record(data: bytes) -> OwnProcess | None:
+    try:
+        record = json.loads(data)
+        return OwnProcess(
+            role=str(record["role"]),
+            pid=int(record["pid"]),
+            start_ticks=int(record["start_ticks"]),
+            boot_id=str(record["boot_id"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _listing(folder: int) -> list[str]:

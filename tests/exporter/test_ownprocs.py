@@ -9,10 +9,12 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter import ownprocs, procfs
+from exporter.hostile_file import read_hostile
 
 
 def test_this_process_is_recorded_and_read_back(tmp_path: Path) -> None:
@@ -98,3 +100,92 @@ def test_a_pipe_or_a_symlink_among_the_records_blocks_nothing(tmp_path: Path) ->
     reader.join(5)
     assert found, "reading the records blocked"
     assert [own.pid for own in found[0]] == [os.getpid()]
+
+
+class CountingReads:
+    """read_hostile, counting the files it opens by name."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, folder: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.names.append(name)
+        return read_hostile(folder, name, *args, **kwargs)
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+def test_a_record_found_gone_is_not_read_again_until_it_is_rewritten(tmp_path: Path) -> None:
+    """Records of killed processes stay until the next boot: each is judged once, then costs
+    a look, not a read, while it is the same file; a rewrite is read afresh."""
+    own = ownprocs.register("agent", tmp_path)
+    assert own is not None
+    folder = tmp_path / "self"
+    boot = procfs.boot_id()
+    gone = {"role": "actuator", "pid": _dead_pid(), "start_ticks": 1, "boot_id": boot}
+    (folder / "actuator-1.json").write_text(json.dumps(gone))
+    (folder / "other-boot.json").write_text(json.dumps({**gone, "boot_id": "0" * 8}))
+    (folder / "garbage.json").write_text("{not json")
+    reads = CountingReads()
+    records = ownprocs.OwnRecords(tmp_path, read=reads)
+
+    assert [p.pid for p in records.live()] == [os.getpid()]
+    assert sorted(reads.names) == sorted(p.name for p in folder.iterdir())
+    reads.names.clear()
+    assert [p.pid for p in records.live()] == [os.getpid()]
+    assert reads.names == [own.name]  # only the live record is read again
+
+    # The same name, rewritten with a live identity (a new process took that PID): read.
+    me = procfs.read_stat(os.getpid())
+    assert me is not None
+    alive = {**gone, "pid": os.getpid(), "start_ticks": me.start_ticks}
+    tmp = folder / ".actuator-1.tmp"
+    tmp.write_text(json.dumps(alive))
+    os.replace(tmp, folder / "actuator-1.json")
+    reads.names.clear()
+    assert sorted(p.role for p in records.live()) == ["actuator", "agent"]
+    assert "actuator-1.json" in reads.names
+
+
+def test_a_process_proc_cannot_tell_about_is_asked_again(tmp_path: Path) -> None:
+    """Gone for good only when /proc says so: an entry that exists but cannot be read (here
+    its stat a directory) is not counted now and judged again the next time."""
+    proc = tmp_path / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True)
+    (proc / "sys/kernel/random/boot_id").write_text("boot-a\n")
+    (proc / "4242/stat").mkdir(parents=True)  # exists, unreadable as a file
+    runtime = tmp_path / "run"
+    (runtime / "self").mkdir(parents=True)
+    record = {"role": "exporter", "pid": 4242, "start_ticks": 7, "boot_id": "boot-a"}
+    (runtime / "self/exporter-4242.json").write_text(json.dumps(record))
+    (runtime / "self/exporter-4343.json").write_text(json.dumps({**record, "pid": 4343}))
+    reads = CountingReads()
+    records = ownprocs.OwnRecords(runtime, proc, read=reads)
+    assert records.live() == []
+    reads.names.clear()
+    assert records.live() == []
+    assert reads.names == ["exporter-4242.json"]  # 4343 has no /proc entry: gone
+
+    # The process turns out to be alive after all: it counts.
+    (proc / "4242/stat").rmdir()
+    (proc / "4242/stat").write_text("4242 (exporter) S 1 4242 4242 0 -1 4194560" + " 0" * 12 + " 7")
+    assert [p.pid for p in records.live()] == [4242]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the file to another user needs root")
+def test_a_record_given_back_to_root_is_trusted_again(tmp_path: Path) -> None:
+    path = ownprocs.register("actuator", tmp_path)
+    assert path is not None
+    records = ownprocs.OwnRecords(tmp_path)
+    os.chown(path, 65534, 65534)
+    assert records.live() == []
+    os.chown(path, 0, 0)  # a new owner is a new ctime: judged again
+    assert [p.pid for p in records.live()] == [os.getpid()]
