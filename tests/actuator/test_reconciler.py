@@ -23,9 +23,10 @@ from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notifications.notify import NoticeResult
-from actuator.reconciler import BATCHED_FRESH_FOR, Reconciler
+from actuator.reconciler import Reconciler
 from actuator.rehearsal import Rehearsal
 from actuator.runtime import Runtime
+from actuator.step_reads import BATCHED_FRESH_FOR
 from actuator.store import database as database_module
 from actuator.store import open_store
 from tests.helpers.api import AUTH, TOKEN, alert, body
