@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from actuator.audit import AuditError, AuditLog
 from actuator.audit_records import StepError
@@ -52,6 +52,7 @@ from actuator.models import (
     Case,
     CaseUpdate,
     LiveState,
+    Member,
     State,
 )
 from actuator.node import Node, NodeUnreachable
@@ -60,13 +61,34 @@ from actuator.policy import Effective
 from actuator.recheck import Checked, demand_key, recheck_due
 from actuator.rulebook import RuleBook
 from actuator.schedulers import Scheduler, gate
-from actuator.step_reads import Batched, Observation, Prepared, Signalled, StepReads
 from actuator.store import LeaseLost, Store, StoreUnavailable, Transition
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Signalled:
+    """What the node says of a signalled case: members still alive, and (once none is) the
+    GPU's process list, or None when unknown."""
+
+    alive: list[Member]
+    listed: dict[int, int] | None
+
+
+Observation = LiveState | Signalled
+
 PRUNE_EVERY = 600.0  # seconds between retention passes
+# A re-check read in its node's batch stands in for the case's own this long; older (the
+# node's earlier cases took their time), the case is re-checked alone.
+BATCHED_FRESH_FOR = 2.0
+
+
+@dataclass(frozen=True)
+class Batched:
+    """A case's re-check from its node's one inspect-many call, and when it was asked."""
+
+    live: LiveState
+    asked_mono: float
 
 
 def step_failed(store: Store, audit: AuditLog, case: Case, exc: Exception) -> None:
@@ -107,7 +129,6 @@ class Reconciler:
         self.schedulers, self.holder, self.alerts = schedulers, holder, alerts
         self.clock, self.mono = clock, mono
         self.guards = GuardReader(store, lambda: batches.limited_made, clock, mono)
-        self.reads = StepReads(nodes, self.guards, mono)
         self.thresholds = rules.thresholds
         self._choices: dict[int, Choice] = {}  # this pass's demand plan, by case id
         self._checked: dict[int, Checked] = {}  # last live re-check of each live case
@@ -264,24 +285,26 @@ class Reconciler:
             # Re-checks the batches may ask for: cases that each outlast a batch's freshness
             # are not asked again and again (at most twice what asking alone would).
             budget = 2 * len(due)
-            prepared: list[Prepared] = []
             for at, case in enumerate(due):
                 try:
                     got = batched.get(case.id) if batched is not None else None
-                    stale = got is None or not self.reads.fresh(got)
+                    stale = got is None or not self._fresh(got)
                     if batched is not None and stale and case.state not in SIGNALLED_STATES:
                         # First, or the node's cases so far took their time: the rest, asked.
                         rest = due[at:]
                         budget -= len(rest)
-                        batched = self.reads.inspect_due(node, rest) if budget >= 0 else None
+                        batched = self._inspect_due(node, rest) if budget >= 0 else None
                         got = batched.get(case.id) if batched is not None else None
-                    if (ready := self.reads.prepare(case, got)) is not None:
-                        prepared.append(ready)
+                    self.advance(case, got)
                 except (StoreUnavailable, LeaseLost):
                     raise
                 except Exception as exc:  # one broken case never blocks the others
                     self._step_failed(case, exc)
-            self._steps_in_turn(node, prepared)
+            with self._acting:
+                committed = self.batches.in_turn(self.batches.record(node))
+            # Its notices, observations and restores after the turn: a slow mail server or
+            # agent no longer holds every other node's steps (Committed.needs_turn).
+            self.batches.carry_out(committed)
         finally:
             try:
                 with self._acting:
@@ -311,93 +334,84 @@ class Reconciler:
 
     # -- one step of one case -------------------------------------------------------------
 
+    def _inspect_due(self, name: str, due: list[Case]) -> dict[int, Batched] | None:
+        """The re-checks of a node's due cases, in one round trip (a fleet's agent answers
+        them together). Not signalled ones only (theirs is another question); nothing for
+        a lone case, and None for an unanswered call: each case then asks on its own."""
+        node = self.nodes.get(name)
+        asking = [c for c in due if c.state not in SIGNALLED_STATES]
+        if node is None or len(asking) < 2:
+            return {}
+        asked = self.mono()
+        try:
+            lives = node.inspect_many([c.target for c in asking])
+        except Exception:
+            # Unanswered, or one case's re-check broke: each case asks alone, and only a
+            # broken one fails its step.
+            return None
+        return {c.id: Batched(live, asked) for c, live in zip(asking, lives, strict=True)}
+
+    def _fresh(self, batched: Batched) -> bool:
+        return self.mono() - batched.asked_mono <= BATCHED_FRESH_FOR
+
     def advance(self, case: Case, batched: Batched | None = None) -> None:
         """One step of one case: observe the node (outside the lock, so several nodes are
         observed at once; its node's batched re-check while fresh), then decide under the
         lock and add the decision to the node's batch (limits are counted and decisions
         committed by one step at a time, as if steps ran in turn; a SIGTERM's batch is
         committed at once and carried out in the turn, a checkpoint's after it)."""
-        if (ready := self.reads.prepare(case, batched)) is None:
+        node = self.nodes.get(case.node)
+        if node is None:
             return
+        fresh = batched is not None and self._fresh(batched)
+        seen = batched.live if batched is not None and fresh else self._observe(case, node)
+        read = self.guards.read(case) if isinstance(seen, LiveState) else None  # not our turn yet
         with self._acting:
-            committed = self._step(ready)
+            now, mono = self.clock(), self.mono()
+            self._checked[case.id] = Checked(mono, demand_key(self._choices.get(case.id)))
+            if isinstance(seen, NodeUnreachable):
+                agents = self.config.agents
+                decision = decide_unreachable(
+                    case,
+                    str(seen),
+                    mono=mono,
+                    wait_for=agents.unreachable_wait if agents else 0.0,
+                    give_up=agents.unreachable_give_up if agents else 0.0,
+                )
+                live = None
+                eff = self.rules.recorded(case)
+            else:
+                decision, live, eff = self._decide(case, seen, read, now, mono)
+            # The scheduler, once per step: the live process's, or the one that took the case.
+            scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
+            if scheduler is not None and live is not None:
+                decision = gate(scheduler, case, live, decision)
+            if last_look_before(decision.action) and live is not None:
+                # The node's decisions so far are carried out first (their notices may take
+                # seconds): only this one's record and commit come between the look and
+                # the signal.
+                self.batches.commit(case.node)
+                # The re-check was read before this step waited its turn: look again.
+                again = self._observe(case, node)
+                veto = (
+                    last_look(case, live, again, self.config.idle, now, self.thresholds)
+                    if isinstance(again, LiveState)
+                    else wait()
+                )
+                if veto is not None:
+                    decision = veto
+            if takes_tree(decision.action) and live is not None:
+                tree = [(case.pid, case.start_ticks)]
+                tree += [(m.pid, m.start_ticks) for m in live.members]
+                signalled = self.batches.signalled_on(case.node)
+                decision = not_twice(decision, tree, signalled.others(case, tree))
+            if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
+                decision = replace(
+                    decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
+                )
+            committed = self._record_step(case, decision, live, eff, node, now, mono, scheduler)
+            committed = self.batches.in_turn(committed)  # a signal leaves in it, as ever
         self.batches.carry_out(committed)  # a checkpoint after the turn: its copy takes long
-
-    def _steps_in_turn(self, node: str, prepared: list[Prepared]) -> None:
-        """A node's prepared steps in one turn, then its batch recorded and committed: the
-        turn changes hands once per node and pass, not once per step (with a step each,
-        node threads waited half their time for it in a storm: docs/performance.md). It is
-        given up only to carry out a checkpoint or restore, before the node's next step, as
-        `advance` does; a node's notices and observations follow after its turn."""
-        failed: list[tuple[Case, Exception]] = []
-        queue = list(reversed(prepared))
-        done = False
-        while not done:
-            after: Committed | None = None
-            with self._acting:
-                while queue and after is None:
-                    ready = queue.pop()
-                    try:
-                        after = self._step(ready)
-                    except (StoreUnavailable, LeaseLost):
-                        raise
-                    except Exception as exc:  # one broken case never blocks the others
-                        failed.append((ready.case, exc))
-                if after is None:
-                    after, done = self.batches.in_turn(self.batches.record(node)), True
-            # Its notices, observations and restores after the turn: a slow mail server or
-            # agent no longer holds every other node's steps (Committed.needs_turn).
-            self.batches.carry_out(after)
-        for case, error in failed:
-            self._step_failed(case, error)
-
-    def _step(self, ready: Prepared) -> Committed | None:
-        """The step's decision, at its turn; what is left to carry out after the turn."""
-        case, node, seen, read = ready.case, ready.node, ready.seen, ready.read
-        now, mono = self.clock(), self.mono()
-        self._checked[case.id] = Checked(mono, demand_key(self._choices.get(case.id)))
-        if isinstance(seen, NodeUnreachable):
-            agents = self.config.agents
-            decision = decide_unreachable(
-                case,
-                str(seen),
-                mono=mono,
-                wait_for=agents.unreachable_wait if agents else 0.0,
-                give_up=agents.unreachable_give_up if agents else 0.0,
-            )
-            live = None
-            eff = self.rules.recorded(case)
-        else:
-            decision, live, eff = self._decide(case, seen, read, now, mono)
-        # The scheduler, once per step: the live process's, or the one that took the case.
-        scheduler = self._scheduler_for(live) if live is not None else self._owner_of(case)
-        if scheduler is not None and live is not None:
-            decision = gate(scheduler, case, live, decision)
-        if last_look_before(decision.action) and live is not None:
-            # The node's decisions so far are carried out first (their notices may take
-            # seconds): only this one's record and commit come between the look and
-            # the signal.
-            self.batches.commit(case.node)
-            # The re-check was read before this step waited its turn: look again.
-            again = self.reads.observe(case, node)
-            veto = (
-                last_look(case, live, again, self.config.idle, now, self.thresholds)
-                if isinstance(again, LiveState)
-                else wait()
-            )
-            if veto is not None:
-                decision = veto
-        if takes_tree(decision.action) and live is not None:
-            tree = [(case.pid, case.start_ticks)]
-            tree += [(m.pid, m.start_ticks) for m in live.members]
-            signalled = self.batches.signalled_on(case.node)
-            decision = not_twice(decision, tree, signalled.others(case, tree))
-        if not isinstance(seen, NodeUnreachable) and case.unreachable_since_mono is not None:
-            decision = replace(
-                decision, updates=CaseUpdate(unreachable_since_mono=None).then(decision.updates)
-            )
-        committed = self._record_step(case, decision, live, eff, node, now, mono, scheduler)
-        return self.batches.in_turn(committed)  # a signal leaves in it, as ever
 
     # -- schedulers (Slurm jobs, Kubernetes pods) -------------------------------------------
 
@@ -406,6 +420,18 @@ class Reconciler:
 
     def _owner_of(self, case: Case) -> Scheduler | None:
         return next((s for s in self.schedulers if s.owns(case)), None)
+
+    def _observe(self, case: Case, node: Node) -> Observation | NodeUnreachable:
+        """What the node says now: the recorded members still alive (and, once none is, the
+        GPU's process list) for a signalled case, else the live re-check."""
+        try:
+            if case.state in SIGNALLED_STATES:
+                members = case.members or [Member(case.pid, case.start_ticks, case.uid)]
+                alive = node.alive(members)
+                return Signalled(alive, None if alive else node.gpu_processes(case.uuid))
+            return node.inspect(case.target)
+        except NodeUnreachable as exc:
+            return exc
 
     def _decide(
         self, case: Case, seen: Observation, read: GuardRead | None, now: float, mono: float

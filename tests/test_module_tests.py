@@ -17,7 +17,6 @@ COVERED_ELSEWHERE = {
     "actuator/demand/kube_nodes.py": "tests/actuator/demand/test_kube_pending.py",
     "actuator/decision.py": "tests/actuator/test_decisions.py",  # the value its functions return
     "actuator/runtime.py": "tests/actuator/test_app.py",  # a record of the parts, no logic
-    "actuator/step_reads.py": "tests/actuator/test_reconciler.py",  # a step's reads, its part
     "exporter/netdiag.py": "tests/exporter/test_netactivity.py",
     "exporter/sim/replay.py": "tests/exporter/sim/test_serving.py",
 }

@@ -23,10 +23,9 @@ from actuator.compose import build_reconciler
 from actuator.config import ActuatorConfig, merge_config
 from actuator.models import LiveState, Member, SignalResult, State, Target
 from actuator.notifications.notify import NoticeResult
-from actuator.reconciler import Reconciler
+from actuator.reconciler import BATCHED_FRESH_FOR, Reconciler
 from actuator.rehearsal import Rehearsal
 from actuator.runtime import Runtime
-from actuator.step_reads import BATCHED_FRESH_FOR
 from actuator.store import database as database_module
 from actuator.store import open_store
 from tests.helpers.api import AUTH, TOKEN, alert, body
@@ -1123,45 +1122,12 @@ def test_one_node_s_checkpoint_does_not_hold_another_node_s_sigterm(
     assert [c.state for c in h.cases(101)] == [State.SUSPENDING]
 
 
-class CountedTurn:
-    """The reconciler's turn, counting how often it changes hands."""
-
-    def __init__(self) -> None:
-        self.lock, self.taken = threading.Lock(), 0
-
-    def __enter__(self) -> None:
-        self.lock.acquire()
-        self.taken += 1
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
-
-    def locked(self) -> bool:
-        return self.lock.locked()
-
-
-def test_a_node_s_steps_of_a_pass_take_the_turn_once(tmp_path: Path, database: str) -> None:
-    """Four new cases on a node: their steps and the node's batch in one turn, the
-    samples' save in a second. A turn per step (six) kept node threads waiting for it half
-    their time in a storm (docs/performance.md)."""
-    h = Harness(tmp_path, database)
-    pids = (101, 102, 103, 104)
-    h.node.live = {p: idle_live(h.clock, p) for p in pids}
-    h.fire(*pids)
-    r = h.reconciler()
-    r._acting = turn = CountedTurn()  # type: ignore[assignment]
-    h.run(r)
-    assert turn.taken == 2
-    h.run(r, ticks=3)
-    assert {h.state(p) for p in pids} == {State.NOTIFIED}
-
-
 def test_a_node_s_checkpoints_are_copied_outside_the_turn_each_before_its_next_step(
     tmp_path: Path, database: str
 ) -> None:
     """Two cases on one node reach their checkpoint in the same pass: each copy is made
     with the turn free (another node's steps go on), and the node's next case is decided
-    only after the copy before it, as when each step took a turn of its own."""
+    only after the copy before it."""
     h = Harness(tmp_path, database, defaults={"suspend": True, "suspend_host_reserve": "0"})
     seen: list[tuple[int, bool, State | None]] = []
     r: Reconciler | None = None
@@ -1182,7 +1148,6 @@ def test_a_node_s_checkpoints_are_copied_outside_the_turn_each_before_its_next_s
     r = h.reconciler()
     h.run(r, ticks=3)
     assert {h.state(101), h.state(102)} == {State.NOTIFIED}
-    r._acting = CountedTurn()  # type: ignore[assignment]
     h.clock.advance(61)  # past the grace
     h.run(r)
     assert h.node.suspended == [101, 102]
