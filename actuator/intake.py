@@ -23,6 +23,7 @@ from actuator.fleet.directory import NodeDirectory
 from actuator.models import Case, Reason, State, parse_target, parse_uid_label
 from actuator.rearm import rearmed_case
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
+from actuator.store.cases import TargetKey
 
 INGEST_CHUNK = 50  # new cases (and processed episodes) per transaction
 
@@ -54,8 +55,11 @@ class Intake:
         now = self.clock()
         marks: list[tuple[Episode, int | None]] = []
         new: list[tuple[Case, Episode]] = []
-        targets: set[tuple[str, str, int, int, str]] = set()
-        for ep in self.store.pending_episodes(batch):
+        targets: set[TargetKey] = set()
+        episodes = self.store.pending_episodes(batch)
+        # The live cases of the batch's nodes, read once: an alert for one joins it.
+        live = self.store.live_case_ids_on({ep.labels.get("node", "") for ep in episodes})
+        for ep in episodes:
             if ep.case_id is not None or ep.status == "resolved":
                 marks.append((ep, None))  # resolution is seen by the case's own step
                 continue
@@ -64,7 +68,7 @@ class Intake:
                 marks.append((ep, None))
                 continue
             try:
-                case, existing = self._new_case(ep, now)
+                case, existing = self._new_case(ep, now, live)
             except (StoreUnavailable, LeaseLost):
                 raise
             except Exception as exc:  # a poison episode is refused, never retried forever
@@ -142,8 +146,11 @@ class Intake:
             clock=self.store.clock_id,
         )
 
-    def _new_case(self, ep: Episode, now: float) -> tuple[Case | None, int | None]:
-        """A new case for the episode, or the id of the live case it belongs to."""
+    def _new_case(
+        self, ep: Episode, now: float, live: dict[TargetKey, int]
+    ) -> tuple[Case | None, int | None]:
+        """A new case for the episode, or the id of the live case it belongs to (`live`:
+        the live cases of the batch's nodes by target, read before the batch)."""
         target = parse_target(ep.labels, ep.annotations, pid_max=self.pid_max)
         uid = parse_uid_label(ep.labels.get("uid"))
         case = self._blank_case(ep, now)
@@ -162,10 +169,7 @@ class Intake:
             case.reason = f"no agent for node {target.node!r}"
             case.ended_at, case.ended_mono = now, case.created_mono
             return case, None
-        existing = self.store.live_case_for(target)
-        if existing is not None:
-            return None, existing.id
-        return case, None
+        return (None, live[target.key]) if target.key in live else (case, None)
 
     def _check_breaker(self, case: Case, now: float) -> None:
         breaker = self.config.breaker

@@ -6,17 +6,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from actuator.ladder import SIGNALLED_STATES
 from actuator.models import LIVE_STATES, Case, Member, Reason, State, Target
-from actuator.store.database import DUPLICATE, Conn, Database, Row
+from actuator.store.database import DUPLICATE, Conn, Database, Row, rowcounts
 from actuator.store.lease import Fence, check_fence
 
 # Case fields kept in their own columns (queried or indexed); every other field of the
 # dataclass lives in the `data` JSON, so a new field needs no schema change.
+# The key of "same process" (Target.key): node, boot id, pid, start ticks, GPU uuid.
+TargetKey = tuple[str, str, int, int, str]
+NODES_PER_READ = 500  # nodes named in one statement (SQLite allows 32,766 parameters)
 CASE_COLUMNS = (
     "id",
     "state",
@@ -144,20 +147,49 @@ def case_members(case: Case) -> str:
     return json.dumps([m.__dict__ for m in case.members], separators=(",", ":"))
 
 
-def insert_case(conn: Conn, case: Case, evidence: dict[str, Any]) -> None:
-    row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
+_KEPT_COLUMNS = tuple(k for k in CASE_COLUMNS if k not in ("id", "version"))
+_SET_COLUMNS = (*_KEPT_COLUMNS, "live", "data", "members")  # as _update_values orders them
+_UPDATE_CASE = (
+    "UPDATE cases SET "
+    + ", ".join(f'"{k}" = ?' for k in _SET_COLUMNS)
+    + ", version = version + 1 WHERE id = ? AND version = ?"
+)
+
+
+def _update_values(case: Case) -> tuple[Any, ...]:
+    """The case's columns as _UPDATE_CASE sets them."""
+    row = {k: getattr(case, k) for k in _KEPT_COLUMNS}
     row["state"] = str(case.state)
     row["live"] = 1 if case.state in LIVE_STATES else 0
     row["data"], row["members"] = case_data(case), case_members(case)
-    names = ", ".join(f'"{k}"' for k in row)
-    cur = conn.execute(
-        f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)}) RETURNING id",
-        tuple(row.values()),
-    )
-    case.id = int(cur.fetchone()["id"])
-    conn.execute(
+    return tuple(row.values())
+
+
+def insert_case(conn: Conn, case: Case, evidence: dict[str, Any]) -> None:
+    insert_cases(conn, [(case, evidence)])
+
+
+def insert_cases(conn: Conn, cases: Sequence[tuple[Case, dict[str, Any]]]) -> None:
+    """New cases, each given its id, and their first timeline entries (those in one
+    statement: on PostgreSQL one round trip, database.rowcounts)."""
+    for case, _ in cases:
+        row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
+        row["state"] = str(case.state)
+        row["live"] = 1 if case.state in LIVE_STATES else 0
+        row["data"], row["members"] = case_data(case), case_members(case)
+        names = ", ".join(f'"{k}"' for k in row)
+        cur = conn.execute(
+            f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)}) RETURNING id",
+            tuple(row.values()),
+        )
+        case.id = int(cur.fetchone()["id"])
+    rowcounts(
+        conn,
         "INSERT INTO timeline (case_id, ts, state, reason, evidence) VALUES (?,?,?,?,?)",
-        (case.id, case.created, str(case.state), case.reason, json.dumps(evidence)),
+        [
+            (case.id, case.created, str(case.state), case.reason, json.dumps(evidence))
+            for case, evidence in cases
+        ],
     )
 
 
@@ -169,6 +201,24 @@ class CaseQueries(Database):
             target.key,
         )
         return row_to_case(rows[0]) if rows else None
+
+    def live_case_ids_on(self, nodes: Collection[str]) -> dict[TargetKey, int]:
+        """The live cases on `nodes`, by their target's key (Target.key): one read for a
+        whole ingest batch's lookups, where `live_case_for` was a round trip per alert on
+        PostgreSQL (docs/performance.md, "An ingest batch's lookups in one read")."""
+        names = sorted(set(nodes))
+        found: dict[TargetKey, int] = {}
+        for at in range(0, len(names), NODES_PER_READ):
+            chunk = names[at : at + NODES_PER_READ]
+            rows = self._read(
+                "SELECT id, node, boot_id, pid, start_ticks, uuid FROM cases WHERE live = 1 "
+                f"AND node IN ({', '.join('?' * len(chunk))})",
+                tuple(chunk),
+            )
+            for r in rows:
+                key = (r["node"], r["boot_id"], int(r["pid"]), int(r["start_ticks"]), r["uuid"])
+                found[key] = int(r["id"])
+        return found
 
     def get_case(self, case_id: int) -> Case | None:
         rows = self._read("SELECT * FROM cases WHERE id = ?", (case_id,))
@@ -230,16 +280,14 @@ class CaseQueries(Database):
         ]
 
     def _update_case(self, conn: Conn, case: Case, old_version: int) -> bool:
-        row = {k: getattr(case, k) for k in CASE_COLUMNS if k not in ("id", "version")}
-        row["state"] = str(case.state)
-        row["live"] = 1 if case.state in LIVE_STATES else 0
-        row["data"], row["members"] = case_data(case), case_members(case)
-        assignments = ", ".join(f'"{k}" = ?' for k in row)
-        cur = conn.execute(
-            f"UPDATE cases SET {assignments}, version = version + 1 WHERE id = ? AND version = ?",
-            (*row.values(), case.id, old_version),
-        )
-        return cur.rowcount == 1
+        (made,) = self._update_cases(conn, [(case, old_version)])
+        return made
+
+    def _update_cases(self, conn: Conn, cases: Sequence[tuple[Case, int]]) -> list[bool]:
+        """Compare-and-set each case's row from its stored version; whether each was made.
+        One statement for all of them (on PostgreSQL one round trip, database.rowcounts)."""
+        rows = [(*_update_values(case), case.id, version) for case, version in cases]
+        return [count == 1 for count in rowcounts(conn, _UPDATE_CASE, rows)]
 
     def transition(
         self,
@@ -280,21 +328,25 @@ class CaseQueries(Database):
         try:
             with self._tx() as conn:
                 check_fence(conn, fence)
-                for m, (version, _) in zip(moves, before, strict=True):
-                    made = self._update_case(conn, m.case, version)
-                    if made:
-                        conn.execute(
-                            "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
-                            "VALUES (?,?,?,?,?)",
-                            (
-                                m.case.id,
-                                m.now,
-                                str(m.state),
-                                m.reason,
-                                json.dumps(m.evidence, default=str),
-                            ),
+                done = self._update_cases(
+                    conn, [(m.case, version) for m, (version, _) in zip(moves, before, strict=True)]
+                )
+                rowcounts(
+                    conn,
+                    "INSERT INTO timeline (case_id, ts, state, reason, evidence) "
+                    "VALUES (?,?,?,?,?)",
+                    [
+                        (
+                            m.case.id,
+                            m.now,
+                            str(m.state),
+                            m.reason,
+                            json.dumps(m.evidence, default=str),
                         )
-                    done.append(made)
+                        for m, made in zip(moves, done, strict=True)
+                        if made
+                    ],
+                )
         except BaseException:
             for m, (_, outcome) in zip(moves, before, strict=True):
                 _restore(m.case, outcome)
@@ -314,12 +366,10 @@ class CaseQueries(Database):
         """`save_samples` for several cases in one transaction (one commit per reconciler
         pass); a case whose row moved meanwhile (a snooze) keeps the stored row. Returns
         how many were saved."""
-        saved = []
         with self._tx() as conn:
             check_fence(conn, fence)
-            for case in cases:
-                if self._update_case(conn, case, case.version):
-                    saved.append(case)
+            made = self._update_cases(conn, [(case, case.version) for case in cases])
+        saved = [case for case, ok in zip(cases, made, strict=True) if ok]
         for case in saved:
             case.version += 1
         return len(saved)

@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from importlib.resources import files
 from typing import Any, Protocol
@@ -28,6 +28,16 @@ class Conn(Protocol):
     """What the queries use of a connection (sqlite3's, or postgres.py's adapter)."""
 
     def execute(self, sql: str, params: Any = ...) -> Any: ...
+
+
+def rowcounts(conn: Conn, sql: str, rows: Sequence[Sequence[Any]]) -> list[int]:
+    """One statement run for each of `rows`, in order, and the rows each changed. On
+    PostgreSQL they go in one round trip (postgres.py's adapter pipelines them), where one
+    each made a node's batch of 24 decisions 48 round trips under the writers' lock."""
+    each = getattr(conn, "rowcounts", None)
+    if each is not None:
+        return list(each(sql, rows))
+    return [conn.execute(sql, row).rowcount for row in rows]
 
 
 def _on_both_backends(name: str) -> tuple[type[Exception], ...]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actuator.models import AlertmanagerAlert, Case, epoch, is_reclaimable, is_zero_time
-from actuator.store.cases import insert_case
+from actuator.store.cases import insert_cases
 from actuator.store.counters import bump
 from actuator.store.database import (
     DATABASE_ERRORS,
@@ -16,6 +16,7 @@ from actuator.store.database import (
     Conn,
     Database,
     StoreUnavailable,
+    rowcounts,
 )
 from actuator.store.group_commit import GroupCommit
 
@@ -130,19 +131,21 @@ class EpisodeQueries(Database):
         `before_commit` gets the new cases with their ids (to audit them); if it raises,
         nothing is written."""
         with self._tx() as conn:
-            for ep, case_id in marks:
-                conn.execute(
-                    "UPDATE episodes SET processed = 1, case_id = COALESCE(?, case_id) "
-                    "WHERE fingerprint = ? AND starts_at = ?",
-                    (case_id, ep.fingerprint, ep.starts_at),
-                )
-            for case, ep in new:
-                insert_case(conn, case, {"labels": ep.labels})
-                conn.execute(
-                    "UPDATE episodes SET processed = 1, case_id = ? "
-                    "WHERE fingerprint = ? AND starts_at = ?",
-                    (case.id, ep.fingerprint, ep.starts_at),
-                )
+            # Statements of one kind together: on PostgreSQL each kind is one round trip
+            # (database.rowcounts), the cases' inserts aside (each returns its id).
+            rowcounts(
+                conn,
+                "UPDATE episodes SET processed = 1, case_id = COALESCE(?, case_id) "
+                "WHERE fingerprint = ? AND starts_at = ?",
+                [(case_id, ep.fingerprint, ep.starts_at) for ep, case_id in marks],
+            )
+            insert_cases(conn, [(case, {"labels": ep.labels}) for case, ep in new])
+            rowcounts(
+                conn,
+                "UPDATE episodes SET processed = 1, case_id = ? "
+                "WHERE fingerprint = ? AND starts_at = ?",
+                [(case.id, ep.fingerprint, ep.starts_at) for case, ep in new],
+            )
             if before_commit is not None and new:
                 before_commit([case for case, _ in new])
 

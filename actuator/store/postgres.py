@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -65,6 +65,14 @@ class _Conn:
         if params:
             return self.conn.execute(_translate(sql), tuple(params))
         return self.conn.execute(sql)
+
+    def rowcounts(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[int]:
+        """database.rowcounts: the statements pipelined, one round trip for them all; a
+        failing one fails the pipeline, and so the transaction, as one at a time would."""
+        query = _translate(sql)
+        with self.conn.pipeline():
+            cursors = [self.conn.execute(query, tuple(row)) for row in rows]
+        return [cursor.rowcount for cursor in cursors]
 
 
 class ServerClock:

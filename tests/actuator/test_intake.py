@@ -120,3 +120,32 @@ def test_the_breaker_asks_the_node_only_once_enough_are_flagged_to_open_it(
     post(store, alert(labels=labels(4205), fingerprint="4205"))
     made.ingest()
     assert node.asked == 1 and store.breaker()[0] is True
+
+
+def test_a_batch_looks_for_its_processes_live_cases_in_one_read(tmp_path: Path) -> None:
+    """Thirty alerts, ten of them for processes with a live case: the batch reads the live
+    cases once (a round trip per alert on PostgreSQL held a storm's every pass), and each
+    of the ten joins its case."""
+    made, store, _ = intake(tmp_path)
+    post(store, *(alert(labels=labels(pid), fingerprint=f"a{pid}") for pid in range(100, 110)))
+    made.ingest()
+    reads: list[str] = []
+    real_read = store._read
+
+    def counted(sql: str, params: Any = ()) -> Any:
+        reads.append(sql)
+        return real_read(sql, params)
+
+    store._read = counted  # type: ignore[method-assign]
+    again = {**labels(0), "alertname": "GpuProcessStalled"}
+    post(
+        store,
+        *(alert(labels={**again, "pid": str(p)}, fingerprint=f"b{p}") for p in range(100, 110)),
+        *(alert(labels=labels(pid), fingerprint=f"c{pid}") for pid in range(200, 220)),
+    )
+    made.ingest()
+    assert len([sql for sql in reads if "FROM cases WHERE live = 1" in sql]) == 1
+    cases = store.list_cases(limit=100)
+    assert len(cases) == 30
+    assert {c.alertname for c in cases if c.pid < 200} == {"GpuProcessIdle"}
+    assert store.pending_episodes() == []

@@ -217,3 +217,19 @@ def test_a_case_copy_equals_its_original_and_shares_no_container() -> None:
     assert copy.labels is not case.labels and copy.members is not case.members
     assert copy.facts is not None and case.facts is not None
     assert copy.facts["x"][0]["y"] is not case.facts["x"][0]["y"]
+
+
+def test_the_live_cases_of_a_set_of_nodes_are_read_by_their_target(database: str) -> None:
+    """An ingest batch's lookups in one read: every live case on the nodes asked, by its
+    target's key; not an ended one, nor one on another node."""
+    store = open_store(database)
+    store.init()
+    on_n1 = _stored(store, node="n1", pid=101)
+    on_n2 = _stored(store, node="n2", pid=102)
+    ended = _stored(store, node="n1", pid=103)
+    store.transition(ended, State.CANCELLED, reason="working", evidence={}, now=20.0, mono=5.0)
+    elsewhere = _stored(store, node="n3", pid=104)
+    found = store.live_case_ids_on(["n1", "n2", "n2", "nowhere"])
+    assert found == {on_n1.target.key: on_n1.id, on_n2.target.key: on_n2.id}
+    assert elsewhere.target.key not in found
+    assert store.live_case_ids_on([]) == {}
