@@ -18,15 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter import procfs
-from exporter.hostile_file import (
-    HostileRead,
-    Refusal,
-    look,
-    open_directory,
-    read_hostile,
-    signature,
-)
+from exporter import hostile_file, procfs
+from exporter.hostile_file import HostileRead, Refusal
 
 log = logging.getLogger(__name__)
 RUNTIME_DIR_ENV = "GPU_RECLAIMER_RUNTIME_DIR"
@@ -111,7 +104,7 @@ class OwnRecords:
         directory: Path | None = None,
         proc_root: Path = procfs.PROC,
         *,
-        read: Callable[..., HostileRead | Refusal] = read_hostile,
+        read: Callable[..., HostileRead | Refusal] = hostile_file.read_hostile,
     ) -> None:
         self.directory = directory
         self.proc_root = proc_root
@@ -119,7 +112,7 @@ class OwnRecords:
         self._settled: dict[str, tuple[int, ...]] = {}  # name -> signature: never live
 
     def live(self) -> list[OwnProcess]:
-        folder = open_directory(os.fspath((self.directory or runtime_dir()) / _SUBDIR))
+        folder = hostile_file.open_directory(os.fspath((self.directory or runtime_dir()) / _SUBDIR))
         if folder is None:
             return []
         try:
@@ -134,17 +127,17 @@ class OwnRecords:
         settled: dict[str, tuple[int, ...]] = {}
         found = []
         for name in names:
-            seen = look(folder, name)
+            seen = hostile_file.look(folder, name)
             if isinstance(seen, Refusal):
                 continue
-            if self._settled.get(name) == signature(seen):
-                settled[name] = signature(seen)
+            if self._settled.get(name) == hostile_file.signature(seen):
+                settled[name] = hostile_file.signature(seen)
                 continue
             # A file another user could have put there is read as hostile input, like a
             # heartbeat: no symlink or pipe followed, the owner judged first, bounded.
             read = self._read(folder, name, lambda uid: uid in trusted_owners, max_bytes=4096)
             if read is Refusal.OWNER:
-                settled[name] = signature(seen)  # a new owner changes its ctime
+                settled[name] = hostile_file.signature(seen)  # a new owner changes its ctime
             if not isinstance(read, HostileRead):
                 continue
             own = _record(read.data)
@@ -152,7 +145,7 @@ class OwnRecords:
             if verdict and own is not None:
                 found.append(own)
             elif verdict is False:
-                settled[name] = signature(read.stat)
+                settled[name] = hostile_file.signature(read.stat)
         self._settled = settled  # names gone from the directory are forgotten
         return found
 

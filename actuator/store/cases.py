@@ -15,11 +15,11 @@ from actuator.models import LIVE_STATES, Case, Member, Reason, State, Target
 from actuator.store.database import DUPLICATE, Conn, Database, Row, rowcounts
 from actuator.store.lease import Fence, check_fence
 
-# Case fields kept in their own columns (queried or indexed); every other field of the
-# dataclass lives in the `data` JSON, so a new field needs no schema change.
 # The key of "same process" (Target.key): node, boot id, pid, start ticks, GPU uuid.
 TargetKey = tuple[str, str, int, int, str]
 NODES_PER_READ = 500  # nodes named in one statement (SQLite allows 32,766 parameters)
+# Case fields kept in their own columns (queried or indexed); every other field of the
+# dataclass lives in the `data` JSON, so a new field needs no schema change.
 CASE_COLUMNS = (
     "id",
     "state",
@@ -147,22 +147,24 @@ def case_members(case: Case) -> str:
     return json.dumps([m.__dict__ for m in case.members], separators=(",", ":"))
 
 
-_KEPT_COLUMNS = tuple(k for k in CASE_COLUMNS if k not in ("id", "version"))
-_SET_COLUMNS = (*_KEPT_COLUMNS, "live", "data", "members")  # as _update_values orders them
-_UPDATE_CASE = (
-    "UPDATE cases SET "
-    + ", ".join(f'"{k}" = ?' for k in _SET_COLUMNS)
-    + ", version = version + 1 WHERE id = ? AND version = ?"
-)
-
-
-def _update_values(case: Case) -> tuple[Any, ...]:
-    """The case's columns as _UPDATE_CASE sets them."""
-    row = {k: getattr(case, k) for k in _KEPT_COLUMNS}
+def _case_row(case: Case, skip: tuple[str, ...]) -> dict[str, Any]:
+    """The case's columns but `skip`, in CASE_COLUMNS' order, then live, data, members."""
+    row = {k: getattr(case, k) for k in CASE_COLUMNS if k not in skip}
     row["state"] = str(case.state)
     row["live"] = 1 if case.state in LIVE_STATES else 0
     row["data"], row["members"] = case_data(case), case_members(case)
-    return tuple(row.values())
+    return row
+
+
+_UPDATE_SKIPS = ("id", "version")
+_UPDATE_CASE = (
+    "UPDATE cases SET "
+    + ", ".join(
+        f'"{k}" = ?'
+        for k in (*(c for c in CASE_COLUMNS if c not in _UPDATE_SKIPS), "live", "data", "members")
+    )
+    + ", version = version + 1 WHERE id = ? AND version = ?"
+)
 
 
 def insert_case(conn: Conn, case: Case, evidence: dict[str, Any]) -> None:
@@ -173,10 +175,7 @@ def insert_cases(conn: Conn, cases: Sequence[tuple[Case, dict[str, Any]]]) -> No
     """New cases, each given its id, and their first timeline entries (those in one
     statement: on PostgreSQL one round trip, database.rowcounts)."""
     for case, _ in cases:
-        row = {k: getattr(case, k) for k in CASE_COLUMNS if k != "id"}
-        row["state"] = str(case.state)
-        row["live"] = 1 if case.state in LIVE_STATES else 0
-        row["data"], row["members"] = case_data(case), case_members(case)
+        row = _case_row(case, ("id",))
         names = ", ".join(f'"{k}"' for k in row)
         cur = conn.execute(
             f"INSERT INTO cases ({names}) VALUES ({', '.join('?' for _ in row)}) RETURNING id",
@@ -205,7 +204,7 @@ class CaseQueries(Database):
     def live_case_ids_on(self, nodes: Collection[str]) -> dict[TargetKey, int]:
         """The live cases on `nodes`, by their target's key (Target.key): one read for a
         whole ingest batch's lookups, where `live_case_for` was a round trip per alert on
-        PostgreSQL (docs/performance.md, "An ingest batch's lookups in one read")."""
+        PostgreSQL (docs/performance.md, "a write's rows in one round trip")."""
         names = sorted(set(nodes))
         found: dict[TargetKey, int] = {}
         for at in range(0, len(names), NODES_PER_READ):
@@ -286,7 +285,9 @@ class CaseQueries(Database):
     def _update_cases(self, conn: Conn, cases: Sequence[tuple[Case, int]]) -> list[bool]:
         """Compare-and-set each case's row from its stored version; whether each was made.
         One statement for all of them (on PostgreSQL one round trip, database.rowcounts)."""
-        rows = [(*_update_values(case), case.id, version) for case, version in cases]
+        rows = [
+            (*_case_row(case, _UPDATE_SKIPS).values(), case.id, version) for case, version in cases
+        ]
         return [count == 1 for count in rowcounts(conn, _UPDATE_CASE, rows)]
 
     def transition(
