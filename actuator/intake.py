@@ -20,7 +20,7 @@ from actuator.config import ActuatorConfig
 from actuator.decision_record import decision_record
 from actuator.decisions import REARM_LOOKBACK, breaker_should_open, rearm_wait
 from actuator.fleet.directory import NodeDirectory
-from actuator.models import Case, Reason, State, parse_target, parse_uid_label
+from actuator.models import Case, Reason, State, Target, parse_target, parse_uid_label
 from actuator.rearm import rearmed_case
 from actuator.store import Episode, Fence, LeaseLost, Store, StoreUnavailable
 from actuator.store.cases import TargetKey
@@ -56,10 +56,14 @@ class Intake:
         marks: list[tuple[Episode, int | None]] = []
         new: list[tuple[Case, Episode]] = []
         targets: set[TargetKey] = set()
-        episodes = self.store.pending_episodes(batch)
-        # The live cases of the batch's nodes, read once: an alert for one joins it.
-        live = self.store.live_case_ids_on({ep.labels.get("node", "") for ep in episodes})
-        for ep in episodes:
+        parsed = [
+            (ep, parse_target(ep.labels, ep.annotations, pid_max=self.pid_max))
+            for ep in self.store.pending_episodes(batch)
+        ]
+        # The live cases of the batch's targets' nodes, read once: an alert for one joins
+        # it. The node as the target names it (a label, else an annotation).
+        live = self.store.live_case_ids_on({t.node for _, t in parsed if isinstance(t, Target)})
+        for ep, target in parsed:
             if ep.case_id is not None or ep.status == "resolved":
                 marks.append((ep, None))  # resolution is seen by the case's own step
                 continue
@@ -68,7 +72,7 @@ class Intake:
                 marks.append((ep, None))
                 continue
             try:
-                case, existing = self._new_case(ep, now, live)
+                case, existing = self._new_case(ep, target, now, live)
             except (StoreUnavailable, LeaseLost):
                 raise
             except Exception as exc:  # a poison episode is refused, never retried forever
@@ -147,11 +151,11 @@ class Intake:
         )
 
     def _new_case(
-        self, ep: Episode, now: float, live: dict[TargetKey, int]
+        self, ep: Episode, target: Target | str, now: float, live: dict[TargetKey, int]
     ) -> tuple[Case | None, int | None]:
-        """A new case for the episode, or the id of the live case it belongs to (`live`:
-        the live cases of the batch's nodes by target, read before the batch)."""
-        target = parse_target(ep.labels, ep.annotations, pid_max=self.pid_max)
+        """A new case for the episode's target (parse_target's, or why it names none), or
+        the id of the live case it belongs to (`live`: the live cases of the batch's nodes
+        by target, read before the batch)."""
         uid = parse_uid_label(ep.labels.get("uid"))
         case = self._blank_case(ep, now)
         problem = target if isinstance(target, str) else uid if isinstance(uid, str) else None

@@ -149,3 +149,25 @@ def test_a_batch_looks_for_its_processes_live_cases_in_one_read(tmp_path: Path) 
     assert len(cases) == 30
     assert {c.alertname for c in cases if c.pid < 200} == {"GpuProcessIdle"}
     assert store.pending_episodes() == []
+
+
+def test_an_alert_naming_its_node_in_an_annotation_joins_its_live_case(tmp_path: Path) -> None:
+    """The batch's live cases are read for the nodes its targets name, wherever the alert
+    names them (a label, else an annotation): the second alert joins the case, not a
+    second case that the store refuses."""
+    made, store, _ = intake(tmp_path)
+    post(store, alert(labels=labels(4242), fingerprint="a"))
+    made.ingest()
+    unlabelled = {k: v for k, v in labels(4242).items() if k != "node"}
+    post(
+        store,
+        alert(
+            labels={**unlabelled, "alertname": "GpuProcessStalled"},
+            fingerprint="b",
+            annotations={"node": "n1"},
+        ),
+    )
+    made.ingest()
+    cases = store.list_cases(limit=10)
+    assert [(c.pid, c.alertname) for c in cases] == [(4242, "GpuProcessIdle")]
+    assert store.pending_episodes() == []
