@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exporter.sim.replay import Arrival, TraceError, gaps, read_trace, replay
@@ -32,7 +33,17 @@ def _serve(spawn_workload, address: str = "127.0.0.1") -> tuple[subprocess.Popen
         "--serve", str(port), "--serve-address", address, memory="2GiB", phases="idle"
     )
     wait_until(lambda: http_get(f"http://127.0.0.1:{port}/health") is not None)
+    # That probe's connection, on the server's side, until the server has closed it: a
+    # first scrape in between counted it as a client (1 where 0 was meant, now and then).
+    wait_until(lambda: _connections(job.pid) == [], timeout=10)
     return job, port
+
+
+def _connections(pid: int) -> list[str]:
+    """The TCP connections the process holds, listeners aside."""
+    process = psutil.Process(pid)
+    held = getattr(process, "net_connections", None) or process.connections
+    return [c.status for c in held(kind="tcp") if c.status != psutil.CONN_LISTEN]
 
 
 def test_a_loopback_server_answers_and_its_data_is_activity(
